@@ -1,0 +1,23 @@
+"""cso: a CPU convolution compiler (SConv: convolution slicing analysis and optimisation).
+
+>>> import numpy as np, cso
+>>> x = np.ones((1, 3, 8, 8), np.float32); w = np.ones((4, 3, 3, 3), np.float32)
+>>> cso.conv2d(x, w, padding=1).shape
+(1, 4, 8, 8)
+"""
+
+import numba as _numba
+
+# 'workqueue' aborts the process when two Python threads launch parallel
+# kernels at once; 'threadsafe' picks TBB or OpenMP, both safe. Must be set
+# before Numba's first parallel launch.
+if _numba.config.THREADING_LAYER in ("default", "workqueue"):
+    _numba.config.THREADING_LAYER = "threadsafe"
+
+from . import reference  # noqa: E402
+from .analysis.hardware import Hardware  # noqa: E402
+from .analysis.plan import Plan, plan_conv2d  # noqa: E402
+from .conv import conv2d  # noqa: E402
+
+__version__ = "0.1.0"
+__all__ = ["conv2d", "plan_conv2d", "Plan", "Hardware", "reference", "__version__"]

@@ -1,0 +1,144 @@
+"""The analytic cost model: bytes moved at each memory level by each schedule.
+
+Counts are per (group, image), summed over all channel tiles, and read
+straight off the loop nests in :mod:`cso.macrokernel.loops`.  Notation:
+``T_w = ceil(P*Q / Nwin)`` window tiles, ``T_f = ceil(K/Nf)`` filter tiles,
+``T_c = ceil(C/Nc)`` channel tiles, ``IN_all = C*R*S*Nwin*s`` and
+``FS_all = C*R*S*Nf*s`` (a tile's panels over all channel tiles),
+``OUT = Nwin*Nf*s`` and ``RAW = C*H*W*s`` (the unpacked input).
+
+Input-stationary (IS)::
+
+    for c0 in T_c channel tiles
+      for wb in B_w = ceil(T_w/K3) blocks:   pack K3 input tiles    (L3-resident)
+        for fb in B_f = ceil(T_f/K2) blocks:                         (K2 filter tiles in L2)
+          for w in K3 tiles: for f in K2 tiles: kernel
+
+Weight-stationary (WS)::
+
+    for c0 in T_c channel tiles
+      for fb in B_f = ceil(T_f/K3) blocks:                           (K3 filter tiles in L3)
+        for wb in B_w = ceil(T_w/K2) blocks: pack K2 input tiles    (L2-resident)
+          for f in K3 tiles: for w in K2 tiles: kernel
+
+The register-level work (``Nf * Nwin`` FMAs per loaded pair) is the same in
+both, so only data movement is counted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..geometry import ceil_div
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """Bytes read from each level by one schedule, and their weighted cost."""
+
+    dram: int
+    l3: int
+    l2: int
+    cost: float
+
+    def as_dict(self) -> dict:
+        return {"dram": self.dram, "l3": self.l3, "l2": self.l2, "cost": self.cost}
+
+
+def level_of(size: int, l2_usable: int, l3_usable: int) -> str:
+    """The level a working set of ``size`` bytes is served from between reuses."""
+    if size <= l2_usable:
+        return "l2"
+    if size <= l3_usable:
+        return "l3"
+    return "dram"
+
+
+def compulsory_bytes(raw_input: int, all_filters: int, all_outputs: int) -> int:
+    """``RAW + T_f*FS_all + K*P*Q*s``: every operand read or written once from DRAM."""
+    return raw_input + all_filters + all_outputs
+
+
+def partial_sum_bytes(channel_tiles: int, window_tiles: int, filter_tiles: int,
+                      out_tile: int) -> int:
+    """``(2*T_c - 1) * T_w * T_f * OUT``: output tiles written once per channel
+    tile and read back for every channel tile after the first."""
+    return (2 * channel_tiles - 1) * window_tiles * filter_tiles * out_tile
+
+
+def is_filter_stream_bytes(window_blocks: int, filter_tiles: int, filter_all: int) -> int:
+    """IS: ``B_w * T_f * FS_all``: every window block streams all filters into L2."""
+    return window_blocks * filter_tiles * filter_all
+
+
+def is_input_reload_bytes(filter_blocks: int, window_tiles: int, input_all: int) -> int:
+    """IS: ``B_f * T_w * IN_all``: each input tile re-enters L1 once per filter block."""
+    return filter_blocks * window_tiles * input_all
+
+
+def ws_raw_input_bytes(filter_blocks: int, raw_input: int) -> int:
+    """WS: ``B_f * RAW``: the input is read (and packed) once per filter block."""
+    return filter_blocks * raw_input
+
+
+def ws_filter_reload_bytes(window_blocks: int, filter_tiles: int, filter_all: int) -> int:
+    """WS: ``B_w * T_f * FS_all``: each filter tile re-enters L1 once per window block."""
+    return window_blocks * filter_tiles * filter_all
+
+
+def kernel_operand_bytes(window_tiles: int, filter_tiles: int, tile_all: int) -> int:
+    """``T_w * T_f * tile_all``: the streamed operand read by every kernel call
+    (filters from L2 in IS, input tiles from L2 in WS)."""
+    return window_tiles * filter_tiles * tile_all
+
+
+def packed_write_bytes(times_packed: int, window_tiles: int, input_all: int) -> int:
+    """``times * T_w * IN_all``: packed input panels written."""
+    return times_packed * window_tiles * input_all
+
+
+def weighted_cost(dram: int, l3: int, l2: int, hardware) -> float:
+    """``dram*c_dram + l3*c_l3 + l2*c_l2`` with the hardware's per-byte costs."""
+    return dram * hardware.dram_cost + l3 * hardware.l3_cost + l2 * hardware.l2_cost
+
+
+def schedule_traffic(schedule: str, *, channels: int, kernel_area: int, height: int, width: int,
+                     filters: int, windows: int, channel_tile: int, filters_per_tile: int,
+                     windows_per_tile: int, k2: int, k3: int, element_bytes: int,
+                     hardware) -> Traffic:
+    """Bytes per level and cost of one schedule, per (group, image)."""
+    l2_usable = int(hardware.l2_bytes * hardware.usable_fraction)
+    l3_usable = int(hardware.l3_bytes * hardware.usable_fraction)
+    s = element_bytes
+    window_tiles = ceil_div(windows, windows_per_tile)
+    filter_tiles = ceil_div(filters, filters_per_tile)
+    channel_tiles = ceil_div(channels, channel_tile)
+    input_all = channels * kernel_area * windows_per_tile * s
+    filter_all = channels * kernel_area * filters_per_tile * s
+    raw_input = channels * height * width * s
+    out_tile = windows_per_tile * filters_per_tile * s
+    all_filters = filter_tiles * filter_all
+    all_outputs = filters * windows * s
+    levels = {"dram": compulsory_bytes(raw_input, all_filters, all_outputs), "l3": 0, "l2": 0}
+    partials = partial_sum_bytes(channel_tiles, window_tiles, filter_tiles, out_tile)
+    levels[level_of(all_outputs, l2_usable, l3_usable)] += partials
+    filters_level = "l3" if all_filters <= l3_usable else "dram"
+    if schedule == "IS":
+        window_blocks = ceil_div(window_tiles, k3)
+        filter_blocks = ceil_div(filter_tiles, k2)
+        levels[filters_level] += is_filter_stream_bytes(window_blocks, filter_tiles, filter_all)
+        levels["l3"] += is_input_reload_bytes(filter_blocks, window_tiles, input_all)
+        levels["l3"] += packed_write_bytes(1, window_tiles, input_all)
+        levels["l2"] += kernel_operand_bytes(window_tiles, filter_tiles, filter_all)
+    elif schedule == "WS":
+        filter_blocks = ceil_div(filter_tiles, k3)
+        window_blocks = ceil_div(window_tiles, k2)
+        input_level = "l3" if raw_input <= l3_usable else "dram"
+        levels[input_level] += ws_raw_input_bytes(filter_blocks, raw_input) - raw_input
+        levels[filters_level] += ws_filter_reload_bytes(window_blocks, filter_tiles, filter_all)
+        levels["l2"] += packed_write_bytes(filter_blocks, window_tiles, input_all)
+        levels["l2"] += kernel_operand_bytes(window_tiles, filter_tiles, input_all)
+    else:
+        raise ValueError(f"schedule must be 'IS' or 'WS', got {schedule!r}")
+    return Traffic(levels["dram"], levels["l3"], levels["l2"],
+                   weighted_cost(levels["dram"], levels["l3"], levels["l2"], hardware))

@@ -1,0 +1,184 @@
+"""The machine as the analysis sees it: a frozen, injectable description.
+
+``Hardware.detect()`` asks py-cpuinfo first, then Linux's
+``/sys/devices/system/cpu``, then falls back to the stated defaults
+(:data:`DEFAULT_HARDWARE`), field by field.  Any other machine can be
+described by constructing :class:`Hardware` directly, so a plan can be
+computed for a machine that is not this one.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass, replace
+
+_SYSFS_CPU = "/sys/devices/system/cpu"
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """Cache sizes, vector width and relative data-movement costs of one core.
+
+    Parameters
+    ----------
+    l1_bytes, l2_bytes : int
+        Per-core private data caches.
+    l3_bytes : int
+        The last-level cache, shared by all cores.
+    line_bytes : int
+        Cache line size.
+    vector_bytes : int
+        Width of one SIMD register (64 for AVX-512, 32 for AVX2, 16 for NEON/SSE).
+    vector_registers : int
+        Architectural SIMD registers (32 with AVX-512 or NEON, 16 with AVX2).
+    cores : int
+        Cores available to the worker threads.
+    usable_fraction : float
+        Share of each cache the tiles may occupy (the rest is left to the
+        stack, the output rows and associativity conflicts).
+    l1_cost, l2_cost, l3_cost, dram_cost : float
+        Relative cost of moving one byte out of each level (inverse bandwidth,
+        L1 = 1).  Used only to compare schedules, so only ratios matter.
+    source : str
+        Where the figures came from ("py-cpuinfo", "sysfs", "defaults", "user").
+    """
+
+    l1_bytes: int = 32 * 1024
+    l2_bytes: int = 1024 * 1024
+    l3_bytes: int = 8 * 1024 * 1024
+    line_bytes: int = 64
+    vector_bytes: int = 32
+    vector_registers: int = 16
+    cores: int = 1
+    usable_fraction: float = 0.9
+    l1_cost: float = 1.0
+    l2_cost: float = 2.0
+    l3_cost: float = 6.0
+    dram_cost: float = 20.0
+    source: str = "user"
+
+    def __post_init__(self):
+        for name in ("l1_bytes", "l2_bytes", "l3_bytes", "line_bytes", "vector_bytes",
+                     "vector_registers", "cores"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"Hardware.{name} must be a positive int, got {value!r}")
+        if not 0.0 < self.usable_fraction <= 1.0:
+            raise ValueError(
+                f"Hardware.usable_fraction must be in (0, 1], got {self.usable_fraction!r}")
+
+    @staticmethod
+    def detect() -> "Hardware":
+        """Describe this machine (memoised: the probes run once per process)."""
+        return _detect()
+
+    def with_changes(self, **changes) -> "Hardware":
+        """A copy with some fields replaced (e.g. ``l2_bytes=1 << 20``)."""
+        return replace(self, **changes)
+
+
+DEFAULT_HARDWARE = Hardware(source="defaults")
+
+
+def _vector_shape_from_flags(flags) -> tuple:
+    """(vector_bytes, vector_registers) from CPU feature flags."""
+    flags = set(flags)
+    if "avx512f" in flags:
+        return 64, 32
+    if "avx2" in flags or "avx" in flags:
+        return 32, 16
+    if "asimd" in flags or "neon" in flags:
+        return 16, 32
+    return 16, 16
+
+
+def _from_cpuinfo(cores: int) -> dict:
+    """Fields from py-cpuinfo, or ``{}`` when it is absent or silent.
+
+    On Linux py-cpuinfo reads ``lscpu``, whose L1d and L2 figures are the sum
+    over all cores' private caches ("96 KiB (2 instances)"), so they are
+    divided by the core count.  Its line size is taken only when plausible.
+    """
+    try:
+        import cpuinfo  # py-cpuinfo
+        info = cpuinfo.get_cpu_info() or {}
+    except Exception:  # absent, or failing on an exotic platform: fall through
+        return {}
+    fields = {}
+    count = int(info.get("count") or cores) or 1
+    if info.get("l1_data_cache_size"):
+        fields["l1_bytes"] = max(1, int(info["l1_data_cache_size"]) // count)
+    if info.get("l2_cache_size"):
+        fields["l2_bytes"] = max(1, int(info["l2_cache_size"]) // count)
+    if info.get("l3_cache_size"):
+        fields["l3_bytes"] = int(info["l3_cache_size"])
+    line = info.get("l2_cache_line_size")
+    if line in (32, 64, 128, 256):
+        fields["line_bytes"] = int(line)
+    if info.get("flags"):
+        fields["vector_bytes"], fields["vector_registers"] = _vector_shape_from_flags(info["flags"])
+    return fields
+
+
+def _parse_size(text: str) -> int:
+    text = text.strip().upper()
+    scale = {"K": 1024, "M": 1024 ** 2, "G": 1024 ** 3}.get(text[-1:], 1)
+    return int(text.rstrip("KMG")) * scale
+
+
+def _from_sysfs(root: str = _SYSFS_CPU) -> dict:
+    """Per-core cache sizes from ``cpu0/cache/index*``, or ``{}``."""
+    fields = {}
+    cache_dir = os.path.join(root, "cpu0", "cache")
+    try:
+        entries = sorted(e for e in os.listdir(cache_dir) if e.startswith("index"))
+    except OSError:
+        return {}
+    for entry in entries:
+        def read(name):
+            with open(os.path.join(cache_dir, entry, name)) as handle:
+                return handle.read().strip()
+        try:
+            level, kind, size = int(read("level")), read("type"), _parse_size(read("size"))
+        except (OSError, ValueError):
+            continue
+        if kind == "Instruction":
+            continue
+        fields.setdefault({1: "l1_bytes", 2: "l2_bytes", 3: "l3_bytes"}.get(level, "other"), size)
+        try:
+            fields.setdefault("line_bytes", int(read("coherency_line_size")))
+        except (OSError, ValueError):
+            pass
+    fields.pop("other", None)
+    return fields
+
+
+def _flags_from_proc() -> list:
+    try:
+        with open("/proc/cpuinfo") as handle:
+            for line in handle:
+                if line.startswith(("flags", "Features")):
+                    return line.split(":", 1)[1].split()
+    except OSError:
+        pass
+    return []
+
+
+@functools.lru_cache(maxsize=1)
+def _detect() -> Hardware:
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    fields = {"cores": cores}
+    sources = []
+    for name, probe in (("py-cpuinfo", lambda: _from_cpuinfo(cores)), ("sysfs", _from_sysfs)):
+        found = {k: v for k, v in probe().items() if k not in fields}
+        if found:
+            sources.append(name)
+            fields.update(found)
+    if "vector_bytes" not in fields:
+        flags = _flags_from_proc()
+        if flags:
+            fields["vector_bytes"], fields["vector_registers"] = _vector_shape_from_flags(flags)
+    if len(fields) < 7:
+        sources.append("defaults")
+    return replace(DEFAULT_HARDWARE, **fields, source="+".join(sources) or "defaults")

@@ -1,0 +1,174 @@
+"""The plan: every decision the analysis makes for one convolution, frozen.
+
+``plan_conv2d`` is a pure function of the problem and a :class:`Hardware`:
+it picks the micro-kernel shape from the register file, the channel tile
+from L1, the L2/L3 tile counts for both schedules from the CSA rules, and
+the schedule with the lower modelled cost.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..geometry import ConvGeometry, SUPPORTED_DTYPES, ceil_div, make_geometry
+from . import cost, tiles
+from .hardware import Hardware
+
+SCHEDULES = ("IS", "WS")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How cso computes one convolution.
+
+    Attributes
+    ----------
+    schedule : {"IS", "WS"}
+        Input-stationary or weight-stationary loop nest.
+    channel_tile : int
+        ``Nc``, channels per packed tile (L1 rule).
+    l2_tiles : int
+        ``K2``, streamed tiles kept in L2 (filter tiles for IS, window tiles for WS).
+    l3_tiles : int
+        ``K3``, stationary tiles kept in L3 (window tiles for IS, filter tiles
+        for WS); also the unit of work of one thread.
+    filters_per_tile : int
+        ``Nf``, micro-kernel rows.
+    windows_per_tile : int
+        ``Nwin``, micro-kernel columns (the vector dimension).
+    dtype : str
+        "float32" or "float64".
+    vector_lanes : int
+        Elements per vector register.
+    threads : int
+        Workers the tile counts were capped for.
+    costs : tuple
+        ``(("IS", Traffic), ("WS", Traffic))``: the model's figures for both schedules.
+    tiles_by_schedule : tuple
+        ``(("IS", (K2, K3)), ("WS", (K2, K3)))``: the CSA tile counts for each.
+    geometry : ConvGeometry
+        The problem this plan was made for.
+    hardware : Hardware
+        The machine it was made for.
+    """
+
+    schedule: str
+    channel_tile: int
+    l2_tiles: int
+    l3_tiles: int
+    filters_per_tile: int
+    windows_per_tile: int
+    dtype: str
+    vector_lanes: int
+    threads: int
+    costs: tuple
+    tiles_by_schedule: tuple
+    geometry: ConvGeometry
+    hardware: Hardware
+
+    def cost_of(self, schedule: str):
+        """The modelled :class:`~cso.analysis.cost.Traffic` of ``schedule``."""
+        return dict(self.costs)[schedule]
+
+    def matches(self, geometry: ConvGeometry, dtype) -> bool:
+        """Whether this plan was made for ``geometry`` and ``dtype``."""
+        return self.geometry == geometry and self.dtype == np.dtype(dtype).name
+
+
+def _check_tile_override(value, name):
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be a positive int or None, got {value!r}")
+    return int(value)
+
+
+def plan_conv2d(x_shape, w_shape, *, stride=1, padding=0, dilation=1, groups=1,
+                dtype=np.float32, hardware=None, filters_per_tile=None,
+                windows_per_tile=None, schedule=None, threads=None) -> Plan:
+    """Plan a convolution: tiles, their cache distribution and the schedule.
+
+    Parameters
+    ----------
+    x_shape, w_shape : tuple of 4 ints
+        ``(N, C, H, W)`` and ``(K, C // groups, R, S)``.
+    stride, padding, dilation, groups
+        As for :func:`cso.conv2d`.
+    dtype : float32 or float64
+        Element type of the computation.
+    hardware : Hardware, optional
+        The machine to plan for; ``Hardware.detect()`` by default.
+    filters_per_tile, windows_per_tile : int, optional
+        Override the micro-kernel shape ``Nf x Nwin`` (``Nwin`` must be a
+        multiple of the vector lanes).
+    schedule : {"IS", "WS"}, optional
+        Force a schedule instead of the cost model's choice.
+    threads : int, optional
+        Workers to plan for (default: ``hardware.cores``).
+
+    Returns
+    -------
+    Plan
+    """
+    geometry = make_geometry(x_shape, w_shape, stride=stride, padding=padding,
+                             dilation=dilation, groups=groups)
+    hardware = Hardware.detect() if hardware is None else hardware
+    if not isinstance(hardware, Hardware):
+        raise TypeError(f"hardware must be a cso.Hardware, got {type(hardware).__name__}")
+    dtype = np.dtype(dtype)
+    if dtype not in SUPPORTED_DTYPES:
+        raise TypeError(f"dtype must be float32 or float64, got {dtype}")
+    if schedule is not None and schedule not in SCHEDULES:
+        raise ValueError(f"schedule must be 'IS', 'WS' or None, got {schedule!r}")
+    threads = hardware.cores if threads is None else threads
+    if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1:
+        raise ValueError(f"threads must be a positive int or None, got {threads!r}")
+    element_bytes = dtype.itemsize
+    lanes = max(1, hardware.vector_bytes // element_bytes)
+    default_nf, default_nwin = tiles.register_block(hardware.vector_bytes,
+                                                    hardware.vector_registers, element_bytes)
+    nf = _check_tile_override(filters_per_tile, "filters_per_tile") or default_nf
+    nwin = _check_tile_override(windows_per_tile, "windows_per_tile") or default_nwin
+    if nwin % lanes:
+        raise ValueError(f"windows_per_tile must be a multiple of the vector lanes ({lanes}), got {nwin}")
+
+    channels = geometry.channels_per_group
+    filters = geometry.filters_per_group
+    area = geometry.kernel_height * geometry.kernel_width
+    window_tiles = ceil_div(geometry.windows, nwin)
+    filter_tiles = ceil_div(filters, nf)
+    l1 = tiles.usable_bytes(hardware.l1_bytes, hardware.usable_fraction)
+    l2 = tiles.usable_bytes(hardware.l2_bytes, hardware.usable_fraction)
+    l3 = tiles.usable_bytes(hardware.l3_bytes, hardware.usable_fraction)
+    nc = tiles.channel_tile(l1, channels, area, nf, nwin, element_bytes)
+    in_bytes = tiles.input_tile_bytes(nc, area, nwin, element_bytes)
+    fs_bytes = tiles.filter_tile_bytes(nc, area, nf, element_bytes)
+    out_bytes = tiles.output_tile_bytes(nwin, nf, element_bytes)
+    # Parallel work is split over (group, image, stationary block); only when
+    # those are fewer than the threads must K3 shrink to make more blocks.
+    outer_jobs = geometry.groups * geometry.batch
+    share = max(1, ceil_div(threads, outer_jobs))
+
+    by_schedule = {}
+    for name, resident, streamed, resident_count, streamed_count in (
+            ("IS", in_bytes, fs_bytes, window_tiles, filter_tiles),
+            ("WS", fs_bytes, in_bytes, filter_tiles, window_tiles)):
+        k2 = tiles.l2_tiles(l2, resident, streamed, out_bytes, streamed_count)
+        k3 = tiles.l3_tiles(l3, resident, streamed, out_bytes, k2, resident_count)
+        k3 = min(k3, tiles.parallel_cap(resident_count, share))
+        by_schedule[name] = (k2, k3)
+    costs = {name: cost.schedule_traffic(
+        name, channels=channels, kernel_area=area, height=geometry.height, width=geometry.width,
+        filters=filters, windows=geometry.windows, channel_tile=nc, filters_per_tile=nf,
+        windows_per_tile=nwin, k2=k2, k3=k3, element_bytes=element_bytes, hardware=hardware)
+        for name, (k2, k3) in by_schedule.items()}
+    chosen = schedule or min(SCHEDULES, key=lambda name: (costs[name].cost, name != "IS"))
+    k2, k3 = by_schedule[chosen]
+    return Plan(schedule=chosen, channel_tile=nc, l2_tiles=k2, l3_tiles=k3,
+                filters_per_tile=nf, windows_per_tile=nwin, dtype=dtype.name,
+                vector_lanes=lanes, threads=int(threads),
+                costs=tuple((name, costs[name]) for name in SCHEDULES),
+                tiles_by_schedule=tuple((name, by_schedule[name]) for name in SCHEDULES),
+                geometry=geometry, hardware=hardware)

@@ -1,0 +1,146 @@
+"""The public call: validate, plan, run."""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from .analysis.plan import Plan, plan_conv2d
+from .geometry import make_geometry, result_dtype
+from .macrokernel.bounds import LoopBounds
+from .microkernels.registry import loop_module
+from .packing.filters import pack_bias, pack_filters_panels
+from .packing.inputs import pad_input
+
+
+def _as_array(value, name: str) -> np.ndarray:
+    if isinstance(value, np.ndarray):
+        array = value
+    else:
+        try:
+            array = np.asarray(value)
+        except Exception as error:  # ragged lists and the like
+            raise TypeError(f"{name} must be array-like of real numbers: {error}") from None
+    if array.dtype.kind not in "fiu":
+        raise TypeError(f"{name} must have a real numeric dtype, got {array.dtype}")
+    return array
+
+
+def _check_threads(threads) -> int:
+    available = numba.config.NUMBA_NUM_THREADS
+    if threads is None:
+        return available
+    if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)):
+        raise TypeError(f"threads must be an int or None, got {type(threads).__name__}")
+    if not 1 <= threads <= available:
+        raise ValueError(f"threads must be between 1 and {available} (Numba's thread pool), "
+                         f"got {threads}")
+    return int(threads)
+
+
+def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, *, out=None,
+           threads=None, plan=None) -> np.ndarray:
+    """2-D convolution (cross-correlation, as in deep-learning frameworks).
+
+    Parameters
+    ----------
+    x : array_like, shape (N, C, H, W)
+        Input.
+    w : array_like, shape (K, C // groups, R, S)
+        Filters.
+    bias : array_like, shape (K,), optional
+        Added to every output position of each filter.
+    stride, dilation : int or (int, int)
+        Step between windows, and between kernel taps.
+    padding : int, (int, int), ((int, int), (int, int)), "valid" or "same"
+        Zeros around the input: all sides, (height, width), or
+        ((top, bottom), (left, right)).  "same" needs stride 1.
+    groups : int
+        Channel groups; ``C`` and ``K`` must be multiples of it.
+    out : numpy.ndarray, optional
+        C-contiguous ``(N, K, P, Q)`` array of the result dtype to write into.
+    threads : int, optional
+        Worker threads (default: all of Numba's pool, one per core).
+    plan : Plan, optional
+        A plan from :func:`cso.plan_conv2d` for exactly this problem, used
+        instead of the analysis' choice.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(N, K, P, Q)`` of dtype ``np.result_type(x, w, np.float32)``
+        (float32 or float64), computed natively in that precision.
+
+    Raises
+    ------
+    TypeError, ValueError
+        Before any work, naming the parameter and what was expected.
+    """
+    x = _as_array(x, "x")
+    w = _as_array(w, "w")
+    for array, name, letters in ((x, "x", "(N, C, H, W)"), (w, "w", "(K, C // groups, R, S)")):
+        if array.ndim != 4:
+            raise ValueError(f"{name} must be 4-D {letters}, got {array.ndim}-D shape {array.shape}")
+    geometry = make_geometry(x.shape, w.shape, stride=stride, padding=padding,
+                             dilation=dilation, groups=groups)
+    dtype = result_dtype(x.dtype, w.dtype)
+    if bias is not None:
+        bias = _as_array(bias, "bias")
+        if bias.shape != (geometry.filters,):
+            raise ValueError(f"bias must have shape ({geometry.filters},) (K), got {bias.shape}")
+    threads = _check_threads(threads)
+    if out is not None:
+        if not isinstance(out, np.ndarray):
+            raise TypeError(f"out must be a numpy.ndarray, got {type(out).__name__}")
+        if out.shape != geometry.output_shape or out.dtype != dtype:
+            raise ValueError(f"out must have shape {geometry.output_shape} and dtype {dtype}, "
+                             f"got {out.shape} and {out.dtype}")
+        if not out.flags.c_contiguous or not out.flags.writeable:
+            raise ValueError("out must be C-contiguous and writeable")
+        if any(a is not None and np.shares_memory(out, a) for a in (x, w, bias)):
+            raise ValueError("out must not overlap x, w or bias")
+    if plan is not None:
+        if not isinstance(plan, Plan):
+            raise TypeError(f"plan must be a cso.Plan, got {type(plan).__name__}")
+        if not plan.matches(geometry, dtype):
+            raise ValueError("plan was made for another problem: expected a plan for "
+                             f"{geometry} in {dtype.name}, got one for {plan.geometry} "
+                             f"in {plan.dtype}")
+    y = np.empty(geometry.output_shape, dtype=dtype) if out is None else out
+    if geometry.batch == 0:
+        return y
+    if plan is None:
+        plan = plan_conv2d(x.shape, w.shape, stride=stride, padding=padding, dilation=dilation,
+                           groups=groups, dtype=dtype, threads=threads)
+    return _run(x, w, bias, y, plan, threads)
+
+
+def _run(x, w, bias, y, plan: Plan, threads: int) -> np.ndarray:
+    """Pack, then drive the plan's loop nest; ``y`` is fully overwritten."""
+    g = plan.geometry
+    x_padded = pad_input(x, g.pad_top, g.pad_bottom, g.pad_left, g.pad_right, y.dtype)
+    filters = pack_filters_panels(w, g.groups, plan.filters_per_tile, y.dtype)
+    packed_bias = pack_bias(bias, g.filters, g.groups, plan.filters_per_tile, y.dtype)
+    bounds = LoopBounds(
+        batch=g.batch, groups=g.groups, channels=g.channels_per_group,
+        filters=g.filters_per_group, kernel_height=g.kernel_height,
+        kernel_width=g.kernel_width, stride_h=g.stride_h, stride_w=g.stride_w,
+        dilation_h=g.dilation_h, dilation_w=g.dilation_w,
+        height_padded=x_padded.shape[2], width_padded=x_padded.shape[3],
+        out_height=g.out_height, out_width=g.out_width, channel_tile=plan.channel_tile,
+        l2_tiles=plan.l2_tiles, l3_tiles=plan.l3_tiles,
+        filters_per_tile=plan.filters_per_tile, windows_per_tile=plan.windows_per_tile)
+    module = loop_module(plan.filters_per_tile, plan.windows_per_tile, plan.dtype,
+                         plan.vector_lanes)
+    loop_nest = (module.convolve_input_stationary if plan.schedule == "IS"
+                 else module.convolve_weight_stationary)
+    # set_num_threads is per calling thread in Numba, so concurrent callers
+    # with different counts do not disturb each other.
+    previous = numba.get_num_threads()
+    numba.set_num_threads(threads)
+    try:
+        loop_nest(x_padded.reshape(-1), filters, packed_bias, bias is not None,
+                  y.reshape(-1), bounds)
+    finally:
+        numba.set_num_threads(previous)
+    return y

@@ -1,0 +1,24 @@
+"""The integers the loop nests run over, as one typed tuple.
+
+A namedtuple (not a class) so that Numba passes it by value and the
+generated loop modules can share one definition.
+"""
+
+from collections import namedtuple
+
+LoopBounds = namedtuple("LoopBounds", [
+    "batch",            # N
+    "groups",           # G
+    "channels",         # C per group
+    "filters",          # K per group
+    "kernel_height",    # R
+    "kernel_width",     # S
+    "stride_h", "stride_w", "dilation_h", "dilation_w",
+    "height_padded", "width_padded",  # Hp, Wp of the zero-bordered input
+    "out_height", "out_width",        # P, Q
+    "channel_tile",     # Nc
+    "l2_tiles",         # K2
+    "l3_tiles",         # K3
+    "filters_per_tile",   # Nf
+    "windows_per_tile",   # Nwin
+])

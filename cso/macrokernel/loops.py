@@ -1,0 +1,190 @@
+"""The macro-kernel: the cache-tiling loop nests that drive the micro-kernel.
+
+This file is a template as well as a module.  The global ``microkernel`` is
+bound per specialisation (Nf, Nwin, dtype, vector lanes) by
+:mod:`cso.microkernels.registry`, which writes this source plus one binding
+line into its own file, so that every specialisation is a separate module
+with its own on-disk Numba cache.  Only loops live here; the arithmetic is
+in the micro-kernel and the data movement in :mod:`cso.packing`.
+
+Contracts relied on
+-------------------
+* ``filters``: packed as :mod:`cso.packing.filters` says,
+  ``[G][T_f][C_g*R*S][Nf]``; ``bias`` as ``[G][T_f*Nf]``.
+* ``x_flat``: the zero-bordered input ``[N][C][Hp][Wp]`` flattened.
+* ``y_flat``: the output ``[N][K][P*Q]`` flattened; every element is
+  written (first channel tile) and then accumulated into.
+* Work is split into jobs ``(group, image, stationary block)`` that own
+  disjoint parts of ``y``, so the parallel loop needs no synchronisation.
+"""
+
+import numpy as np
+from numba import njit, prange
+
+from cso.packing.filters import filter_panel_offset
+from cso.packing.inputs import pack_input_panel_gather, pack_input_panel_shifted
+
+# Bound by cso.microkernels.registry in each generated specialisation.
+microkernel = None
+
+_ALIGN_BYTES = 64
+
+
+@njit(nogil=True, cache=True)
+def _aligned_buffer(size, like):
+    """A scratch array of ``size`` elements whose first element is 64-byte aligned."""
+    extra = _ALIGN_BYTES // like.itemsize
+    raw = np.empty(size + extra, dtype=like.dtype)
+    start = ((-raw.ctypes.data) % _ALIGN_BYTES) // like.itemsize
+    return raw[start:start + size]
+
+
+@njit(nogil=True, cache=True)
+def _pack_tile(x_flat, image_offset, b, channel_start, channels, window_start, panel,
+               panel_offset, staging):
+    if b.stride_h == 1 and b.stride_w == 1:
+        pack_input_panel_shifted(x_flat, image_offset, b.height_padded, b.width_padded,
+                                 channel_start, channels, b.kernel_height, b.kernel_width,
+                                 b.dilation_h, b.dilation_w, b.out_width,
+                                 b.out_height * b.out_width, window_start,
+                                 b.windows_per_tile, panel, panel_offset, staging)
+    else:
+        pack_input_panel_gather(x_flat, image_offset, b.height_padded, b.width_padded,
+                                channel_start, channels, b.kernel_height, b.kernel_width,
+                                b.stride_h, b.stride_w, b.dilation_h, b.dilation_w,
+                                b.out_width, b.out_height * b.out_width, window_start,
+                                b.windows_per_tile, panel, panel_offset)
+
+
+@njit(nogil=True, parallel=True, cache=True)
+def convolve_input_stationary(x_flat, filters, bias, has_bias, y_flat, b):
+    """IS: each job keeps ``K3`` packed input tiles and streams all filters.
+
+    ::
+
+        for job = (group, image, window block of K3 tiles)     # parallel
+          for c0 in channel tiles of Nc                         # partial sums in y
+            pack the block's K3 input tiles                     # ~ L3
+            for f0 in blocks of K2 filter tiles                 # ~ L2
+              for w in the K3 input tiles                       # one in L1
+                for f in the K2 filter tiles
+                  micro-kernel: y[f, w] (+)= FS(c0, f) x IN(c0, w)
+    """
+    nf = b.filters_per_tile
+    nwin = b.windows_per_tile
+    windows = b.out_height * b.out_width
+    window_tiles = (windows + nwin - 1) // nwin
+    filter_tiles = (b.filters + nf - 1) // nf
+    blocks = (window_tiles + b.l3_tiles - 1) // b.l3_tiles
+    area = b.kernel_height * b.kernel_width
+    reduction = b.channels * area
+    plane = b.height_padded * b.width_padded
+    for job in prange(b.groups * b.batch * blocks):
+        block = job % blocks
+        image = (job // blocks) % b.batch
+        group = job // (blocks * b.batch)
+        first_tile = block * b.l3_tiles
+        tiles = min(b.l3_tiles, window_tiles - first_tile)
+        panels = _aligned_buffer(tiles * b.channel_tile * area * nwin, y_flat)
+        scratch = _aligned_buffer(nf * nwin, y_flat)
+        staging = np.empty(nwin + (b.kernel_width - 1) * b.dilation_w, dtype=y_flat.dtype)
+        image_offset = (image * b.groups + group) * b.channels * plane
+        for channel_start in range(0, b.channels, b.channel_tile):
+            channels = min(b.channel_tile, b.channels - channel_start)
+            depth = channels * area
+            first = channel_start == 0
+            last = has_bias and channel_start + channels == b.channels
+            for t in range(tiles):
+                _pack_tile(x_flat, image_offset, b, channel_start, channels,
+                           (first_tile + t) * nwin, panels, t * depth * nwin, staging)
+            for filter_block in range(0, filter_tiles, b.l2_tiles):
+                for t in range(tiles):
+                    window_start = (first_tile + t) * nwin
+                    for f in range(filter_block, min(filter_block + b.l2_tiles, filter_tiles)):
+                        _kernel_call(depth, filters,
+                                     filter_panel_offset(group, f, channel_start, filter_tiles,
+                                                         reduction, area, nf),
+                                     panels, t * depth * nwin, y_flat, image, group, f,
+                                     window_start, windows, bias, first, last, scratch, b)
+
+
+@njit(nogil=True, parallel=True, cache=True)
+def convolve_weight_stationary(x_flat, filters, bias, has_bias, y_flat, b):
+    """WS: each job keeps ``K3`` filter tiles and streams the input through.
+
+    ::
+
+        for job = (group, image, filter block of K3 tiles)     # parallel
+          for c0 in channel tiles of Nc                         # partial sums in y
+            for w0 in blocks of K2 window tiles
+              pack the K2 input tiles                           # ~ L2
+              for f in the K3 filter tiles                      # one in L1, all in L3
+                for w in the K2 input tiles
+                  micro-kernel: y[f, w] (+)= FS(c0, f) x IN(c0, w)
+    """
+    nf = b.filters_per_tile
+    nwin = b.windows_per_tile
+    windows = b.out_height * b.out_width
+    window_tiles = (windows + nwin - 1) // nwin
+    filter_tiles = (b.filters + nf - 1) // nf
+    blocks = (filter_tiles + b.l3_tiles - 1) // b.l3_tiles
+    area = b.kernel_height * b.kernel_width
+    reduction = b.channels * area
+    plane = b.height_padded * b.width_padded
+    for job in prange(b.groups * b.batch * blocks):
+        block = job % blocks
+        image = (job // blocks) % b.batch
+        group = job // (blocks * b.batch)
+        first_filter_tile = block * b.l3_tiles
+        last_filter_tile = min(first_filter_tile + b.l3_tiles, filter_tiles)
+        panels = _aligned_buffer(b.l2_tiles * b.channel_tile * area * nwin, y_flat)
+        scratch = _aligned_buffer(nf * nwin, y_flat)
+        staging = np.empty(nwin + (b.kernel_width - 1) * b.dilation_w, dtype=y_flat.dtype)
+        image_offset = (image * b.groups + group) * b.channels * plane
+        for channel_start in range(0, b.channels, b.channel_tile):
+            channels = min(b.channel_tile, b.channels - channel_start)
+            depth = channels * area
+            first = channel_start == 0
+            last = has_bias and channel_start + channels == b.channels
+            for window_block in range(0, window_tiles, b.l2_tiles):
+                tiles = min(b.l2_tiles, window_tiles - window_block)
+                for t in range(tiles):
+                    _pack_tile(x_flat, image_offset, b, channel_start, channels,
+                               (window_block + t) * nwin, panels, t * depth * nwin, staging)
+                for f in range(first_filter_tile, last_filter_tile):
+                    offset = filter_panel_offset(group, f, channel_start, filter_tiles,
+                                                 reduction, area, nf)
+                    for t in range(tiles):
+                        _kernel_call(depth, filters, offset, panels, t * depth * nwin, y_flat,
+                                     image, group, f, (window_block + t) * nwin, windows,
+                                     bias, first, last, scratch, b)
+
+
+@njit(nogil=True)
+def _kernel_call(depth, filters, filter_offset, panels, panel_offset, y_flat, image, group,
+                 filter_tile, window_start, windows, bias, first, last, scratch, b):
+    """One micro-kernel call for output tile (filter_tile, window_start).
+
+    Full tiles are written straight into ``y``; edge tiles are computed into
+    ``scratch`` and only their valid part is copied, so the kernel itself
+    never sees an edge.
+    """
+    nf = b.filters_per_tile
+    nwin = b.windows_per_tile
+    filter_start = filter_tile * nf
+    bias_offset = group * ((b.filters + nf - 1) // nf) * nf + filter_start
+    y_offset = ((image * b.groups + group) * b.filters + filter_start) * windows + window_start
+    rows = min(nf, b.filters - filter_start)
+    columns = min(nwin, windows - window_start)
+    if rows == nf and columns == nwin:
+        microkernel(depth, filters, filter_offset, panels, panel_offset, y_flat, y_offset,
+                    windows, bias, bias_offset, first, last)
+        return
+    microkernel(depth, filters, filter_offset, panels, panel_offset, scratch, 0, nwin,
+                bias, bias_offset, True, last)
+    for i in range(rows):
+        for j in range(columns):
+            if first:
+                y_flat[y_offset + i * windows + j] = scratch[i * nwin + j]
+            else:
+                y_flat[y_offset + i * windows + j] += scratch[i * nwin + j]

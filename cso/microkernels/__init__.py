@@ -1,0 +1,1 @@
+"""Micro-kernels: outer-product LLVM vector IR, and the registry of specialisations."""

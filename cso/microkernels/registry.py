@@ -1,0 +1,108 @@
+"""Specialised kernels, generated once per key and memoised.
+
+A specialisation is keyed by ``(Nf, Nwin, dtype, vector lanes)``.  For each
+key this module writes a real file: the macro-kernel template
+(:mod:`cso.macrokernel.loops`) followed by one line binding its
+``microkernel`` to the generated outer-product intrinsic.  The file's name
+carries the key and a hash of every source it depends on, so:
+
+* each specialisation has its own Numba on-disk cache (Numba keys a cache by
+  source file, not by the globals a function froze: two shapes sharing one
+  file would serve each other's machine code, DESIGN.md section 3);
+* a change to any of those sources, or to the Numba version, gives new
+  files, never a stale kernel.
+
+The directory is ``$CSO_CACHE_DIR``, else ``~/.cache/cso``; when neither is
+writable a per-process temporary directory is used (no reuse across runs).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import pathlib
+import sys
+import tempfile
+import threading
+
+import numba
+
+from ..macrokernel import bounds as _bounds_module
+from ..macrokernel import loops as _loops_module
+from ..packing import filters as _filters_module
+from ..packing import inputs as _inputs_module
+from . import outer_product as _outer_product_module
+
+_lock = threading.Lock()
+_modules: dict = {}
+
+_DEPENDENCIES = (_loops_module, _bounds_module, _filters_module, _inputs_module,
+                 _outer_product_module)
+
+
+def _source_hash() -> str:
+    digest = hashlib.sha256(numba.__version__.encode())
+    for module in _DEPENDENCIES:
+        digest.update(pathlib.Path(module.__file__).read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def cache_directory() -> pathlib.Path:
+    """Where generated kernel modules (and their Numba caches) live."""
+    candidates = [os.environ.get("CSO_CACHE_DIR"),
+                  os.path.join(os.path.expanduser("~"), ".cache", "cso")]
+    for candidate in candidates:
+        if not candidate:
+            continue
+        path = pathlib.Path(candidate)
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            probe = path / f".probe-{os.getpid()}-{threading.get_ident()}"
+            probe.write_text("")
+            probe.unlink()
+            return path
+        except OSError:
+            continue
+    return pathlib.Path(tempfile.mkdtemp(prefix="cso-kernels-"))
+
+
+def _module_source(filters_per_tile, windows_per_tile, dtype_name, vector_lanes) -> str:
+    template = pathlib.Path(_loops_module.__file__).read_text()
+    binding = (
+        "\n\n# ---- specialisation written by cso.microkernels.registry ----\n"
+        "from cso.microkernels.outer_product import build_outer_product_kernel\n"
+        f"microkernel = build_outer_product_kernel({filters_per_tile}, {windows_per_tile}, "
+        f"{dtype_name!r}, {vector_lanes})\n")
+    return template + binding
+
+
+def loop_module(filters_per_tile: int, windows_per_tile: int, dtype_name: str,
+                vector_lanes: int):
+    """The macro-kernel module specialised for one micro-kernel, memoised by its key.
+
+    Returns
+    -------
+    module
+        With ``convolve_input_stationary`` and ``convolve_weight_stationary``
+        bound to the ``Nf x Nwin`` micro-kernel for ``dtype_name``.
+    """
+    key = (int(filters_per_tile), int(windows_per_tile), str(dtype_name), int(vector_lanes))
+    with _lock:
+        module = _modules.get(key)
+        if module is not None:
+            return module
+        name = (f"cso_loops_f{key[0]}_w{key[1]}_{key[2]}_l{key[3]}_{_source_hash()}")
+        path = cache_directory() / f"{name}.py"
+        source = _module_source(*key)
+        if not path.exists() or path.read_text() != source:
+            # Write then rename, so that a concurrent process never imports half a file.
+            temporary = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+            temporary.write_text(source)
+            os.replace(temporary, path)
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+        _modules[key] = module
+        return module

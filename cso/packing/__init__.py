@@ -1,0 +1,1 @@
+"""Packing: filters into panels, inputs into zero-padded window panels."""
