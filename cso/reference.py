@@ -11,21 +11,25 @@ import numpy as np
 from .geometry import make_geometry
 
 
-def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1) -> np.ndarray:
-    """im2col + GEMM in float64 (NumPy matmul); same parameters as :func:`cso.conv2d`.
+def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
+           dtype=np.float64) -> np.ndarray:
+    """im2col + GEMM (NumPy matmul); same parameters as :func:`cso.conv2d`.
+
+    ``dtype`` is the precision of the whole computation: float64 for the
+    reference, float32 for the im2col + BLAS peer of the benchmark.
 
     Returns
     -------
     numpy.ndarray
-        float64, shape ``(N, K, P, Q)``.
+        Of ``dtype``, shape ``(N, K, P, Q)``.
     """
-    x = np.asarray(x, dtype=np.float64)
-    w = np.asarray(w, dtype=np.float64)
+    x = np.asarray(x, dtype=dtype)
+    w = np.asarray(w, dtype=dtype)
     g = make_geometry(x.shape, w.shape, stride=stride, padding=padding, dilation=dilation,
                       groups=groups)
     padded = np.pad(x, ((0, 0), (0, 0), (g.pad_top, g.pad_bottom), (g.pad_left, g.pad_right)))
     P, Q = g.out_height, g.out_width
-    columns = np.empty((g.batch, g.channels, g.kernel_height, g.kernel_width, P, Q))
+    columns = np.empty((g.batch, g.channels, g.kernel_height, g.kernel_width, P, Q), dtype)
     for r in range(g.kernel_height):
         for s in range(g.kernel_width):
             top, left = r * g.dilation_h, s * g.dilation_w
@@ -35,7 +39,7 @@ def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1) -> np.nda
     weights = w.reshape(1, g.groups, g.filters_per_group, g.reduction_length)
     y = np.matmul(weights, columns).reshape(g.batch, g.filters, P, Q)
     if bias is not None:
-        y += np.asarray(bias, dtype=np.float64).reshape(1, -1, 1, 1)
+        y += np.asarray(bias, dtype=dtype).reshape(1, -1, 1, 1)
     return y
 
 

@@ -1,0 +1,168 @@
+"""``python -m cso bench``: cso against its peers, layer by layer, side by side.
+
+Every layer is timed for each program in turn, round after round, inside
+one process, so that the machine's noise hits all of them alike; the table
+gives each program's best round, and the ratios compare those.  Peers:
+im2col + NumPy matmul (the BLAS NumPy links) and, when installed, torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def _im2col_gemm(x, w, stride, padding):
+    from .reference import conv2d as reference_conv2d
+    return reference_conv2d(x, w, stride=stride, padding=padding, dtype=np.float32)
+
+
+def _torch_peer(threads):
+    try:
+        import torch
+    except ImportError:
+        return None
+    torch.set_num_threads(threads)
+
+    def run(x, w, stride, padding, _cache={}):
+        key = (id(x), id(w))
+        if key not in _cache:
+            _cache.clear()
+            _cache[key] = (torch.from_numpy(x), torch.from_numpy(w))
+        tx, tw = _cache[key]
+        with torch.no_grad():
+            return torch.nn.functional.conv2d(tx, tw, stride=stride, padding=padding)
+    return run
+
+
+def _best_times(programs, rounds, min_seconds):
+    """Best time of each program over interleaved rounds."""
+    best = {name: float("inf") for name in programs}
+    started = time.perf_counter()
+    done = 0
+    while done < rounds or (time.perf_counter() - started < min_seconds and done < 50):
+        for name, program in programs.items():
+            start = time.perf_counter()
+            program()
+            best[name] = min(best[name], time.perf_counter() - start)
+        done += 1
+    return best
+
+
+def _progress(index, total, name, stream=sys.stderr):
+    bar = "#" * (20 * index // total)
+    stream.write(f"\r[{bar:<20}] {index}/{total} {name[:40]:<40}")
+    stream.flush()
+
+
+def run_benchmark(model="resnet50", batch=1, threads=1, rounds=5, min_seconds=0.3,
+                  csv_path=None, peak=None, out=sys.stdout):
+    """Time every distinct layer of ``model``; print the table; return the rows."""
+    import cso
+    from .microkernels.peak import fma_peak_gflops
+    from .models import MODELS
+
+    layers = [layer.with_batch(batch) for layer in MODELS[model]()]
+    hardware = cso.Hardware.detect()
+    lanes = max(1, hardware.vector_bytes // 4)
+    peak_per_core = peak or fma_peak_gflops("float32", lanes)
+    peak_total = peak_per_core * threads
+    torch_run = _torch_peer(threads)
+    rng = np.random.default_rng(0)
+    rows = []
+    compile_started = time.perf_counter()
+    for index, layer in enumerate(layers):
+        _progress(index, len(layers), layer.name)
+        x = rng.standard_normal(layer.x_shape, dtype=np.float32)
+        w = rng.standard_normal(layer.w_shape, dtype=np.float32)
+        kwargs = dict(stride=layer.stride, padding=layer.padding)
+        if index == 0:
+            cso.conv2d(x, w, threads=threads, **kwargs)
+            first_call = time.perf_counter() - compile_started
+        programs = {
+            "cso": lambda: cso.conv2d(x, w, threads=threads, **kwargs),
+            "im2col": lambda: _im2col_gemm(x, w, layer.stride, layer.padding),
+        }
+        if torch_run is not None:
+            programs["torch"] = lambda: torch_run(x, w, layer.stride, layer.padding)
+        for program in programs.values():  # warm-up, and a correctness guard
+            program()
+        expected = cso.reference.conv2d(x, w, **kwargs)
+        error = float(np.max(np.abs(cso.conv2d(x, w, threads=threads, **kwargs) - expected)))
+        best = _best_times(programs, rounds, min_seconds)
+        plan = cso.plan_conv2d(x.shape, w.shape, threads=threads, **kwargs)
+        row = {"layer": layer.name, "count": layer.count, "gflop": layer.flops / 1e9,
+               "schedule": plan.schedule, "max_abs_error": error}
+        for name, seconds in best.items():
+            row[f"{name}_ms"] = seconds * 1e3
+            row[f"{name}_gflops"] = layer.flops / seconds / 1e9
+            row[f"{name}_peak_share"] = row[f"{name}_gflops"] / peak_total
+        rows.append(row)
+    _progress(len(layers), len(layers), "done")
+    sys.stderr.write("\n")
+    peers = [name for name in ("im2col", "torch") if f"{name}_ms" in rows[0]]
+    _print_table(rows, peers, out)
+    totals = {name: sum(r[f"{name}_ms"] * r["count"] for r in rows)
+              for name in ["cso"] + peers}
+    flops = sum(r["gflop"] * r["count"] for r in rows)
+    print(f"\nmodel {model}, batch {batch}, {threads} thread(s), float32; FMA peak "
+          f"{peak_per_core:.1f} GFLOP/s per core ({peak_total:.1f} for {threads} thread(s))",
+          file=out)
+    for name, total in totals.items():
+        rate = flops / (total / 1e3)
+        print(f"total {name:>6}: {total:9.2f} ms  {rate:7.1f} GFLOP/s  "
+              f"{rate / peak_total:6.1%} of peak", file=out)
+    for peer in peers:
+        print(f"cso is {totals[peer] / totals['cso']:.2f}x faster than {peer} over the model "
+              f"(ratio of total times)", file=out)
+    print(f"first call (layer 1, compile or cache load included): {first_call:.2f} s", file=out)
+    if csv_path:
+        with open(csv_path, "w", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+        print(f"wrote {csv_path}", file=out)
+    return rows
+
+
+def _print_table(rows, peers, out):
+    header = f"{'layer':<28} {'n':>2} {'GFLOP':>6} {'sch':>3} {'cso GF/s':>9} {'peak':>5}"
+    for peer in peers:
+        header += f" {peer + ' GF/s':>12} {'x ' + peer:>9}"
+    print(header, file=out)
+    for r in rows:
+        line = (f"{r['layer']:<28} {r['count']:>2} {r['gflop']:>6.3f} {r['schedule']:>3} "
+                f"{r['cso_gflops']:>9.1f} {r['cso_peak_share']:>5.0%}")
+        for peer in peers:
+            line += f" {r[peer + '_gflops']:>12.1f} {r[peer + '_ms'] / r['cso_ms']:>9.2f}"
+        print(line, file=out)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m cso bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="resnet50", choices=["resnet50", "vgg16"])
+    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--csv", default=None, help="write the per-layer rows to this CSV")
+    parser.add_argument("--peak", type=float, default=None,
+                        help="FMA peak per core in GFLOP/s (default: measured now)")
+    args = parser.parse_args(argv)
+    wanted = str(args.threads)
+    if any(os.environ.get(v) != wanted for v in _THREAD_VARIABLES):
+        # BLAS reads its thread count at start-up: rerun with it pinned, so the
+        # peers use exactly as many threads as cso.
+        env = dict(os.environ, **{v: wanted for v in _THREAD_VARIABLES})
+        command = [sys.executable, "-m", "cso", "bench"] + (argv if argv is not None else sys.argv[2:])
+        return subprocess.call(command, env=env)
+    run_benchmark(args.model, args.batch, args.threads, args.rounds, csv_path=args.csv,
+                  peak=args.peak)
+    return 0
