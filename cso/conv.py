@@ -129,7 +129,9 @@ def _run(x, w, bias, y, plan: Plan, threads: int) -> np.ndarray:
         height_padded=x_padded.shape[2], width_padded=x_padded.shape[3],
         out_height=g.out_height, out_width=g.out_width, channel_tile=plan.channel_tile,
         l2_tiles=plan.l2_tiles, l3_tiles=plan.l3_tiles,
-        filters_per_tile=plan.filters_per_tile, windows_per_tile=plan.windows_per_tile)
+        filters_per_tile=plan.filters_per_tile, windows_per_tile=plan.windows_per_tile,
+        input_in_place=(g.kernel_height == g.kernel_width == g.stride_h == g.stride_w == 1
+                        and x_padded.shape[2:] == (g.height, g.width)))
     module = loop_module(plan.filters_per_tile, plan.windows_per_tile, plan.dtype,
                          plan.vector_lanes)
     loop_nest = (module.convolve_input_stationary if plan.schedule == "IS"

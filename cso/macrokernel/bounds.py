@@ -21,4 +21,5 @@ LoopBounds = namedtuple("LoopBounds", [
     "l3_tiles",         # K3
     "filters_per_tile",   # Nf
     "windows_per_tile",   # Nwin
+    "input_in_place",     # 1x1, stride 1, unpadded: full tiles read x directly
 ])

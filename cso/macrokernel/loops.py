@@ -11,7 +11,10 @@ Contracts relied on
 -------------------
 * ``filters``: packed as :mod:`cso.packing.filters` says,
   ``[G][T_f][C_g*R*S][Nf]``; ``bias`` as ``[G][T_f*Nf]``.
-* ``x_flat``: the zero-bordered input ``[N][C][Hp][Wp]`` flattened.
+* ``x_flat``: the zero-bordered input ``[N][C][Hp][Wp]`` flattened.  When
+  ``b.input_in_place`` (1x1, stride 1, no padding) a full window tile's
+  panel *is* ``x_flat`` from ``image + c0*H*W + w0`` with row stride ``H*W``,
+  and only edge tiles are packed.
 * ``y_flat``: the output ``[N][K][P*Q]`` flattened; every element is
   written (first channel tile) and then accumulated into.
 * Work is split into jobs ``(group, image, stationary block)`` that own
@@ -41,13 +44,13 @@ def _aligned_buffer(size, like):
 
 @njit(nogil=True, cache=True)
 def _pack_tile(x_flat, image_offset, b, channel_start, channels, window_start, panel,
-               panel_offset, staging):
+               panel_offset):
     if b.stride_h == 1 and b.stride_w == 1:
         pack_input_panel_shifted(x_flat, image_offset, b.height_padded, b.width_padded,
                                  channel_start, channels, b.kernel_height, b.kernel_width,
                                  b.dilation_h, b.dilation_w, b.out_width,
                                  b.out_height * b.out_width, window_start,
-                                 b.windows_per_tile, panel, panel_offset, staging)
+                                 b.windows_per_tile, panel, panel_offset)
     else:
         pack_input_panel_gather(x_flat, image_offset, b.height_padded, b.width_padded,
                                 channel_start, channels, b.kernel_height, b.kernel_width,
@@ -87,7 +90,6 @@ def convolve_input_stationary(x_flat, filters, bias, has_bias, y_flat, b):
         tiles = min(b.l3_tiles, window_tiles - first_tile)
         panels = _aligned_buffer(tiles * b.channel_tile * area * nwin, y_flat)
         scratch = _aligned_buffer(nf * nwin, y_flat)
-        staging = np.empty(nwin + (b.kernel_width - 1) * b.dilation_w, dtype=y_flat.dtype)
         image_offset = (image * b.groups + group) * b.channels * plane
         for channel_start in range(0, b.channels, b.channel_tile):
             channels = min(b.channel_tile, b.channels - channel_start)
@@ -95,17 +97,25 @@ def convolve_input_stationary(x_flat, filters, bias, has_bias, y_flat, b):
             first = channel_start == 0
             last = has_bias and channel_start + channels == b.channels
             for t in range(tiles):
-                _pack_tile(x_flat, image_offset, b, channel_start, channels,
-                           (first_tile + t) * nwin, panels, t * depth * nwin, staging)
+                if not _in_place(b, (first_tile + t) * nwin, windows):
+                    _pack_tile(x_flat, image_offset, b, channel_start, channels,
+                               (first_tile + t) * nwin, panels, t * depth * nwin)
             for filter_block in range(0, filter_tiles, b.l2_tiles):
                 for t in range(tiles):
                     window_start = (first_tile + t) * nwin
+                    in_place = _in_place(b, window_start, windows)
+                    x_offset = image_offset + channel_start * plane + window_start
                     for f in range(filter_block, min(filter_block + b.l2_tiles, filter_tiles)):
-                        _kernel_call(depth, filters,
-                                     filter_panel_offset(group, f, channel_start, filter_tiles,
-                                                         reduction, area, nf),
-                                     panels, t * depth * nwin, y_flat, image, group, f,
-                                     window_start, windows, bias, first, last, scratch, b)
+                        offset = filter_panel_offset(group, f, channel_start, filter_tiles,
+                                                     reduction, area, nf)
+                        if in_place:
+                            _kernel_call(depth, filters, offset, x_flat, x_offset, plane,
+                                         y_flat, image, group, f, window_start, windows, bias,
+                                         first, last, scratch, b)
+                        else:
+                            _kernel_call(depth, filters, offset, panels, t * depth * nwin, nwin,
+                                         y_flat, image, group, f, window_start, windows, bias,
+                                         first, last, scratch, b)
 
 
 @njit(nogil=True, parallel=True, cache=True)
@@ -139,7 +149,6 @@ def convolve_weight_stationary(x_flat, filters, bias, has_bias, y_flat, b):
         last_filter_tile = min(first_filter_tile + b.l3_tiles, filter_tiles)
         panels = _aligned_buffer(b.l2_tiles * b.channel_tile * area * nwin, y_flat)
         scratch = _aligned_buffer(nf * nwin, y_flat)
-        staging = np.empty(nwin + (b.kernel_width - 1) * b.dilation_w, dtype=y_flat.dtype)
         image_offset = (image * b.groups + group) * b.channels * plane
         for channel_start in range(0, b.channels, b.channel_tile):
             channels = min(b.channel_tile, b.channels - channel_start)
@@ -149,20 +158,34 @@ def convolve_weight_stationary(x_flat, filters, bias, has_bias, y_flat, b):
             for window_block in range(0, window_tiles, b.l2_tiles):
                 tiles = min(b.l2_tiles, window_tiles - window_block)
                 for t in range(tiles):
-                    _pack_tile(x_flat, image_offset, b, channel_start, channels,
-                               (window_block + t) * nwin, panels, t * depth * nwin, staging)
+                    if not _in_place(b, (window_block + t) * nwin, windows):
+                        _pack_tile(x_flat, image_offset, b, channel_start, channels,
+                                   (window_block + t) * nwin, panels, t * depth * nwin)
                 for f in range(first_filter_tile, last_filter_tile):
                     offset = filter_panel_offset(group, f, channel_start, filter_tiles,
                                                  reduction, area, nf)
                     for t in range(tiles):
-                        _kernel_call(depth, filters, offset, panels, t * depth * nwin, y_flat,
-                                     image, group, f, (window_block + t) * nwin, windows,
-                                     bias, first, last, scratch, b)
+                        window_start = (window_block + t) * nwin
+                        if _in_place(b, window_start, windows):
+                            _kernel_call(depth, filters, offset, x_flat,
+                                         image_offset + channel_start * plane + window_start,
+                                         plane, y_flat, image, group, f, window_start, windows,
+                                         bias, first, last, scratch, b)
+                        else:
+                            _kernel_call(depth, filters, offset, panels, t * depth * nwin, nwin,
+                                         y_flat, image, group, f, window_start, windows, bias,
+                                         first, last, scratch, b)
+
+
+@njit(nogil=True, cache=True)
+def _in_place(b, window_start, windows):
+    """Whether this window tile is read from the input itself, unpacked."""
+    return b.input_in_place and window_start + b.windows_per_tile <= windows
 
 
 @njit(nogil=True)
-def _kernel_call(depth, filters, filter_offset, panels, panel_offset, y_flat, image, group,
-                 filter_tile, window_start, windows, bias, first, last, scratch, b):
+def _kernel_call(depth, filters, filter_offset, inputs, inputs_offset, inputs_stride, y_flat,
+                 image, group, filter_tile, window_start, windows, bias, first, last, scratch, b):
     """One micro-kernel call for output tile (filter_tile, window_start).
 
     Full tiles are written straight into ``y``; edge tiles are computed into
@@ -177,11 +200,11 @@ def _kernel_call(depth, filters, filter_offset, panels, panel_offset, y_flat, im
     rows = min(nf, b.filters - filter_start)
     columns = min(nwin, windows - window_start)
     if rows == nf and columns == nwin:
-        microkernel(depth, filters, filter_offset, panels, panel_offset, y_flat, y_offset,
-                    windows, bias, bias_offset, first, last)
+        microkernel(depth, filters, filter_offset, inputs, inputs_offset, inputs_stride,
+                    y_flat, y_offset, windows, bias, bias_offset, first, last)
         return
-    microkernel(depth, filters, filter_offset, panels, panel_offset, scratch, 0, nwin,
-                bias, bias_offset, True, last)
+    microkernel(depth, filters, filter_offset, inputs, inputs_offset, inputs_stride,
+                scratch, 0, nwin, bias, bias_offset, True, last)
     for i in range(rows):
         for j in range(columns):
             if first:

@@ -8,9 +8,11 @@ All arrays are 1-D and C-contiguous; every operand is addressed as
 * ``filters[filters_offset + k * Nf + i]`` is element ``k`` of the reduction
   (``k = (c * R + r) * S + s``) for filter ``i`` of the tile (``Nf`` filters
   side by side; rows beyond ``K`` are zero).
-* ``inputs[inputs_offset + k * Nwin + j]`` is the same reduction element for
-  window ``j`` of the tile (windows beyond the output, and taps that read
-  padding, are zero).
+* ``inputs[inputs_offset + k * inputs_stride + j]`` is the same reduction
+  element for window ``j`` of the tile (windows beyond the output, and taps
+  that read padding, are zero).  ``inputs_stride`` is ``Nwin`` for a packed
+  panel, or the channel plane ``H*W`` when a 1x1 stride-1 convolution reads
+  the input in place.
 * ``out[out_offset + i * out_stride + j]`` receives filter ``i``, window ``j``.
 
 The kernel computes, for ``k`` in ``0 .. depth-1``, the rank-1 update
@@ -54,7 +56,8 @@ def build_outer_product_kernel(filters_per_tile: int, windows_per_tile: int,
     intrinsic
         Callable from ``@njit`` code as
         ``kernel(depth, filters, filters_offset, inputs, inputs_offset,
-        out, out_offset, out_stride, bias, bias_offset, overwrite, add_bias)``.
+        inputs_stride, out, out_offset, out_stride, bias, bias_offset,
+        overwrite, add_bias)``.
     """
     if dtype_name not in _LLVM_FLOAT:
         raise ValueError(f"dtype_name must be 'float32' or 'float64', got {dtype_name!r}")
@@ -72,19 +75,19 @@ def build_outer_product_kernel(filters_per_tile: int, windows_per_tile: int,
 
     @intrinsic
     def outer_product_kernel(typingctx, depth, filters, filters_offset, inputs,
-                             inputs_offset, out, out_offset, out_stride, bias,
-                             bias_offset, overwrite, add_bias):
-        array_type = types.Array(numba_type, 1, "C")
+                             inputs_offset, inputs_stride, out, out_offset, out_stride,
+                             bias, bias_offset, overwrite, add_bias):
         for name, arg in (("filters", filters), ("inputs", inputs), ("out", out), ("bias", bias)):
-            if not (isinstance(arg, types.Array) and arg.dtype == numba_type and arg.ndim == 1):
-                raise TypeError(f"{name} must be a 1-D {dtype_name} array, got {arg}")
-        sig = types.void(types.intp, array_type, types.intp, array_type, types.intp,
-                         array_type, types.intp, types.intp, array_type, types.intp,
-                         types.boolean, types.boolean)
+            if not (isinstance(arg, types.Array) and arg.dtype == numba_type and arg.ndim == 1
+                    and arg.layout == "C"):
+                raise TypeError(f"{name} must be a 1-D C-contiguous {dtype_name} array, got {arg}")
+        sig = types.void(types.intp, filters, types.intp, inputs, types.intp, types.intp,
+                         out, types.intp, types.intp, bias, types.intp, types.boolean,
+                         types.boolean)
 
         def codegen(context, builder, signature, args):
-            (depth_v, filters_a, filters_off, inputs_a, inputs_off, out_a, out_off,
-             out_stride_v, bias_a, bias_off, overwrite_v, add_bias_v) = args
+            (depth_v, filters_a, filters_off, inputs_a, inputs_off, inputs_stride_v, out_a,
+             out_off, out_stride_v, bias_a, bias_off, overwrite_v, add_bias_v) = args
             arrays = signature.args
 
             def base(index, value, offset):
@@ -93,8 +96,8 @@ def build_outer_product_kernel(filters_per_tile: int, windows_per_tile: int,
 
             filters_ptr = base(1, filters_a, filters_off)
             inputs_ptr = base(3, inputs_a, inputs_off)
-            out_ptr = base(5, out_a, out_off)
-            bias_ptr = base(8, bias_a, bias_off)
+            out_ptr = base(6, out_a, out_off)
+            bias_ptr = base(9, bias_a, bias_off)
 
             intp = context.get_value_type(types.intp)
             fma = cgutils.get_or_insert_function(
@@ -128,7 +131,7 @@ def build_outer_product_kernel(filters_per_tile: int, windows_per_tile: int,
                     phi.add_incoming(zero_vector, entry)
                     row.append(phi)
                 accumulators.append(row)
-            input_row = builder.gep(inputs_ptr, [builder.mul(k, ir.Constant(intp, windows_per_tile))])
+            input_row = builder.gep(inputs_ptr, [builder.mul(k, inputs_stride_v)])
             input_vectors = []
             for v in range(vectors_per_row):
                 pointer = builder.bitcast(

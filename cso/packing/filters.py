@@ -18,6 +18,7 @@ not depend on the channel tile at all, only on ``Nf``.
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 from numba.extending import register_jitable
 
 from ..geometry import ceil_div
@@ -29,10 +30,30 @@ def pack_filters_panels(w: np.ndarray, groups: int, filters_per_tile: int, dtype
     filters_per_group = filters // groups
     tiles = ceil_div(filters_per_group, filters_per_tile)
     reduction = channels_per_group * height * width
-    padded = np.zeros((groups, tiles * filters_per_tile, reduction), dtype=dtype)
-    padded[:, :filters_per_group, :] = w.reshape(groups, filters_per_group, reduction)
-    panels = padded.reshape(groups, tiles, filters_per_tile, reduction).transpose(0, 1, 3, 2)
-    return np.ascontiguousarray(panels).reshape(-1)
+    source = np.ascontiguousarray(w, dtype=dtype).reshape(-1)
+    packed = np.empty(groups * tiles * reduction * filters_per_tile, dtype=dtype)
+    _transpose_into_panels(source, groups, filters_per_group, reduction, filters_per_tile,
+                           tiles, packed)
+    return packed
+
+
+@njit(cache=True, nogil=True)
+def _transpose_into_panels(source, groups, filters_per_group, reduction, filters_per_tile,
+                           tiles, packed):
+    # Writes run contiguously along the panel; the Nf source rows are read as
+    # Nf sequential streams, which the prefetchers follow.
+    for group in range(groups):
+        for tile in range(tiles):
+            base = (group * tiles + tile) * reduction * filters_per_tile
+            first = tile * filters_per_tile
+            valid = min(filters_per_tile, filters_per_group - first)
+            rows = (group * filters_per_group + first) * reduction
+            for k in range(reduction):
+                target = base + k * filters_per_tile
+                for i in range(valid):
+                    packed[target + i] = source[rows + i * reduction + k]
+                for i in range(valid, filters_per_tile):
+                    packed[target + i] = 0.0
 
 
 def pack_bias(bias, filters: int, groups: int, filters_per_tile: int, dtype) -> np.ndarray:

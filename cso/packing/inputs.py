@@ -16,18 +16,24 @@ it is packed one output-row run at a time.
 
 Two strategies fill a run of windows on one output row:
 
-* stride 1 (:func:`pack_input_panel_shifted`, vector-based packing): for
-  each ``(c, r)`` the input row segment is read once into a staging row, and
-  the ``S`` panel rows are that staging row shifted by ``s*dw`` elements,
-  copied as contiguous vectors;
-* any stride (:func:`pack_input_panel_gather`): every element is gathered at
-  ``q*sw + s*dw``.
+* stride 1 (:func:`pack_input_panel_shifted`, vector-based packing): the
+  ``S`` panel rows of one ``(c, r)`` are the same input row segment shifted
+  by ``s*dw`` elements; each is one masked vector copy
+  (:func:`~cso.packing.vector_copy.copy_run`) starting ``s*dw`` further, so
+  the segment is read from memory once and its shifted copies come from L1;
+* any other stride (:func:`pack_input_panel_gather`): every element is
+  gathered at ``q*sw + s*dw``.
+
+A 1x1, stride-1, unpadded convolution needs no input panel at all: its
+panel is the input itself with row stride ``H*W`` (see the loop nests).
 """
 
 from __future__ import annotations
 
 import numpy as np
 from numba import njit
+
+from .vector_copy import copy_run
 
 
 def pad_input(x: np.ndarray, pad_top: int, pad_bottom: int, pad_left: int, pad_right: int,
@@ -55,11 +61,8 @@ def _zero_tail(panel, panel_offset, depth, windows_per_tile, first_column):
 def pack_input_panel_shifted(x_flat, image_offset, height_padded, width_padded, channel_start,
                              channels, kernel_height, kernel_width, dilation_h, dilation_w,
                              out_width, windows, window_start, windows_per_tile,
-                             panel, panel_offset, staging):
-    """Stride-1 input panel by vector shifts (VBP); see the module contract.
-
-    ``staging`` must hold at least ``Nwin + (S-1)*dw`` elements.
-    """
+                             panel, panel_offset):
+    """Stride-1 input panel by shifted vector copies (VBP); see the module contract."""
     depth = channels * kernel_height * kernel_width
     column = 0
     while column < windows_per_tile:
@@ -70,20 +73,13 @@ def pack_input_panel_shifted(x_flat, image_offset, height_padded, width_padded, 
         p = window // out_width
         q = window - p * out_width
         run = min(windows_per_tile - column, out_width - q)
-        span = run + (kernel_width - 1) * dilation_w
         for c in range(channels):
             plane = image_offset + (channel_start + c) * height_padded * width_padded
             for r in range(kernel_height):
                 source = plane + (p + r * dilation_h) * width_padded + q
-                # One read of the input row segment ...
-                for t in range(span):
-                    staging[t] = x_flat[source + t]
-                # ... expanded into S shifted copies.
+                row = panel_offset + (c * kernel_height + r) * kernel_width * windows_per_tile + column
                 for s in range(kernel_width):
-                    row = panel_offset + ((c * kernel_height + r) * kernel_width + s) * windows_per_tile
-                    shift = s * dilation_w
-                    for t in range(run):
-                        panel[row + column + t] = staging[shift + t]
+                    copy_run(panel, row + s * windows_per_tile, x_flat, source + s * dilation_w, run)
         column += run
 
 
