@@ -9,7 +9,7 @@ from .analysis.plan import Plan, plan_conv2d
 from .geometry import make_geometry, result_dtype
 from .macrokernel.bounds import LoopBounds
 from .microkernels.registry import loop_module
-from .packing.filters import pack_bias, pack_filters_panels
+from .packing.filters import pack_bias, pack_edge_filters
 from .packing.inputs import pad_input
 
 
@@ -116,22 +116,29 @@ def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, *, out=No
 
 
 def _run(x, w, bias, y, plan: Plan, threads: int) -> np.ndarray:
-    """Pack, then drive the plan's loop nest; ``y`` is fully overwritten."""
+    """Pad, pack the edge filter tiles, then drive the plan's loop nest; ``y`` is overwritten."""
     g = plan.geometry
-    x_padded = pad_input(x, g.pad_top, g.pad_bottom, g.pad_left, g.pad_right, y.dtype)
-    filters = pack_filters_panels(w, g.groups, plan.filters_per_tile, y.dtype)
+    x_flat = _writeable(pad_input(x, g.pad_top, g.pad_bottom, g.pad_left, g.pad_right,
+                                  y.dtype)).reshape(-1)
+    # Full filter tiles are read in place from KCRS; only the last, partial
+    # tile of each group is packed (zero rows past K), a few kilobytes.
+    w_flat = _writeable(np.ascontiguousarray(w, dtype=y.dtype)).reshape(-1)
+    edge_filters = pack_edge_filters(w_flat, g.groups, g.filters_per_group, g.reduction_length,
+                                     plan.filters_per_tile)
     packed_bias = pack_bias(bias, g.filters, g.groups, plan.filters_per_tile, y.dtype)
     bounds = LoopBounds(
         batch=g.batch, groups=g.groups, channels=g.channels_per_group,
         filters=g.filters_per_group, kernel_height=g.kernel_height,
         kernel_width=g.kernel_width, stride_h=g.stride_h, stride_w=g.stride_w,
         dilation_h=g.dilation_h, dilation_w=g.dilation_w,
-        height_padded=x_padded.shape[2], width_padded=x_padded.shape[3],
+        height_padded=g.height + g.pad_top + g.pad_bottom,
+        width_padded=g.width + g.pad_left + g.pad_right,
         out_height=g.out_height, out_width=g.out_width, channel_tile=plan.channel_tile,
         l2_tiles=plan.l2_tiles, l3_tiles=plan.l3_tiles,
         filters_per_tile=plan.filters_per_tile, windows_per_tile=plan.windows_per_tile,
         input_in_place=(g.kernel_height == g.kernel_width == g.stride_h == g.stride_w == 1
-                        and x_padded.shape[2:] == (g.height, g.width)))
+                        and g.pad_top == g.pad_bottom == g.pad_left == g.pad_right == 0),
+        filters_packed=False)
     module = loop_module(plan.filters_per_tile, plan.windows_per_tile, plan.dtype,
                          plan.vector_lanes)
     loop_nest = (module.convolve_input_stationary if plan.schedule == "IS"
@@ -141,8 +148,14 @@ def _run(x, w, bias, y, plan: Plan, threads: int) -> np.ndarray:
     previous = numba.get_num_threads()
     numba.set_num_threads(threads)
     try:
-        loop_nest(x_padded.reshape(-1), filters, packed_bias, bias is not None,
-                  y.reshape(-1), bounds)
+        loop_nest(x_flat, w_flat, edge_filters, packed_bias, bias is not None, y.reshape(-1),
+                  bounds)
     finally:
         numba.set_num_threads(previous)
     return y
+
+
+def _writeable(array: np.ndarray) -> np.ndarray:
+    # The loop nests pick between these and their own buffers at run time,
+    # which Numba allows only between arrays of one type (writeable included).
+    return array if array.flags.writeable else array.copy()

@@ -22,4 +22,5 @@ LoopBounds = namedtuple("LoopBounds", [
     "filters_per_tile",   # Nf
     "windows_per_tile",   # Nwin
     "input_in_place",     # 1x1, stride 1, unpadded: full tiles read x directly
+    "filters_packed",     # filters are full panels; else KCRS in place + edge panels
 ])

@@ -9,16 +9,25 @@ in the micro-kernel and the data movement in :mod:`cso.packing`.
 
 Contracts relied on
 -------------------
-* ``filters``: packed as :mod:`cso.packing.filters` says,
-  ``[G][T_f][C_g*R*S][Nf]``; ``bias`` as ``[G][T_f*Nf]``.
+* Filters, one of two ways (``b.filters_packed``):
+
+  - packed: ``filters`` is ``[G][T_f][C_g*R*S][Nf]`` as
+    :mod:`cso.packing.filters` says (strides ``(Nf, 1)``);
+  - in place: ``filters`` is the KCRS array flattened, read with strides
+    ``(1, C_g*R*S)``, and ``edge_filters`` holds the packed last tile
+    ``[G][C_g*R*S][Nf]`` of each group when ``K_g % Nf`` (zero rows past K).
+
+* ``bias``: ``[G][T_f*Nf]``, zero past ``K_g``.
 * ``x_flat``: the zero-bordered input ``[N][C][Hp][Wp]`` flattened.  When
   ``b.input_in_place`` (1x1, stride 1, no padding) a full window tile's
   panel *is* ``x_flat`` from ``image + c0*H*W + w0`` with row stride ``H*W``,
-  and only edge tiles are packed.
+  and only edge tiles are packed into ``[nc*R*S][Nwin]`` panels.
 * ``y_flat``: the output ``[N][K][P*Q]`` flattened; every element is
-  written (first channel tile) and then accumulated into.
+  written at the first channel tile and accumulated into after it.
 * Work is split into jobs ``(group, image, stationary block)`` that own
   disjoint parts of ``y``, so the parallel loop needs no synchronisation.
+* ``filters``, ``edge_filters``, ``x_flat`` and the panels share one Numba
+  type (writeable, C-contiguous, 1-D), so a branch may pick either.
 """
 
 import numpy as np
@@ -33,34 +42,8 @@ microkernel = None
 _ALIGN_BYTES = 64
 
 
-@njit(nogil=True, cache=True)
-def _aligned_buffer(size, like):
-    """A scratch array of ``size`` elements whose first element is 64-byte aligned."""
-    extra = _ALIGN_BYTES // like.itemsize
-    raw = np.empty(size + extra, dtype=like.dtype)
-    start = ((-raw.ctypes.data) % _ALIGN_BYTES) // like.itemsize
-    return raw[start:start + size]
-
-
-@njit(nogil=True, cache=True)
-def _pack_tile(x_flat, image_offset, b, channel_start, channels, window_start, panel,
-               panel_offset):
-    if b.stride_h == 1 and b.stride_w == 1:
-        pack_input_panel_shifted(x_flat, image_offset, b.height_padded, b.width_padded,
-                                 channel_start, channels, b.kernel_height, b.kernel_width,
-                                 b.dilation_h, b.dilation_w, b.out_width,
-                                 b.out_height * b.out_width, window_start,
-                                 b.windows_per_tile, panel, panel_offset)
-    else:
-        pack_input_panel_gather(x_flat, image_offset, b.height_padded, b.width_padded,
-                                channel_start, channels, b.kernel_height, b.kernel_width,
-                                b.stride_h, b.stride_w, b.dilation_h, b.dilation_w,
-                                b.out_width, b.out_height * b.out_width, window_start,
-                                b.windows_per_tile, panel, panel_offset)
-
-
 @njit(nogil=True, parallel=True, cache=True)
-def convolve_input_stationary(x_flat, filters, bias, has_bias, y_flat, b):
+def convolve_input_stationary(x_flat, filters, edge_filters, bias, has_bias, y_flat, b):
     """IS: each job keeps ``K3`` packed input tiles and streams all filters.
 
     ::
@@ -73,15 +56,12 @@ def convolve_input_stationary(x_flat, filters, bias, has_bias, y_flat, b):
                 for f in the K2 filter tiles
                   micro-kernel: y[f, w] (+)= FS(c0, f) x IN(c0, w)
     """
-    nf = b.filters_per_tile
     nwin = b.windows_per_tile
     windows = b.out_height * b.out_width
     window_tiles = (windows + nwin - 1) // nwin
-    filter_tiles = (b.filters + nf - 1) // nf
+    filter_tiles = (b.filters + b.filters_per_tile - 1) // b.filters_per_tile
     blocks = (window_tiles + b.l3_tiles - 1) // b.l3_tiles
     area = b.kernel_height * b.kernel_width
-    reduction = b.channels * area
-    plane = b.height_padded * b.width_padded
     for job in prange(b.groups * b.batch * blocks):
         block = job % blocks
         image = (job // blocks) % b.batch
@@ -89,37 +69,22 @@ def convolve_input_stationary(x_flat, filters, bias, has_bias, y_flat, b):
         first_tile = block * b.l3_tiles
         tiles = min(b.l3_tiles, window_tiles - first_tile)
         panels = _aligned_buffer(tiles * b.channel_tile * area * nwin, y_flat)
-        scratch = _aligned_buffer(nf * nwin, y_flat)
-        image_offset = (image * b.groups + group) * b.channels * plane
+        scratch = _aligned_buffer(b.filters_per_tile * nwin, y_flat)
         for channel_start in range(0, b.channels, b.channel_tile):
             channels = min(b.channel_tile, b.channels - channel_start)
-            depth = channels * area
-            first = channel_start == 0
-            last = has_bias and channel_start + channels == b.channels
             for t in range(tiles):
-                if not _in_place(b, (first_tile + t) * nwin, windows):
-                    _pack_tile(x_flat, image_offset, b, channel_start, channels,
-                               (first_tile + t) * nwin, panels, t * depth * nwin)
+                _pack_tile(x_flat, b, image, group, channel_start, channels,
+                           (first_tile + t) * nwin, panels, t * channels * area * nwin)
             for filter_block in range(0, filter_tiles, b.l2_tiles):
                 for t in range(tiles):
-                    window_start = (first_tile + t) * nwin
-                    in_place = _in_place(b, window_start, windows)
-                    x_offset = image_offset + channel_start * plane + window_start
                     for f in range(filter_block, min(filter_block + b.l2_tiles, filter_tiles)):
-                        offset = filter_panel_offset(group, f, channel_start, filter_tiles,
-                                                     reduction, area, nf)
-                        if in_place:
-                            _kernel_call(depth, filters, offset, x_flat, x_offset, plane,
-                                         y_flat, image, group, f, window_start, windows, bias,
-                                         first, last, scratch, b)
-                        else:
-                            _kernel_call(depth, filters, offset, panels, t * depth * nwin, nwin,
-                                         y_flat, image, group, f, window_start, windows, bias,
-                                         first, last, scratch, b)
+                        _tile(x_flat, filters, edge_filters, bias, has_bias, y_flat, panels,
+                              t * channels * area * nwin, scratch, b, image, group,
+                              channel_start, channels, f, (first_tile + t) * nwin)
 
 
 @njit(nogil=True, parallel=True, cache=True)
-def convolve_weight_stationary(x_flat, filters, bias, has_bias, y_flat, b):
+def convolve_weight_stationary(x_flat, filters, edge_filters, bias, has_bias, y_flat, b):
     """WS: each job keeps ``K3`` filter tiles and streams the input through.
 
     ::
@@ -132,15 +97,12 @@ def convolve_weight_stationary(x_flat, filters, bias, has_bias, y_flat, b):
                 for w in the K2 input tiles
                   micro-kernel: y[f, w] (+)= FS(c0, f) x IN(c0, w)
     """
-    nf = b.filters_per_tile
     nwin = b.windows_per_tile
     windows = b.out_height * b.out_width
     window_tiles = (windows + nwin - 1) // nwin
-    filter_tiles = (b.filters + nf - 1) // nf
+    filter_tiles = (b.filters + b.filters_per_tile - 1) // b.filters_per_tile
     blocks = (filter_tiles + b.l3_tiles - 1) // b.l3_tiles
     area = b.kernel_height * b.kernel_width
-    reduction = b.channels * area
-    plane = b.height_padded * b.width_padded
     for job in prange(b.groups * b.batch * blocks):
         block = job % blocks
         image = (job // blocks) % b.batch
@@ -148,63 +110,114 @@ def convolve_weight_stationary(x_flat, filters, bias, has_bias, y_flat, b):
         first_filter_tile = block * b.l3_tiles
         last_filter_tile = min(first_filter_tile + b.l3_tiles, filter_tiles)
         panels = _aligned_buffer(b.l2_tiles * b.channel_tile * area * nwin, y_flat)
-        scratch = _aligned_buffer(nf * nwin, y_flat)
-        image_offset = (image * b.groups + group) * b.channels * plane
+        scratch = _aligned_buffer(b.filters_per_tile * nwin, y_flat)
         for channel_start in range(0, b.channels, b.channel_tile):
             channels = min(b.channel_tile, b.channels - channel_start)
-            depth = channels * area
-            first = channel_start == 0
-            last = has_bias and channel_start + channels == b.channels
             for window_block in range(0, window_tiles, b.l2_tiles):
                 tiles = min(b.l2_tiles, window_tiles - window_block)
                 for t in range(tiles):
-                    if not _in_place(b, (window_block + t) * nwin, windows):
-                        _pack_tile(x_flat, image_offset, b, channel_start, channels,
-                                   (window_block + t) * nwin, panels, t * depth * nwin)
+                    _pack_tile(x_flat, b, image, group, channel_start, channels,
+                               (window_block + t) * nwin, panels, t * channels * area * nwin)
                 for f in range(first_filter_tile, last_filter_tile):
-                    offset = filter_panel_offset(group, f, channel_start, filter_tiles,
-                                                 reduction, area, nf)
                     for t in range(tiles):
-                        window_start = (window_block + t) * nwin
-                        if _in_place(b, window_start, windows):
-                            _kernel_call(depth, filters, offset, x_flat,
-                                         image_offset + channel_start * plane + window_start,
-                                         plane, y_flat, image, group, f, window_start, windows,
-                                         bias, first, last, scratch, b)
-                        else:
-                            _kernel_call(depth, filters, offset, panels, t * depth * nwin, nwin,
-                                         y_flat, image, group, f, window_start, windows, bias,
-                                         first, last, scratch, b)
+                        _tile(x_flat, filters, edge_filters, bias, has_bias, y_flat, panels,
+                              t * channels * area * nwin, scratch, b, image, group,
+                              channel_start, channels, f, (window_block + t) * nwin)
 
 
 @njit(nogil=True, cache=True)
-def _in_place(b, window_start, windows):
+def _aligned_buffer(size, like):
+    """A scratch array of ``size`` elements whose first element is 64-byte aligned."""
+    extra = _ALIGN_BYTES // like.itemsize
+    raw = np.empty(size + extra, dtype=like.dtype)
+    start = ((-raw.ctypes.data) % _ALIGN_BYTES) // like.itemsize
+    return raw[start:start + size]
+
+
+@njit(nogil=True, cache=True)
+def _in_place(b, window_start):
     """Whether this window tile is read from the input itself, unpacked."""
-    return b.input_in_place and window_start + b.windows_per_tile <= windows
+    return (b.input_in_place
+            and window_start + b.windows_per_tile <= b.out_height * b.out_width)
+
+
+@njit(nogil=True, cache=True)
+def _pack_tile(x_flat, b, image, group, channel_start, channels, window_start, panel,
+               panel_offset):
+    """Pack one input tile, unless the kernel reads it in place."""
+    if _in_place(b, window_start):
+        return
+    image_offset = ((image * b.groups + group) * b.channels
+                    * b.height_padded * b.width_padded)
+    windows = b.out_height * b.out_width
+    if b.stride_h == 1 and b.stride_w == 1:
+        pack_input_panel_shifted(x_flat, image_offset, b.height_padded, b.width_padded,
+                                 channel_start, channels, b.kernel_height, b.kernel_width,
+                                 b.dilation_h, b.dilation_w, b.out_width, windows,
+                                 window_start, b.windows_per_tile, panel, panel_offset)
+    else:
+        pack_input_panel_gather(x_flat, image_offset, b.height_padded, b.width_padded,
+                                channel_start, channels, b.kernel_height, b.kernel_width,
+                                b.stride_h, b.stride_w, b.dilation_h, b.dilation_w,
+                                b.out_width, windows, window_start, b.windows_per_tile,
+                                panel, panel_offset)
 
 
 @njit(nogil=True)
-def _kernel_call(depth, filters, filter_offset, inputs, inputs_offset, inputs_stride, y_flat,
-                 image, group, filter_tile, window_start, windows, bias, first, last, scratch, b):
+def _tile(x_flat, filters, edge_filters, bias, has_bias, y_flat, panels, panel_offset,
+          scratch, b, image, group, channel_start, channels, filter_tile, window_start):
     """One micro-kernel call for output tile (filter_tile, window_start).
 
-    Full tiles are written straight into ``y``; edge tiles are computed into
-    ``scratch`` and only their valid part is copied, so the kernel itself
-    never sees an edge.
+    Picks where the operands are read from, then writes full tiles straight
+    into ``y``; edge tiles are computed into ``scratch`` and only their valid
+    part is copied, so the kernel itself never sees an edge.
     """
     nf = b.filters_per_tile
     nwin = b.windows_per_tile
+    area = b.kernel_height * b.kernel_width
+    reduction = b.channels * area
+    windows = b.out_height * b.out_width
+    filter_tiles = (b.filters + nf - 1) // nf
     filter_start = filter_tile * nf
-    bias_offset = group * ((b.filters + nf - 1) // nf) * nf + filter_start
-    y_offset = ((image * b.groups + group) * b.filters + filter_start) * windows + window_start
     rows = min(nf, b.filters - filter_start)
     columns = min(nwin, windows - window_start)
+    depth = channels * area
+
+    # Filters: packed panels, the KCRS array in place, or the packed edge tile.
+    source = filters
+    if b.filters_packed:
+        filter_offset = filter_panel_offset(group, filter_tile, channel_start, filter_tiles,
+                                            reduction, area, nf)
+        k_stride, i_stride = nf, 1
+    elif rows == nf:
+        filter_offset = (group * b.filters + filter_start) * reduction + channel_start * area
+        k_stride, i_stride = 1, reduction
+    else:
+        source = edge_filters
+        filter_offset = (group * reduction + channel_start * area) * nf
+        k_stride, i_stride = nf, 1
+
+    # Input: the packed panel, or the input itself (1x1 stride-1 full tiles).
+    inputs = panels
+    inputs_offset = panel_offset
+    inputs_stride = nwin
+    if _in_place(b, window_start):
+        plane = b.height_padded * b.width_padded
+        inputs = x_flat
+        inputs_offset = (((image * b.groups + group) * b.channels + channel_start) * plane
+                         + window_start)
+        inputs_stride = plane
+
+    first = channel_start == 0
+    last = has_bias and channel_start + channels == b.channels
+    bias_offset = group * filter_tiles * nf + filter_start
+    y_offset = ((image * b.groups + group) * b.filters + filter_start) * windows + window_start
     if rows == nf and columns == nwin:
-        microkernel(depth, filters, filter_offset, inputs, inputs_offset, inputs_stride,
-                    y_flat, y_offset, windows, bias, bias_offset, first, last)
+        microkernel(depth, source, filter_offset, k_stride, i_stride, inputs, inputs_offset,
+                    inputs_stride, y_flat, y_offset, windows, bias, bias_offset, first, last)
         return
-    microkernel(depth, filters, filter_offset, inputs, inputs_offset, inputs_stride,
-                scratch, 0, nwin, bias, bias_offset, True, last)
+    microkernel(depth, source, filter_offset, k_stride, i_stride, inputs, inputs_offset,
+                inputs_stride, scratch, 0, nwin, bias, bias_offset, True, last)
     for i in range(rows):
         for j in range(columns):
             if first:

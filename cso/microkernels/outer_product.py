@@ -5,9 +5,12 @@ Packed-layout contract (what the generated kernel reads and writes)
 All arrays are 1-D and C-contiguous; every operand is addressed as
 ``array data pointer + element offset``.
 
-* ``filters[filters_offset + k * Nf + i]`` is element ``k`` of the reduction
-  (``k = (c * R + r) * S + s``) for filter ``i`` of the tile (``Nf`` filters
-  side by side; rows beyond ``K`` are zero).
+* ``filters[filters_offset + k * filters_k_stride + i * filters_i_stride]``
+  is element ``k`` of the reduction (``k = (c * R + r) * S + s``) for filter
+  ``i`` of the tile.  A packed panel has strides ``(Nf, 1)`` (``Nf`` filters
+  side by side, see :mod:`cso.packing.filters`); the KCRS filters read in
+  place have ``(1, C*R*S)``.  Either way it is one broadcast load per
+  ``(k, i)``, which is why both run at the same speed.
 * ``inputs[inputs_offset + k * inputs_stride + j]`` is the same reduction
   element for window ``j`` of the tile (windows beyond the output, and taps
   that read padding, are zero).  ``inputs_stride`` is ``Nwin`` for a packed
@@ -55,9 +58,9 @@ def build_outer_product_kernel(filters_per_tile: int, windows_per_tile: int,
     -------
     intrinsic
         Callable from ``@njit`` code as
-        ``kernel(depth, filters, filters_offset, inputs, inputs_offset,
-        inputs_stride, out, out_offset, out_stride, bias, bias_offset,
-        overwrite, add_bias)``.
+        ``kernel(depth, filters, filters_offset, filters_k_stride,
+        filters_i_stride, inputs, inputs_offset, inputs_stride, out, out_offset,
+        out_stride, bias, bias_offset, overwrite, add_bias)``.
     """
     if dtype_name not in _LLVM_FLOAT:
         raise ValueError(f"dtype_name must be 'float32' or 'float64', got {dtype_name!r}")
@@ -74,19 +77,20 @@ def build_outer_product_kernel(filters_per_tile: int, windows_per_tile: int,
     fma_name = f"llvm.fma.v{vector_lanes}{_LLVM_SUFFIX[dtype_name]}"
 
     @intrinsic
-    def outer_product_kernel(typingctx, depth, filters, filters_offset, inputs,
+    def outer_product_kernel(typingctx, depth, filters, filters_offset, filters_k_stride,
+                             filters_i_stride, inputs,
                              inputs_offset, inputs_stride, out, out_offset, out_stride,
                              bias, bias_offset, overwrite, add_bias):
         for name, arg in (("filters", filters), ("inputs", inputs), ("out", out), ("bias", bias)):
             if not (isinstance(arg, types.Array) and arg.dtype == numba_type and arg.ndim == 1
                     and arg.layout == "C"):
                 raise TypeError(f"{name} must be a 1-D C-contiguous {dtype_name} array, got {arg}")
-        sig = types.void(types.intp, filters, types.intp, inputs, types.intp, types.intp,
+        sig = types.void(types.intp, filters, types.intp, types.intp, types.intp, inputs, types.intp, types.intp,
                          out, types.intp, types.intp, bias, types.intp, types.boolean,
                          types.boolean)
 
         def codegen(context, builder, signature, args):
-            (depth_v, filters_a, filters_off, inputs_a, inputs_off, inputs_stride_v, out_a,
+            (depth_v, filters_a, filters_off, filters_k_stride_v, filters_i_stride_v, inputs_a, inputs_off, inputs_stride_v, out_a,
              out_off, out_stride_v, bias_a, bias_off, overwrite_v, add_bias_v) = args
             arrays = signature.args
 
@@ -95,9 +99,9 @@ def build_outer_product_kernel(filters_per_tile: int, windows_per_tile: int,
                 return builder.gep(data, [offset])
 
             filters_ptr = base(1, filters_a, filters_off)
-            inputs_ptr = base(3, inputs_a, inputs_off)
-            out_ptr = base(6, out_a, out_off)
-            bias_ptr = base(9, bias_a, bias_off)
+            inputs_ptr = base(5, inputs_a, inputs_off)
+            out_ptr = base(8, out_a, out_off)
+            bias_ptr = base(11, bias_a, bias_off)
 
             intp = context.get_value_type(types.intp)
             fma = cgutils.get_or_insert_function(
@@ -137,10 +141,10 @@ def build_outer_product_kernel(filters_per_tile: int, windows_per_tile: int,
                 pointer = builder.bitcast(
                     builder.gep(input_row, [ir.Constant(intp, v * vector_lanes)]), vector_ptr_type)
                 input_vectors.append(builder.load(pointer, align=element_bytes))
-            filter_row = builder.gep(filters_ptr, [builder.mul(k, ir.Constant(intp, rows))])
+            filter_row = builder.gep(filters_ptr, [builder.mul(k, filters_k_stride_v)])
             updated = []
             for i in range(rows):
-                scalar = builder.load(builder.gep(filter_row, [ir.Constant(intp, i)]))
+                scalar = builder.load(builder.gep(filter_row, [builder.mul(ir.Constant(intp, i), filters_i_stride_v)]))
                 splat = broadcast(scalar)
                 updated.append([builder.call(fma, [splat, input_vectors[v], accumulators[i][v]])
                                 for v in range(vectors_per_row)])

@@ -56,6 +56,27 @@ def _transpose_into_panels(source, groups, filters_per_group, reduction, filters
                     packed[target + i] = 0.0
 
 
+def pack_edge_filters(w_flat: np.ndarray, groups: int, filters_per_group: int, reduction: int,
+                      filters_per_tile: int) -> np.ndarray:
+    """The last, partial filter tile of each group as panels ``[G][C_g*R*S][Nf]``.
+
+    When filters are read in place (strides ``(1, C_g*R*S)``) only this tile
+    needs packing: its rows past ``K_g`` must be zeros, not the next
+    group's filters or memory past the array.  Empty when ``Nf`` divides ``K_g``.
+    """
+    full = filters_per_group // filters_per_tile
+    if full * filters_per_tile == filters_per_group:
+        return np.zeros(filters_per_tile, dtype=w_flat.dtype)
+    edges = np.empty(groups * reduction * filters_per_tile, dtype=w_flat.dtype)
+    for group in range(groups):
+        start = (group * filters_per_group + full * filters_per_tile) * reduction
+        stop = (group + 1) * filters_per_group * reduction
+        tile = w_flat[start:stop].reshape(-1, reduction, 1, 1)
+        edges[group * reduction * filters_per_tile:(group + 1) * reduction * filters_per_tile] = (
+            pack_filters_panels(tile, 1, filters_per_tile, w_flat.dtype))
+    return edges
+
+
 def pack_bias(bias, filters: int, groups: int, filters_per_tile: int, dtype) -> np.ndarray:
     """Pack ``bias[K]`` (or zeros when ``None``) as ``[G][T_f*Nf]`` (flattened)."""
     filters_per_group = filters // groups
