@@ -118,8 +118,15 @@ def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, *, out=No
 def _run(x, w, bias, y, plan: Plan, threads: int) -> np.ndarray:
     """Pad, pack the edge filter tiles, then drive the plan's loop nest; ``y`` is overwritten."""
     g = plan.geometry
-    x_flat = _writeable(pad_input(x, g.pad_top, g.pad_bottom, g.pad_left, g.pad_right,
-                                  y.dtype)).reshape(-1)
+    x_padded = pad_input(x, g.pad_top, g.pad_bottom, g.pad_left, g.pad_right, y.dtype)
+    pointwise = g.kernel_height == g.kernel_width == 1
+    if pointwise and (g.stride_h, g.stride_w) != (1, 1):
+        # A strided 1x1 convolution reads only every stride-th pixel: keep just
+        # those (a cheap strided copy), and it becomes stride 1, read in place.
+        x_padded = np.ascontiguousarray(
+            x_padded[:, :, :g.stride_h * (g.out_height - 1) + 1:g.stride_h,
+                     :g.stride_w * (g.out_width - 1) + 1:g.stride_w])
+    x_flat = _writeable(x_padded).reshape(-1)
     # Full filter tiles are read in place from KCRS; only the last, partial
     # tile of each group is packed (zero rows past K), a few kilobytes.
     w_flat = _writeable(np.ascontiguousarray(w, dtype=y.dtype)).reshape(-1)
@@ -129,15 +136,14 @@ def _run(x, w, bias, y, plan: Plan, threads: int) -> np.ndarray:
     bounds = LoopBounds(
         batch=g.batch, groups=g.groups, channels=g.channels_per_group,
         filters=g.filters_per_group, kernel_height=g.kernel_height,
-        kernel_width=g.kernel_width, stride_h=g.stride_h, stride_w=g.stride_w,
+        kernel_width=g.kernel_width,
+        stride_h=1 if pointwise else g.stride_h, stride_w=1 if pointwise else g.stride_w,
         dilation_h=g.dilation_h, dilation_w=g.dilation_w,
-        height_padded=g.height + g.pad_top + g.pad_bottom,
-        width_padded=g.width + g.pad_left + g.pad_right,
+        height_padded=x_padded.shape[2], width_padded=x_padded.shape[3],
         out_height=g.out_height, out_width=g.out_width, channel_tile=plan.channel_tile,
         l2_tiles=plan.l2_tiles, l3_tiles=plan.l3_tiles,
         filters_per_tile=plan.filters_per_tile, windows_per_tile=plan.windows_per_tile,
-        input_in_place=(g.kernel_height == g.kernel_width == g.stride_h == g.stride_w == 1
-                        and g.pad_top == g.pad_bottom == g.pad_left == g.pad_right == 0),
+        input_in_place=pointwise and x_padded.shape[2:] == (g.out_height, g.out_width),
         filters_packed=False)
     module = loop_module(plan.filters_per_tile, plan.windows_per_tile, plan.dtype,
                          plan.vector_lanes)

@@ -21,8 +21,9 @@ Two strategies fill a run of windows on one output row:
   by ``s*dw`` elements; each is one masked vector copy
   (:func:`~cso.packing.vector_copy.copy_run`) starting ``s*dw`` further, so
   the segment is read from memory once and its shifted copies come from L1;
-* any other stride (:func:`pack_input_panel_gather`): every element is
-  gathered at ``q*sw + s*dw``.
+* any other stride (:func:`pack_input_panel_gather`): each panel row is one
+  masked vector gather (:func:`~cso.packing.vector_copy.gather_run`) of the
+  elements at ``q*sw + s*dw``.
 
 A 1x1, stride-1, unpadded convolution needs no input panel at all: its
 panel is the input itself with row stride ``H*W`` (see the loop nests).
@@ -33,7 +34,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .vector_copy import copy_run
+from .vector_copy import copy_run, gather_run
 
 
 def pad_input(x: np.ndarray, pad_top: int, pad_bottom: int, pad_left: int, pad_right: int,
@@ -103,9 +104,8 @@ def pack_input_panel_gather(x_flat, image_offset, height_padded, width_padded, c
             plane = image_offset + (channel_start + c) * height_padded * width_padded
             for r in range(kernel_height):
                 source_row = plane + (p * stride_h + r * dilation_h) * width_padded + q * stride_w
+                row = panel_offset + (c * kernel_height + r) * kernel_width * windows_per_tile + column
                 for s in range(kernel_width):
-                    row = panel_offset + ((c * kernel_height + r) * kernel_width + s) * windows_per_tile
-                    source = source_row + s * dilation_w
-                    for t in range(run):
-                        panel[row + column + t] = x_flat[source + t * stride_w]
+                    gather_run(panel, row + s * windows_per_tile, x_flat,
+                               source_row + s * dilation_w, run, stride_w)
         column += run

@@ -77,3 +77,73 @@ def copy_run(typingctx, dst, dst_offset, src, src_offset, count):
         return context.get_dummy_value()
 
     return sig, codegen
+
+
+@intrinsic
+def gather_run(typingctx, dst, dst_offset, src, src_offset, count, stride):
+    """Copy ``src[src_offset + t * stride]`` for ``t < count`` to ``dst[dst_offset + t]``.
+
+    A masked vector gather per ``lanes`` elements: the strided counterpart of
+    :func:`copy_run`, used to pack inputs of convolutions with stride > 1.
+    """
+    if not (isinstance(dst, types.Array) and isinstance(src, types.Array)
+            and dst.dtype == src.dtype and dst.dtype in (types.float32, types.float64)):
+        raise TypeError(f"gather_run needs two float arrays of one dtype, got {dst} and {src}")
+    float_type = dst.dtype
+    sig = types.void(dst, types.intp, src, types.intp, types.intp, types.intp)
+
+    def codegen(context, builder, signature, args):
+        dst_a, dst_off, src_a, src_off, count_v, stride_v = args
+        element = context.get_value_type(float_type)
+        element_bytes = 4 if float_type == types.float32 else 8
+        lanes = _VECTOR_BYTES // element_bytes
+        suffix = "f32" if float_type == types.float32 else "f64"
+        vector = ir.VectorType(element, lanes)
+        mask_type = ir.VectorType(ir.IntType(1), lanes)
+        intp = count_v.type
+        index_vector_type = ir.VectorType(intp, lanes)
+        pointer_vector_type = ir.VectorType(element.as_pointer(), lanes)
+        gather = cgutils.get_or_insert_function(
+            builder.module,
+            ir.FunctionType(vector, [pointer_vector_type, ir.IntType(32), mask_type, vector]),
+            f"llvm.masked.gather.v{lanes}{suffix}.v{lanes}p0")
+        store = cgutils.get_or_insert_function(
+            builder.module,
+            ir.FunctionType(ir.VoidType(), [vector, vector.as_pointer(), ir.IntType(32), mask_type]),
+            f"llvm.masked.store.v{lanes}{suffix}.p0")
+        dst_ptr = builder.gep(context.make_array(signature.args[0])(context, builder, dst_a).data,
+                              [dst_off])
+        src_ptr = builder.gep(context.make_array(signature.args[2])(context, builder, src_a).data,
+                              [src_off])
+        zeros = ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes)
+        undef = ir.Constant(index_vector_type, ir.Undefined)
+
+        def splat(value):
+            one = builder.insert_element(undef, value, ir.Constant(ir.IntType(32), 0))
+            return builder.shuffle_vector(one, undef, zeros)
+
+        lane_index = ir.Constant(index_vector_type, list(range(lanes)))
+        # Byte offsets of the lanes: t * stride * element_bytes.
+        lane_bytes = builder.mul(lane_index, splat(builder.mul(stride_v, ir.Constant(intp, element_bytes))))
+        align = ir.Constant(ir.IntType(32), element_bytes)
+        passthrough = ir.Constant(vector, ir.Undefined)
+        entry = builder.basic_block
+        loop = builder.append_basic_block("gather.loop")
+        done = builder.append_basic_block("gather.done")
+        builder.cbranch(builder.icmp_signed(">", count_v, ir.Constant(intp, 0)), loop, done)
+        builder.position_at_end(loop)
+        start = builder.phi(intp)
+        start.add_incoming(ir.Constant(intp, 0), entry)
+        mask = builder.icmp_signed("<", lane_index, splat(builder.sub(count_v, start)))
+        first = builder.ptrtoint(builder.gep(src_ptr, [builder.mul(start, stride_v)]), intp)
+        addresses = builder.inttoptr(builder.add(splat(first), lane_bytes), pointer_vector_type)
+        values = builder.call(gather, [addresses, align, mask, passthrough])
+        target = builder.bitcast(builder.gep(dst_ptr, [start]), vector.as_pointer())
+        builder.call(store, [values, target, align, mask])
+        following = builder.add(start, ir.Constant(intp, lanes))
+        start.add_incoming(following, loop)
+        builder.cbranch(builder.icmp_signed("<", following, count_v), loop, done)
+        builder.position_at_end(done)
+        return context.get_dummy_value()
+
+    return sig, codegen
