@@ -5,7 +5,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from .analysis.plan import Plan, plan_conv2d
+from .analysis.hardware import Hardware
+from .analysis.plan import Plan, plan_for_geometry
 from .geometry import make_geometry, result_dtype
 from .macrokernel.bounds import LoopBounds
 from .microkernels.registry import loop_module
@@ -110,8 +111,8 @@ def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, *, out=No
     if geometry.batch == 0:
         return y
     if plan is None:
-        plan = plan_conv2d(x.shape, w.shape, stride=stride, padding=padding, dilation=dilation,
-                           groups=groups, dtype=dtype, threads=threads)
+        plan = plan_for_geometry(geometry, dtype.name, Hardware.detect(), None, None, None,
+                                 threads)
     return _run(x, w, bias, y, plan, threads)
 
 

@@ -8,6 +8,7 @@ the schedule with the lower modelled cost.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -125,12 +126,22 @@ def plan_conv2d(x_shape, w_shape, *, stride=1, padding=0, dilation=1, groups=1,
     threads = hardware.cores if threads is None else threads
     if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1:
         raise ValueError(f"threads must be a positive int or None, got {threads!r}")
-    element_bytes = dtype.itemsize
+    return plan_for_geometry(geometry, dtype.name, hardware,
+                             _check_tile_override(filters_per_tile, "filters_per_tile"),
+                             _check_tile_override(windows_per_tile, "windows_per_tile"),
+                             schedule, int(threads))
+
+
+@functools.lru_cache(maxsize=1024)
+def plan_for_geometry(geometry: ConvGeometry, dtype_name: str, hardware: Hardware,
+                      filters_per_tile, windows_per_tile, schedule, threads: int) -> Plan:
+    """:func:`plan_conv2d` on validated arguments (memoised: plans are pure and frozen)."""
+    element_bytes = np.dtype(dtype_name).itemsize
     lanes = max(1, hardware.vector_bytes // element_bytes)
     default_nf, default_nwin = tiles.register_block(hardware.vector_bytes,
                                                     hardware.vector_registers, element_bytes)
-    nf = _check_tile_override(filters_per_tile, "filters_per_tile") or default_nf
-    nwin = _check_tile_override(windows_per_tile, "windows_per_tile") or default_nwin
+    nf = filters_per_tile or default_nf
+    nwin = windows_per_tile or default_nwin
     if nwin % lanes:
         raise ValueError(f"windows_per_tile must be a multiple of the vector lanes ({lanes}), got {nwin}")
 
@@ -167,7 +178,7 @@ def plan_conv2d(x_shape, w_shape, *, stride=1, padding=0, dilation=1, groups=1,
     chosen = schedule or min(SCHEDULES, key=lambda name: (costs[name].cost, name != "IS"))
     k2, k3 = by_schedule[chosen]
     return Plan(schedule=chosen, channel_tile=nc, l2_tiles=k2, l3_tiles=k3,
-                filters_per_tile=nf, windows_per_tile=nwin, dtype=dtype.name,
+                filters_per_tile=nf, windows_per_tile=nwin, dtype=dtype_name,
                 vector_lanes=lanes, threads=int(threads),
                 costs=tuple((name, costs[name]) for name in SCHEDULES),
                 tiles_by_schedule=tuple((name, by_schedule[name]) for name in SCHEDULES),

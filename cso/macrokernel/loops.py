@@ -49,7 +49,7 @@ def convolve_input_stationary(x_flat, filters, edge_filters, bias, has_bias, y_f
     ::
 
         for job = (group, image, window block of K3 tiles)     # parallel
-          for c0 in channel tiles of Nc                         # partial sums in y
+          for c0 in ceil(C/Nc) even channel tiles (<= Nc each) # partial sums in y
             pack the block's K3 input tiles                     # ~ L3
             for f0 in blocks of K2 filter tiles                 # ~ L2
               for w in the K3 input tiles                       # one in L1
@@ -62,6 +62,7 @@ def convolve_input_stationary(x_flat, filters, edge_filters, bias, has_bias, y_f
     filter_tiles = (b.filters + b.filters_per_tile - 1) // b.filters_per_tile
     blocks = (window_tiles + b.l3_tiles - 1) // b.l3_tiles
     area = b.kernel_height * b.kernel_width
+    channel_tiles = (b.channels + b.channel_tile - 1) // b.channel_tile
     for job in prange(b.groups * b.batch * blocks):
         block = job % blocks
         image = (job // blocks) % b.batch
@@ -70,8 +71,8 @@ def convolve_input_stationary(x_flat, filters, edge_filters, bias, has_bias, y_f
         tiles = min(b.l3_tiles, window_tiles - first_tile)
         panels = _aligned_buffer(tiles * b.channel_tile * area * nwin, y_flat)
         scratch = _aligned_buffer(b.filters_per_tile * nwin, y_flat)
-        for channel_start in range(0, b.channels, b.channel_tile):
-            channels = min(b.channel_tile, b.channels - channel_start)
+        for channel_index in range(channel_tiles):
+            channel_start, channels = _channel_range(b, channel_index, channel_tiles)
             for t in range(tiles):
                 _pack_tile(x_flat, b, image, group, channel_start, channels,
                            (first_tile + t) * nwin, panels, t * channels * area * nwin)
@@ -90,7 +91,7 @@ def convolve_weight_stationary(x_flat, filters, edge_filters, bias, has_bias, y_
     ::
 
         for job = (group, image, filter block of K3 tiles)     # parallel
-          for c0 in channel tiles of Nc                         # partial sums in y
+          for c0 in ceil(C/Nc) even channel tiles (<= Nc each) # partial sums in y
             for w0 in blocks of K2 window tiles
               pack the K2 input tiles                           # ~ L2
               for f in the K3 filter tiles                      # one in L1, all in L3
@@ -103,6 +104,7 @@ def convolve_weight_stationary(x_flat, filters, edge_filters, bias, has_bias, y_
     filter_tiles = (b.filters + b.filters_per_tile - 1) // b.filters_per_tile
     blocks = (filter_tiles + b.l3_tiles - 1) // b.l3_tiles
     area = b.kernel_height * b.kernel_width
+    channel_tiles = (b.channels + b.channel_tile - 1) // b.channel_tile
     for job in prange(b.groups * b.batch * blocks):
         block = job % blocks
         image = (job // blocks) % b.batch
@@ -111,8 +113,8 @@ def convolve_weight_stationary(x_flat, filters, edge_filters, bias, has_bias, y_
         last_filter_tile = min(first_filter_tile + b.l3_tiles, filter_tiles)
         panels = _aligned_buffer(b.l2_tiles * b.channel_tile * area * nwin, y_flat)
         scratch = _aligned_buffer(b.filters_per_tile * nwin, y_flat)
-        for channel_start in range(0, b.channels, b.channel_tile):
-            channels = min(b.channel_tile, b.channels - channel_start)
+        for channel_index in range(channel_tiles):
+            channel_start, channels = _channel_range(b, channel_index, channel_tiles)
             for window_block in range(0, window_tiles, b.l2_tiles):
                 tiles = min(b.l2_tiles, window_tiles - window_block)
                 for t in range(tiles):
@@ -132,6 +134,18 @@ def _aligned_buffer(size, like):
     raw = np.empty(size + extra, dtype=like.dtype)
     start = ((-raw.ctypes.data) % _ALIGN_BYTES) // like.itemsize
     return raw[start:start + size]
+
+
+@njit(nogil=True, cache=True)
+def _channel_range(b, index, count):
+    """Channels ``[start, start + size)`` of channel tile ``index`` of ``count``.
+
+    The ``ceil(C / Nc)`` tiles split ``C`` evenly (sizes differ by at most
+    one, none above ``Nc``), so no tile is a sliver with a depth too short
+    to amortise the micro-kernel's write-back.
+    """
+    start = index * b.channels // count
+    return start, (index + 1) * b.channels // count - start
 
 
 @njit(nogil=True, cache=True)
