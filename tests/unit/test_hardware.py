@@ -1,0 +1,98 @@
+import builtins
+import dataclasses
+
+import pytest
+
+from cso.analysis import hardware as hw
+from cso.analysis.hardware import DEFAULT_HARDWARE, Hardware
+
+
+def test_detect_describes_this_machine():
+    machine = Hardware.detect()
+    assert machine.l1_bytes < machine.l2_bytes <= machine.l3_bytes
+    assert machine.vector_bytes in (16, 32, 64)
+    assert machine.cores >= 1
+    assert Hardware.detect() is machine  # probed once
+
+
+def test_hardware_is_frozen_and_validated():
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        DEFAULT_HARDWARE.l1_bytes = 1
+    with pytest.raises(ValueError, match="l2_bytes"):
+        Hardware(l2_bytes=0)
+    with pytest.raises(ValueError, match="usable_fraction"):
+        Hardware(usable_fraction=1.5)
+    assert DEFAULT_HARDWARE.with_changes(l1_bytes=4096).l1_bytes == 4096
+
+
+def _fresh_detect(monkeypatch, cpuinfo_fields, sysfs_fields):
+    monkeypatch.setattr(hw, "_from_cpuinfo", lambda cores: dict(cpuinfo_fields))
+    monkeypatch.setattr(hw, "_from_sysfs", lambda: dict(sysfs_fields))
+    hw._detect.cache_clear()
+    try:
+        return Hardware.detect()
+    finally:
+        hw._detect.cache_clear()
+
+
+def test_cpuinfo_first_then_sysfs(monkeypatch):
+    machine = _fresh_detect(monkeypatch, {"l1_bytes": 1000}, {"l1_bytes": 5, "l2_bytes": 7000})
+    assert machine.l1_bytes == 1000 and machine.l2_bytes == 7000
+    assert "py-cpuinfo" in machine.source and "sysfs" in machine.source
+
+
+def test_defaults_when_everything_is_silent(monkeypatch):
+    monkeypatch.setattr(hw, "_flags_from_proc", lambda: [])
+    machine = _fresh_detect(monkeypatch, {}, {})
+    assert machine.l2_bytes == DEFAULT_HARDWARE.l2_bytes
+    assert machine.source == "defaults"
+
+
+def test_cpuinfo_absent(monkeypatch):
+    real_import = builtins.__import__
+
+    def no_cpuinfo(name, *args, **kwargs):
+        if name == "cpuinfo":
+            raise ImportError("py-cpuinfo is not installed")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_cpuinfo)
+    assert hw._from_cpuinfo(2) == {}
+    hw._detect.cache_clear()
+    try:
+        machine = Hardware.detect()
+    finally:
+        hw._detect.cache_clear()
+    assert "py-cpuinfo" not in machine.source
+    assert machine.l1_bytes >= 1
+
+
+def test_cpuinfo_silent(monkeypatch):
+    import cpuinfo
+    monkeypatch.setattr(cpuinfo, "get_cpu_info", lambda: {})
+    assert hw._from_cpuinfo(2) == {}
+
+
+def test_cpuinfo_totals_are_divided_per_core(monkeypatch):
+    import cpuinfo
+    monkeypatch.setattr(cpuinfo, "get_cpu_info", lambda: {
+        "count": 2, "l1_data_cache_size": 98304, "l2_cache_size": 4194304,
+        "l3_cache_size": 8 << 20, "l2_cache_line_size": 2048, "flags": ["avx2", "fma"]})
+    fields = hw._from_cpuinfo(2)
+    assert fields["l1_bytes"] == 49152 and fields["l2_bytes"] == 2097152
+    assert fields["l3_bytes"] == 8 << 20
+    assert "line_bytes" not in fields  # 2048 is not a line size
+    assert (fields["vector_bytes"], fields["vector_registers"]) == (32, 16)
+
+
+def test_sysfs_parser(tmp_path):
+    for index, (level, kind, size) in enumerate([(1, "Data", "48K"), (1, "Instruction", "32K"),
+                                                  (2, "Unified", "2048K"), (3, "Unified", "32M")]):
+        folder = tmp_path / "cpu0" / "cache" / f"index{index}"
+        folder.mkdir(parents=True)
+        for name, value in (("level", level), ("type", kind), ("size", size),
+                            ("coherency_line_size", 64)):
+            (folder / name).write_text(f"{value}\n")
+    assert hw._from_sysfs(str(tmp_path)) == {
+        "l1_bytes": 48 * 1024, "l2_bytes": 2048 * 1024, "l3_bytes": 32 << 20, "line_bytes": 64}
+    assert hw._from_sysfs(str(tmp_path / "missing")) == {}
