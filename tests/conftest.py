@@ -1,0 +1,43 @@
+"""Shared test helpers: the error bound every comparison with the reference uses."""
+
+import numpy as np
+import pytest
+
+import cso
+from cso.geometry import make_geometry
+
+
+def error_bound(x, w, bias, dtype, **params):
+    """Elementwise bound on |cso - exact| for a float ``dtype`` computation.
+
+    Each output is a sum of ``L = C/groups * R * S`` products plus the bias,
+    accumulated in some order in ``dtype``; the classic bound for any order
+    is ``gamma_(L+1) * sum |x_i w_i|`` with ``gamma_n = n u / (1 - n u)`` and
+    ``u`` the unit round-off, plus one rounding of the inputs to ``dtype``
+    (``2u`` on each product).  ``sum |x_i w_i|`` is the convolution of ``|x|``
+    with ``|w|``, computed by the reference.
+    """
+    u = np.finfo(dtype).eps / 2
+    g = make_geometry(np.shape(x), np.shape(w), **params)
+    terms = g.reduction_length + 1
+    gamma = (terms + 2) * u / (1 - (terms + 2) * u)
+    magnitude = cso.reference.conv2d(np.abs(x), np.abs(w), **params)
+    if bias is not None:
+        magnitude = magnitude + np.abs(np.asarray(bias, np.float64)).reshape(1, -1, 1, 1)
+    # The smallest normal number absorbs underflow in products of tiny values.
+    return gamma * magnitude + np.finfo(dtype).tiny
+
+
+def assert_matches_reference(y, x, w, bias=None, **params):
+    expected = cso.reference.conv2d(x, w, bias, **params)
+    assert y.shape == expected.shape
+    bound = error_bound(x, w, bias, y.dtype, **params)
+    error = np.abs(y.astype(np.float64) - expected)
+    worst = np.unravel_index(np.argmax(error - bound), error.shape) if error.size else None
+    assert np.all(error <= bound), (
+        f"error {error[worst]:.3g} above bound {bound[worst]:.3g} at {worst}")
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(12345)

@@ -1,0 +1,86 @@
+"""Bad input: a clear error naming the parameter, raised before any work."""
+
+import threading
+
+import numpy as np
+import pytest
+from conftest import assert_matches_reference
+
+import cso
+
+X = np.ones((1, 4, 8, 8), np.float32)
+W = np.ones((6, 4, 3, 3), np.float32)
+
+
+@pytest.mark.parametrize("args, kwargs, error, pattern", [
+    ((np.ones((4, 8, 8)), W), {}, ValueError, "x must be 4-D"),
+    ((X, np.ones((6, 4, 3))), {}, ValueError, "w must be 4-D"),
+    ((X, np.ones((6, 3, 3, 3))), {}, ValueError, r"w.shape\[1\]"),
+    ((X.astype(np.complex64), W), {}, TypeError, "x must have a real numeric dtype"),
+    ((X, W.astype(bool)), {}, TypeError, "w must have a real numeric dtype"),
+    ((X.astype(object), W), {}, TypeError, "x must have a real numeric dtype"),
+    ((X, W), dict(bias=np.ones(5)), ValueError, r"bias must have shape \(6,\)"),
+    ((X, W), dict(bias=np.ones(6, complex)), TypeError, "bias"),
+    ((X, W), dict(stride=0), ValueError, "stride must be >= 1"),
+    ((X, W), dict(padding=-1), ValueError, "padding must be >= 0"),
+    ((X, W), dict(padding="bogus"), ValueError, "padding must be"),
+    ((X, W), dict(dilation=(1, 0)), ValueError, r"dilation\[1\]"),
+    ((X, W), dict(groups=3), ValueError, "groups"),
+    ((X, W), dict(dilation=5), ValueError, "smaller than the dilated kernel"),
+    ((X, W), dict(threads=0), ValueError, "threads must be between 1 and"),
+    ((X, W), dict(threads=10_000), ValueError, "threads must be between 1 and"),
+    ((X, W), dict(threads=1.5), TypeError, "threads"),
+    ((X, W), dict(out=np.empty((1, 6, 6, 6), np.float64)), ValueError, "out must have shape"),
+    ((X, W), dict(out=np.empty((1, 6, 6, 7), np.float32)), ValueError, "out must have shape"),
+    ((X, W), dict(out=np.empty((1, 6, 6, 12), np.float32)[..., ::2]), ValueError,
+     "C-contiguous"),
+    ((X, W), dict(out=[0]), TypeError, "out must be a numpy.ndarray"),
+    ((X, W), dict(plan="IS"), TypeError, "plan must be a cso.Plan"),
+    (([[1, 2], [3]], W), {}, TypeError, "x must be array-like"),
+])
+def test_bad_input_names_the_parameter(args, kwargs, error, pattern):
+    with pytest.raises(error, match=pattern):
+        cso.conv2d(*args, **kwargs)
+
+
+def test_plan_for_another_problem_is_refused():
+    plan = cso.plan_conv2d((1, 4, 9, 9), W.shape)
+    with pytest.raises(ValueError, match="plan was made for another problem"):
+        cso.conv2d(X, W, plan=plan)
+    plan64 = cso.plan_conv2d(X.shape, W.shape, dtype=np.float64)
+    with pytest.raises(ValueError, match="another problem"):
+        cso.conv2d(X, W, plan=plan64)
+
+
+def test_out_overlapping_the_input_is_refused():
+    buffer = np.ones((1, 6, 6, 6), np.float32)
+    x = buffer[:, :4]
+    out = buffer.reshape(-1)[:96].reshape(1, 6, 4, 4)
+    with pytest.raises(ValueError, match="overlap"):
+        cso.conv2d(x, W, out=out)
+
+
+def test_concurrent_calls_from_four_threads(rng):
+    problems = []
+    for index in range(4):
+        x = rng.standard_normal((1, 8 + index, 20, 17)).astype(np.float32)
+        w = rng.standard_normal((12 + index, 8 + index, 3, 3)).astype(np.float32)
+        problems.append((x, w))
+    results, errors = {}, []
+
+    def work(index):
+        try:
+            x, w = problems[index]
+            for _ in range(5):
+                results[index] = cso.conv2d(x, w, padding=1, threads=1 + index % 2)
+        except Exception as error:  # surfaced below, not swallowed
+            errors.append(error)
+
+    workers = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert errors == []
+    for index, (x, w) in enumerate(problems):
+        assert_matches_reference(results[index], x, w, padding=1)
