@@ -2,7 +2,10 @@
 
 ``Hardware.detect()`` asks py-cpuinfo first, then Linux's
 ``/sys/devices/system/cpu``, then falls back to the stated defaults
-(:data:`DEFAULT_HARDWARE`), field by field.  Any other machine can be
+(:data:`DEFAULT_HARDWARE`), field by field.  py-cpuinfo takes about a second
+(it runs a subprocess), so the result is kept in ``hardware.json`` in the
+cache directory, keyed by the host, the CPU and the core count, and probed
+again whenever that key changes.  Any other machine can be
 described by constructing :class:`Hardware` directly, so a plan can be
 computed for a machine that is not this one.
 """
@@ -10,8 +13,10 @@ computed for a machine that is not this one.
 from __future__ import annotations
 
 import functools
+import json
 import os
-from dataclasses import dataclass, replace
+import platform
+from dataclasses import asdict, dataclass, fields, replace
 
 _SYSFS_CPU = "/sys/devices/system/cpu"
 
@@ -165,20 +170,59 @@ def _flags_from_proc() -> list:
     return []
 
 
-@functools.lru_cache(maxsize=1)
-def _detect() -> Hardware:
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    fields = {"cores": cores}
+def _machine_key() -> str:
+    brand = ""
+    try:
+        with open("/proc/cpuinfo") as handle:
+            brand = next((line.split(":", 1)[1].strip() for line in handle
+                          if line.startswith("model name")), "")
+    except OSError:
+        pass
+    return f"{platform.node()}|{platform.machine()}|{brand}|{_cores()}"
+
+
+def _cores() -> int:
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def _probe() -> Hardware:
+    cores = _cores()
+    found_fields = {"cores": cores}
     sources = []
     for name, probe in (("py-cpuinfo", lambda: _from_cpuinfo(cores)), ("sysfs", _from_sysfs)):
-        found = {k: v for k, v in probe().items() if k not in fields}
+        found = {k: v for k, v in probe().items() if k not in found_fields}
         if found:
             sources.append(name)
-            fields.update(found)
-    if "vector_bytes" not in fields:
+            found_fields.update(found)
+    if "vector_bytes" not in found_fields:
         flags = _flags_from_proc()
         if flags:
-            fields["vector_bytes"], fields["vector_registers"] = _vector_shape_from_flags(flags)
-    if len(fields) < 7:
+            found_fields["vector_bytes"], found_fields["vector_registers"] = (
+                _vector_shape_from_flags(flags))
+    if len(found_fields) < 7:
         sources.append("defaults")
-    return replace(DEFAULT_HARDWARE, **fields, source="+".join(sources) or "defaults")
+    return replace(DEFAULT_HARDWARE, **found_fields, source="+".join(sources) or "defaults")
+
+
+@functools.lru_cache(maxsize=1)
+def _detect() -> Hardware:
+    from ..cachedir import cache_directory
+    path = cache_directory() / "hardware.json"
+    key = _machine_key()
+    try:
+        stored = json.loads(path.read_text())
+        if stored.get("key") == key:
+            names = {f.name for f in fields(Hardware)}
+            return Hardware(**{k: v for k, v in stored["hardware"].items() if k in names})
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        pass  # absent, unreadable or stale: probe again
+    hardware = _probe()
+    try:
+        temporary = path.with_suffix(f".{os.getpid()}.tmp")
+        temporary.write_text(json.dumps({"key": key, "hardware": asdict(hardware)}))
+        os.replace(temporary, path)
+    except OSError:
+        pass
+    return hardware

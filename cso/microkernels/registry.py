@@ -23,11 +23,11 @@ import importlib.util
 import os
 import pathlib
 import sys
-import tempfile
 import threading
 
 import numba
 
+from ..cachedir import cache_directory
 from ..macrokernel import bounds as _bounds_module
 from ..macrokernel import loops as _loops_module
 from ..packing import filters as _filters_module
@@ -46,25 +46,6 @@ def _source_hash() -> str:
     for module in _DEPENDENCIES:
         digest.update(pathlib.Path(module.__file__).read_bytes())
     return digest.hexdigest()[:16]
-
-
-def cache_directory() -> pathlib.Path:
-    """Where generated kernel modules (and their Numba caches) live."""
-    candidates = [os.environ.get("CSO_CACHE_DIR"),
-                  os.path.join(os.path.expanduser("~"), ".cache", "cso")]
-    for candidate in candidates:
-        if not candidate:
-            continue
-        path = pathlib.Path(candidate)
-        try:
-            path.mkdir(parents=True, exist_ok=True)
-            probe = path / f".probe-{os.getpid()}-{threading.get_ident()}"
-            probe.write_text("")
-            probe.unlink()
-            return path
-        except OSError:
-            continue
-    return pathlib.Path(tempfile.mkdtemp(prefix="cso-kernels-"))
 
 
 def _module_source(filters_per_tile, windows_per_tile, dtype_name, vector_lanes) -> str:

@@ -28,11 +28,7 @@ def test_hardware_is_frozen_and_validated():
 def _fresh_detect(monkeypatch, cpuinfo_fields, sysfs_fields):
     monkeypatch.setattr(hw, "_from_cpuinfo", lambda cores: dict(cpuinfo_fields))
     monkeypatch.setattr(hw, "_from_sysfs", lambda: dict(sysfs_fields))
-    hw._detect.cache_clear()
-    try:
-        return Hardware.detect()
-    finally:
-        hw._detect.cache_clear()
+    return hw._probe()
 
 
 def test_cpuinfo_first_then_sysfs(monkeypatch):
@@ -58,11 +54,7 @@ def test_cpuinfo_absent(monkeypatch):
 
     monkeypatch.setattr(builtins, "__import__", no_cpuinfo)
     assert hw._from_cpuinfo(2) == {}
-    hw._detect.cache_clear()
-    try:
-        machine = Hardware.detect()
-    finally:
-        hw._detect.cache_clear()
+    machine = hw._probe()
     assert "py-cpuinfo" not in machine.source
     assert machine.l1_bytes >= 1
 
@@ -96,3 +88,28 @@ def test_sysfs_parser(tmp_path):
     assert hw._from_sysfs(str(tmp_path)) == {
         "l1_bytes": 48 * 1024, "l2_bytes": 2048 * 1024, "l3_bytes": 32 << 20, "line_bytes": 64}
     assert hw._from_sysfs(str(tmp_path / "missing")) == {}
+
+
+def test_detection_is_stored_and_reprobed_when_stale(monkeypatch, tmp_path):
+    monkeypatch.setenv("CSO_CACHE_DIR", str(tmp_path))
+    probes = []
+
+    def fake_probe():
+        probes.append(1)
+        return DEFAULT_HARDWARE.with_changes(l2_bytes=3 << 20, source="probe")
+
+    monkeypatch.setattr(hw, "_probe", fake_probe)
+    hw._detect.cache_clear()
+    try:
+        first = Hardware.detect()
+        hw._detect.cache_clear()
+        assert Hardware.detect() == first and len(probes) == 1  # read back, not probed
+        monkeypatch.setattr(hw, "_machine_key", lambda: "another machine")
+        hw._detect.cache_clear()
+        Hardware.detect()
+        assert len(probes) == 2  # another key: probed again
+        (tmp_path / "hardware.json").write_text("{ not json")
+        hw._detect.cache_clear()
+        assert Hardware.detect().l2_bytes == 3 << 20 and len(probes) == 3
+    finally:
+        hw._detect.cache_clear()
