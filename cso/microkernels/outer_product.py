@@ -22,7 +22,7 @@ The kernel computes, for ``k`` in ``0 .. depth-1``, the rank-1 update
 ``acc[i, j] += filters[k, i] * inputs[k, j]`` with ``acc`` held in
 ``Nf * Nwin / VL`` vector registers (``VL`` lanes each), then writes::
 
-    out[i, j] = acc[i, j] + (0 if overwrite else out[i, j]) + (bias[i] if add_bias else 0)
+    out[i, j] = (0 if overwrite else out[i, j]) + (acc[i, j] + (bias[i] if add_bias else 0))
 
 Nothing here branches on edges: the packing routines guarantee full tiles.
 """
@@ -168,18 +168,30 @@ def build_outer_product_kernel(filters_per_tile: int, windows_per_tile: int,
                     phi.add_incoming(updated[i][v], loop_end)
                     row.append(phi)
                 finals.append(row)
+            bias_terms = []
             for i in range(rows):
                 bias_splat = broadcast(builder.load(builder.gep(bias_ptr, [ir.Constant(intp, i)])))
-                bias_term = builder.select(add_bias_v, bias_splat, zero_vector)
-                out_row = builder.gep(out_ptr, [builder.mul(ir.Constant(intp, i), out_stride_v)])
-                for v in range(vectors_per_row):
-                    pointer = builder.bitcast(
-                        builder.gep(out_row, [ir.Constant(intp, v * vector_lanes)]), vector_ptr_type)
-                    previous = builder.load(pointer, align=element_bytes)
-                    # select, not arithmetic: stale memory (even NaN) must not leak in.
-                    kept = builder.select(overwrite_v, zero_vector, previous)
-                    builder.store(builder.fadd(builder.fadd(finals[i][v], kept), bias_term),
-                                  pointer, align=element_bytes)
+                bias_terms.append(builder.select(add_bias_v, bias_splat, zero_vector))
+
+            def write_back(accumulate):
+                for i in range(rows):
+                    out_row = builder.gep(out_ptr, [builder.mul(ir.Constant(intp, i), out_stride_v)])
+                    for v in range(vectors_per_row):
+                        pointer = builder.bitcast(
+                            builder.gep(out_row, [ir.Constant(intp, v * vector_lanes)]),
+                            vector_ptr_type)
+                        value = builder.fadd(finals[i][v], bias_terms[i])
+                        if accumulate:
+                            value = builder.fadd(builder.load(pointer, align=element_bytes), value)
+                        builder.store(value, pointer, align=element_bytes)
+
+            # Overwriting never reads the old tile: no load on the first channel
+            # tile, and stale memory (even NaN) cannot leak in.
+            with builder.if_else(overwrite_v) as (overwrite_block, accumulate_block):
+                with overwrite_block:
+                    write_back(accumulate=False)
+                with accumulate_block:
+                    write_back(accumulate=True)
             return context.get_dummy_value()
 
         return sig, codegen
