@@ -156,11 +156,14 @@ def main(argv=None):
     parser.add_argument("--peak", type=float, default=None,
                         help="FMA peak per core in GFLOP/s (default: measured now)")
     args = parser.parse_args(argv)
-    wanted = str(args.threads)
-    if any(os.environ.get(v) != wanted for v in _THREAD_VARIABLES):
-        # BLAS reads its thread count at start-up: rerun with it pinned, so the
-        # peers use exactly as many threads as cso.
-        env = dict(os.environ, **{v: wanted for v in _THREAD_VARIABLES})
+    wanted = dict.fromkeys(_THREAD_VARIABLES, str(args.threads))
+    # OpenBLAS workers spin for a while after each call and would steal the
+    # cores from whichever program is timed next: make them sleep at once.
+    wanted["OPENBLAS_THREAD_TIMEOUT"] = "4"
+    if any(os.environ.get(k) != v for k, v in wanted.items()):
+        # BLAS reads these at start-up: rerun with them pinned, so the peers
+        # use exactly as many threads as cso.
+        env = dict(os.environ, **wanted)
         command = [sys.executable, "-m", "cso", "bench"] + (argv if argv is not None else sys.argv[2:])
         return subprocess.call(command, env=env)
     run_benchmark(args.model, args.batch, args.threads, args.rounds, csv_path=args.csv,

@@ -45,6 +45,11 @@ class Hardware:
     l1_cost, l2_cost, l3_cost, dram_cost : float
         Relative cost of moving one byte out of each level (inverse bandwidth,
         L1 = 1).  Used only to compare schedules, so only ratios matter.
+    page_bytes, tlb_entries : int
+        Page size and first-level data-TLB entries.
+    tlb_miss_cost : float
+        Cost of one first-level TLB miss in the same units (about 8 cycles at
+        L1's ~128 bytes per cycle).
     source : str
         Where the figures came from ("py-cpuinfo", "sysfs", "defaults", "user").
     """
@@ -61,11 +66,14 @@ class Hardware:
     l2_cost: float = 2.0
     l3_cost: float = 6.0
     dram_cost: float = 20.0
+    page_bytes: int = 4096
+    tlb_entries: int = 64
+    tlb_miss_cost: float = 1000.0
     source: str = "user"
 
     def __post_init__(self):
         for name in ("l1_bytes", "l2_bytes", "l3_bytes", "line_bytes", "vector_bytes",
-                     "vector_registers", "cores"):
+                     "vector_registers", "cores", "page_bytes", "tlb_entries"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"Hardware.{name} must be a positive int, got {value!r}")

@@ -131,5 +131,20 @@ def test_cost_model_counts_by_hand():
     assert ws_traffic.l3 == raw + 2 * filter_tiles * filter_all
     assert ws_traffic.l2 == (2 * window_tiles * input_all
                              + window_tiles * filter_tiles * input_all + partials)
+    # The whole output (2 KiB) is one page, entered once: one TLB miss each.
+    assert is_traffic.tlb_misses == ws_traffic.tlb_misses == 1
     assert is_traffic.cost == (is_traffic.dram * AVX512.dram_cost + is_traffic.l3 * AVX512.l3_cost
-                               + is_traffic.l2 * AVX512.l2_cost)
+                               + is_traffic.l2 * AVX512.l2_cost + AVX512.tlb_miss_cost)
+
+
+def test_output_tlb_misses_by_hand():
+    from cso.analysis.cost import output_pages_per_tile, output_tlb_misses
+    # 56x56 float32 rows are 12.5 KiB: each of a tile's 14 rows is its own page.
+    assert output_pages_per_tile(14, 56 * 56 * 4, 4096) == 14
+    assert output_pages_per_tile(14, 14 * 14 * 4, 4096) == 3  # 14 rows of 784 B
+    # IS cycling 19 filter tiles x 14 pages > 64 entries: every call misses 14 times.
+    assert output_tlb_misses("IS", 1, 98, 19, 19, 14, 784, 64) == 98 * 19 * 14
+    # WS stays on one tile's 14 pages: each output page is entered once.
+    assert output_tlb_misses("WS", 1, 98, 19, 98, 14, 784, 64) == 784
+    # IS with few filter tiles fits the TLB.
+    assert output_tlb_misses("IS", 2, 98, 4, 4, 14, 200, 64) == 2 * 200
