@@ -11,7 +11,6 @@ from .geometry import make_geometry, result_dtype
 from .macrokernel.bounds import LoopBounds
 from .microkernels.registry import loop_module
 from .packing.filters import pack_bias, pack_edge_filters
-from .packing.inputs import pad_input
 
 
 def _as_array(value, name: str) -> np.ndarray:
@@ -117,17 +116,20 @@ def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, *, out=No
 
 
 def _run(x, w, bias, y, plan: Plan, threads: int) -> np.ndarray:
-    """Pad, pack the edge filter tiles, then drive the plan's loop nest; ``y`` is overwritten."""
+    """Pack the edge filter tiles, then drive the plan's loop nest; ``y`` is overwritten."""
     g = plan.geometry
-    x_padded = pad_input(x, g.pad_top, g.pad_bottom, g.pad_left, g.pad_right, y.dtype)
+    x_ready = np.ascontiguousarray(x, dtype=y.dtype)
     pointwise = g.kernel_height == g.kernel_width == 1
-    if pointwise and (g.stride_h, g.stride_w) != (1, 1):
-        # A strided 1x1 convolution reads only every stride-th pixel: keep just
-        # those (a cheap strided copy), and it becomes stride 1, read in place.
-        x_padded = np.ascontiguousarray(
-            x_padded[:, :, :g.stride_h * (g.out_height - 1) + 1:g.stride_h,
-                     :g.stride_w * (g.out_width - 1) + 1:g.stride_w])
-    x_flat = _writeable(x_padded).reshape(-1)
+    unpadded = g.pad_top == g.pad_bottom == g.pad_left == g.pad_right == 0
+    subsample = pointwise and unpadded and (g.stride_h, g.stride_w) != (1, 1)
+    if subsample:
+        # A strided, unpadded 1x1 convolution reads only every stride-th pixel:
+        # keep just those (a small strided copy), and it becomes a stride-1 1x1
+        # convolution whose input is read in place, with no packing.
+        x_ready = np.ascontiguousarray(
+            x_ready[:, :, :g.stride_h * (g.out_height - 1) + 1:g.stride_h,
+                    :g.stride_w * (g.out_width - 1) + 1:g.stride_w])
+    x_flat = _writeable(x_ready).reshape(-1)
     # Full filter tiles are read in place from KCRS; only the last, partial
     # tile of each group is packed (zero rows past K), a few kilobytes.
     w_flat = _writeable(np.ascontiguousarray(w, dtype=y.dtype)).reshape(-1)
@@ -138,13 +140,14 @@ def _run(x, w, bias, y, plan: Plan, threads: int) -> np.ndarray:
         batch=g.batch, groups=g.groups, channels=g.channels_per_group,
         filters=g.filters_per_group, kernel_height=g.kernel_height,
         kernel_width=g.kernel_width,
-        stride_h=1 if pointwise else g.stride_h, stride_w=1 if pointwise else g.stride_w,
+        stride_h=1 if subsample else g.stride_h, stride_w=1 if subsample else g.stride_w,
         dilation_h=g.dilation_h, dilation_w=g.dilation_w,
-        height_padded=x_padded.shape[2], width_padded=x_padded.shape[3],
+        height=x_ready.shape[2], width=x_ready.shape[3], pad_top=g.pad_top,
+        pad_left=g.pad_left,
         out_height=g.out_height, out_width=g.out_width, channel_tile=plan.channel_tile,
         l2_tiles=plan.l2_tiles, l3_tiles=plan.l3_tiles,
         filters_per_tile=plan.filters_per_tile, windows_per_tile=plan.windows_per_tile,
-        input_in_place=pointwise and x_padded.shape[2:] == (g.out_height, g.out_width),
+        input_in_place=pointwise and unpadded and x_ready.shape[2:] == (g.out_height, g.out_width),
         filters_packed=False)
     module = loop_module(plan.filters_per_tile, plan.windows_per_tile, plan.dtype,
                          plan.vector_lanes)

@@ -14,7 +14,8 @@ LoopBounds = namedtuple("LoopBounds", [
     "kernel_height",    # R
     "kernel_width",     # S
     "stride_h", "stride_w", "dilation_h", "dilation_w",
-    "height_padded", "width_padded",  # Hp, Wp of the zero-bordered input
+    "height", "width",            # H, W of the input as given (unpadded)
+    "pad_top", "pad_left",
     "out_height", "out_width",        # P, Q
     "channel_tile",     # Nc
     "l2_tiles",         # K2

@@ -18,7 +18,8 @@ Contracts relied on
     ``[G][C_g*R*S][Nf]`` of each group when ``K_g % Nf`` (zero rows past K).
 
 * ``bias``: ``[G][T_f*Nf]``, zero past ``K_g``.
-* ``x_flat``: the zero-bordered input ``[N][C][Hp][Wp]`` flattened.  When
+* ``x_flat``: the input ``[N][C][H][W]`` flattened, unpadded: packing
+  writes the padding's zeros into the panels.  When
   ``b.input_in_place`` (1x1, stride 1, no padding) a full window tile's
   panel *is* ``x_flat`` from ``image + c0*H*W + w0`` with row stride ``H*W``,
   and only edge tiles are packed into ``[nc*R*S][Nwin]`` panels.
@@ -34,7 +35,8 @@ import numpy as np
 from numba import njit, prange
 
 from cso.packing.filters import filter_panel_offset
-from cso.packing.inputs import pack_input_panel_gather, pack_input_panel_shifted
+from cso.packing.inputs import pack_input_panel
+from cso.packing.vector_copy import copy_run
 
 # Bound by cso.microkernels.registry in each generated specialisation.
 microkernel = None
@@ -161,20 +163,12 @@ def _pack_tile(x_flat, b, image, group, channel_start, channels, window_start, p
     """Pack one input tile, unless the kernel reads it in place."""
     if _in_place(b, window_start):
         return
-    image_offset = ((image * b.groups + group) * b.channels
-                    * b.height_padded * b.width_padded)
-    windows = b.out_height * b.out_width
-    if b.stride_h == 1 and b.stride_w == 1:
-        pack_input_panel_shifted(x_flat, image_offset, b.height_padded, b.width_padded,
-                                 channel_start, channels, b.kernel_height, b.kernel_width,
-                                 b.dilation_h, b.dilation_w, b.out_width, windows,
-                                 window_start, b.windows_per_tile, panel, panel_offset)
-    else:
-        pack_input_panel_gather(x_flat, image_offset, b.height_padded, b.width_padded,
-                                channel_start, channels, b.kernel_height, b.kernel_width,
-                                b.stride_h, b.stride_w, b.dilation_h, b.dilation_w,
-                                b.out_width, windows, window_start, b.windows_per_tile,
-                                panel, panel_offset)
+    image_offset = (image * b.groups + group) * b.channels * b.height * b.width
+    pack_input_panel(x_flat, image_offset, b.height, b.width, b.pad_top, b.pad_left,
+                     channel_start, channels, b.kernel_height, b.kernel_width, b.stride_h,
+                     b.stride_w, b.dilation_h, b.dilation_w, b.out_width,
+                     b.out_height * b.out_width, window_start, b.windows_per_tile, panel,
+                     panel_offset)
 
 
 @njit(nogil=True)
@@ -216,7 +210,7 @@ def _tile(x_flat, filters, edge_filters, bias, has_bias, y_flat, panels, panel_o
     inputs_offset = panel_offset
     inputs_stride = nwin
     if _in_place(b, window_start):
-        plane = b.height_padded * b.width_padded
+        plane = b.height * b.width
         inputs = x_flat
         inputs_offset = (((image * b.groups + group) * b.channels + channel_start) * plane
                          + window_start)
@@ -232,9 +226,11 @@ def _tile(x_flat, filters, edge_filters, bias, has_bias, y_flat, panels, panel_o
         return
     microkernel(depth, source, filter_offset, k_stride, i_stride, inputs, inputs_offset,
                 inputs_stride, scratch, 0, nwin, bias, bias_offset, True, last)
-    for i in range(rows):
-        for j in range(columns):
-            if first:
-                y_flat[y_offset + i * windows + j] = scratch[i * nwin + j]
-            else:
-                y_flat[y_offset + i * windows + j] += scratch[i * nwin + j]
+    if first:
+        for i in range(rows):
+            copy_run(y_flat, y_offset + i * windows, scratch, i * nwin, columns)
+    else:
+        for i in range(rows):
+            row = y_offset + i * windows
+            for j in range(columns):
+                y_flat[row + j] += scratch[i * nwin + j]

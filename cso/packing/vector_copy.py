@@ -1,11 +1,13 @@
-"""Masked vector copy: the primitive every packing routine is built on.
+"""Masked vector copies: the primitives packing is built on.
 
-``copy_run(dst, dst_offset, src, src_offset, count)`` copies ``count``
-contiguous elements with 64-byte vector loads and stores, the last one
-masked, so a run of any length costs ``ceil(count / lanes)`` vector
-operations and no scalar tail.  Loading a vector at ``src_offset + s`` is
-how packing shifts an input row by ``s`` elements: the row is in L1 after
-the first load, and every shifted copy is served from there.
+* :func:`pack_row_runs` fills panel rows from one input row, with zeros
+  where the window reads padding: shifted masked loads for stride 1
+  (vector-based packing: the row is in L1 after the first load, and every
+  shifted copy is served from there), masked gathers for other strides.
+* :func:`copy_run` copies a contiguous run (edge tiles out of scratch).
+
+Every run of any length costs ``ceil(count / lanes)`` vector operations
+and no scalar tail.
 
 LLVM lowers the 64-byte vectors to AVX-512, two AVX2 registers or four NEON
 ones, so the routine is portable; only its speed depends on the target.
@@ -80,69 +82,126 @@ def copy_run(typingctx, dst, dst_offset, src, src_offset, count):
 
 
 @intrinsic
-def gather_run(typingctx, dst, dst_offset, src, src_offset, count, stride):
-    """Copy ``src[src_offset + t * stride]`` for ``t < count`` to ``dst[dst_offset + t]``.
+def pack_row_runs(typingctx, dst, dst_offset, dst_stride, src, src_row, first_column,
+                  column_step, shift, copies, count, row_width):
+    """Pack ``copies`` panel rows from one input row, zeros where it has none.
 
-    A masked vector gather per ``lanes`` elements: the strided counterpart of
-    :func:`copy_run`, used to pack inputs of convolutions with stride > 1.
+    Row ``s`` (``0 <= s < copies``) of the result, ``dst[dst_offset +
+    s*dst_stride + t]`` for ``t < count``, is the input element at column
+    ``col = first_column + s*shift + t*column_step`` of the row starting at
+    ``src[src_row]``, or zero when ``col`` is outside ``[0, row_width)``
+    (padding; ``row_width = 0`` zeroes whole rows that lie in the padding).
+
+    With ``column_step == 1`` each row is a masked vector load at a shifted
+    start: the same input segment shifted by ``shift`` elements per row, the
+    vector-based packing of stride-1 convolutions.  Otherwise the lanes are
+    fetched by a masked gather.  Masked-off lanes are never read, so columns
+    outside the input cost nothing and cannot fault.
     """
     if not (isinstance(dst, types.Array) and isinstance(src, types.Array)
             and dst.dtype == src.dtype and dst.dtype in (types.float32, types.float64)):
-        raise TypeError(f"gather_run needs two float arrays of one dtype, got {dst} and {src}")
+        raise TypeError(f"pack_row_runs needs two float arrays of one dtype, got {dst} and {src}")
     float_type = dst.dtype
-    sig = types.void(dst, types.intp, src, types.intp, types.intp, types.intp)
+    sig = types.void(dst, types.intp, types.intp, src, types.intp, types.intp, types.intp,
+                     types.intp, types.intp, types.intp, types.intp)
 
     def codegen(context, builder, signature, args):
-        dst_a, dst_off, src_a, src_off, count_v, stride_v = args
+        (dst_a, dst_off, dst_stride, src_a, src_row, first_column_v, step_v, shift_v,
+         copies_v, count_v, width_v) = args
         element = context.get_value_type(float_type)
         element_bytes = 4 if float_type == types.float32 else 8
         lanes = _VECTOR_BYTES // element_bytes
         suffix = "f32" if float_type == types.float32 else "f64"
         vector = ir.VectorType(element, lanes)
-        mask_type = ir.VectorType(ir.IntType(1), lanes)
+        pointer = vector.as_pointer()
         intp = count_v.type
-        index_vector_type = ir.VectorType(intp, lanes)
-        pointer_vector_type = ir.VectorType(element.as_pointer(), lanes)
+        index_vector = ir.VectorType(intp, lanes)
+        mask_type = ir.VectorType(ir.IntType(1), lanes)
+        pointer_vector = ir.VectorType(element.as_pointer(), lanes)
+        i32 = ir.IntType(32)
+        load = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(vector, [pointer, i32, mask_type, vector]),
+            f"llvm.masked.load.v{lanes}{suffix}.p0")
         gather = cgutils.get_or_insert_function(
-            builder.module,
-            ir.FunctionType(vector, [pointer_vector_type, ir.IntType(32), mask_type, vector]),
+            builder.module, ir.FunctionType(vector, [pointer_vector, i32, mask_type, vector]),
             f"llvm.masked.gather.v{lanes}{suffix}.v{lanes}p0")
         store = cgutils.get_or_insert_function(
-            builder.module,
-            ir.FunctionType(ir.VoidType(), [vector, vector.as_pointer(), ir.IntType(32), mask_type]),
+            builder.module, ir.FunctionType(ir.VoidType(), [vector, pointer, i32, mask_type]),
             f"llvm.masked.store.v{lanes}{suffix}.p0")
         dst_ptr = builder.gep(context.make_array(signature.args[0])(context, builder, dst_a).data,
                               [dst_off])
-        src_ptr = builder.gep(context.make_array(signature.args[2])(context, builder, src_a).data,
-                              [src_off])
-        zeros = ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes)
-        undef = ir.Constant(index_vector_type, ir.Undefined)
+        row_ptr = builder.gep(context.make_array(signature.args[3])(context, builder, src_a).data,
+                              [src_row])
+        zero = ir.Constant(intp, 0)
+        lane_index = ir.Constant(index_vector, list(range(lanes)))
+        undef = ir.Constant(index_vector, ir.Undefined)
+        zeros_i32 = ir.Constant(ir.VectorType(i32, lanes), [0] * lanes)
+        align = ir.Constant(i32, element_bytes)
+        zero_vector = ir.Constant(vector, [0.0] * lanes)
 
         def splat(value):
-            one = builder.insert_element(undef, value, ir.Constant(ir.IntType(32), 0))
-            return builder.shuffle_vector(one, undef, zeros)
+            one = builder.insert_element(undef, value, ir.Constant(i32, 0))
+            return builder.shuffle_vector(one, undef, zeros_i32)
 
-        lane_index = ir.Constant(index_vector_type, list(range(lanes)))
-        # Byte offsets of the lanes: t * stride * element_bytes.
-        lane_bytes = builder.mul(lane_index, splat(builder.mul(stride_v, ir.Constant(intp, element_bytes))))
-        align = ir.Constant(ir.IntType(32), element_bytes)
-        passthrough = ir.Constant(vector, ir.Undefined)
+        contiguous = builder.icmp_signed("==", step_v, ir.Constant(intp, 1))
+        step_splat = splat(step_v)
+        width_splat = splat(width_v)
+        zero_splat = splat(zero)
         entry = builder.basic_block
-        loop = builder.append_basic_block("gather.loop")
-        done = builder.append_basic_block("gather.done")
-        builder.cbranch(builder.icmp_signed(">", count_v, ir.Constant(intp, 0)), loop, done)
-        builder.position_at_end(loop)
+        outer = builder.append_basic_block("pack.row")
+        inner = builder.append_basic_block("pack.vector")
+        next_row = builder.append_basic_block("pack.next")
+        done = builder.append_basic_block("pack.done")
+        work = builder.and_(builder.icmp_signed(">", count_v, zero),
+                            builder.icmp_signed(">", copies_v, zero))
+        builder.cbranch(work, outer, done)
+
+        builder.position_at_end(outer)
+        copy = builder.phi(intp)
+        copy.add_incoming(zero, entry)
+        target_row = builder.gep(dst_ptr, [builder.mul(copy, dst_stride)])
+        row_start = builder.add(first_column_v, builder.mul(copy, shift_v))
+        builder.branch(inner)
+
+        builder.position_at_end(inner)
         start = builder.phi(intp)
-        start.add_incoming(ir.Constant(intp, 0), entry)
-        mask = builder.icmp_signed("<", lane_index, splat(builder.sub(count_v, start)))
-        first = builder.ptrtoint(builder.gep(src_ptr, [builder.mul(start, stride_v)]), intp)
-        addresses = builder.inttoptr(builder.add(splat(first), lane_bytes), pointer_vector_type)
-        values = builder.call(gather, [addresses, align, mask, passthrough])
-        target = builder.bitcast(builder.gep(dst_ptr, [start]), vector.as_pointer())
-        builder.call(store, [values, target, align, mask])
+        start.add_incoming(zero, outer)
+        # Lane t of this vector is window start + t; its input column:
+        lanes_t = builder.add(splat(start), lane_index)
+        columns = builder.add(splat(row_start), builder.mul(lanes_t, step_splat))
+        in_run = builder.icmp_signed("<", lanes_t, splat(count_v))
+        inside = builder.and_(builder.icmp_signed(">=", columns, zero_splat),
+                              builder.icmp_signed("<", columns, width_splat))
+        read = builder.and_(in_run, inside)
+        with builder.if_else(contiguous) as (shifted, gathered):
+            with shifted:
+                first = builder.gep(row_ptr, [builder.add(row_start, start)])
+                shifted_values = builder.call(
+                    load, [builder.bitcast(first, pointer), align, read, zero_vector])
+                shifted_block = builder.basic_block
+            with gathered:
+                # Addresses of masked-off lanes may lie outside the input:
+                # computed as integers, never dereferenced.
+                base = splat(builder.ptrtoint(row_ptr, intp))
+                byte_offsets = builder.mul(columns, splat(ir.Constant(intp, element_bytes)))
+                addresses = builder.inttoptr(builder.add(base, byte_offsets), pointer_vector)
+                gathered_values = builder.call(gather, [addresses, align, read, zero_vector])
+                gathered_block = builder.basic_block
+        values = builder.phi(vector)
+        values.add_incoming(shifted_values, shifted_block)
+        values.add_incoming(gathered_values, gathered_block)
+        builder.call(store, [values, builder.bitcast(builder.gep(target_row, [start]), pointer),
+                             align, in_run])
         following = builder.add(start, ir.Constant(intp, lanes))
-        start.add_incoming(following, loop)
-        builder.cbranch(builder.icmp_signed("<", following, count_v), loop, done)
+        loop_end = builder.basic_block
+        start.add_incoming(following, loop_end)
+        builder.cbranch(builder.icmp_signed("<", following, count_v), inner, next_row)
+
+        builder.position_at_end(next_row)
+        after = builder.add(copy, ir.Constant(intp, 1))
+        copy.add_incoming(after, next_row)
+        builder.cbranch(builder.icmp_signed("<", after, copies_v), outer, done)
+
         builder.position_at_end(done)
         return context.get_dummy_value()
 

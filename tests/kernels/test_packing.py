@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from cso.packing.filters import pack_bias, pack_edge_filters, pack_filters_panels
-from cso.packing.inputs import pack_input_panel_gather, pack_input_panel_shifted, pad_input
-from cso.packing.vector_copy import copy_run, gather_run
+from cso.packing.inputs import pack_input_panel
+from cso.packing.vector_copy import copy_run, pack_row_runs
 
 
 @numba.njit
@@ -15,20 +15,16 @@ def _copy(dst, dst_offset, src, src_offset, count):
 
 
 @numba.njit
-def _gather(dst, dst_offset, src, src_offset, count, stride):
-    gather_run(dst, dst_offset, src, src_offset, count, stride)
+def _pack_rows(dst, dst_offset, dst_stride, src, src_row, first_column, step, shift, copies,
+               count, width):
+    pack_row_runs(dst, dst_offset, dst_stride, src, src_row, first_column, step, shift, copies,
+                  count, width)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_vector_copies_touch_exactly_their_run(dtype):
-    source = np.arange(300, dtype=dtype)
+def test_copy_run_touches_exactly_its_run(dtype):
+    source = np.arange(100, dtype=dtype)
     for count in range(0, 40):
-        for stride in (1, 2, 3):
-            target = np.full(64, -1, dtype)
-            _gather(target, 3, source, 5, count, stride)
-            expected = np.full(64, -1, dtype)
-            expected[3:3 + count] = source[5:5 + stride * count:stride]
-            assert np.array_equal(target, expected)
         target = np.full(64, -1, dtype)
         _copy(target, 7, source, 2, count)
         expected = np.full(64, -1, dtype)
@@ -36,8 +32,34 @@ def test_vector_copies_touch_exactly_their_run(dtype):
         assert np.array_equal(target, expected)
 
 
-def _expected_panel(x_padded, image, c0, nc, R, S, sh, sw, dh, dw, P, Q, w0, nwin):
-    panel = np.zeros((nc, R, S, nwin), x_padded.dtype)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("step", [1, 2, 3])
+def test_pack_row_runs_against_the_definition(dtype, step):
+    width = 23
+    row = np.arange(1, width + 1, dtype=dtype)
+    source = np.concatenate([np.full(9, np.nan, dtype), row, np.full(9, np.nan, dtype)])
+    for first_column in (-4, 0, 5):
+        for shift, copies in ((1, 3), (2, 2)):
+            for count in (0, 1, 7, 16, 17, 33):
+                stride = 40
+                target = np.full(copies * stride + 3, -1, dtype)
+                _pack_rows(target, 2, stride, source, 9, first_column, step, shift, copies,
+                           count, width)
+                expected = np.full_like(target, -1)
+                for s in range(copies):
+                    for t in range(count):
+                        column = first_column + s * shift + t * step
+                        expected[2 + s * stride + t] = row[column] if 0 <= column < width else 0
+                assert np.array_equal(target, expected)  # NaN outside the row is never read
+    zeroed = np.full(10, -1, dtype)
+    _pack_rows(zeroed, 0, 5, source, 0, 0, step, 1, 2, 4, 0)  # a row in the padding
+    assert np.array_equal(zeroed, [0, 0, 0, 0, -1] * 2)
+
+
+def _expected_panel(x, image, c0, nc, R, S, sh, sw, dh, dw, padding, P, Q, w0, nwin):
+    top, bottom, left, right = padding
+    padded = np.pad(x, ((0, 0), (0, 0), (top, bottom), (left, right)))
+    panel = np.zeros((nc, R, S, nwin), x.dtype)
     for j in range(nwin):
         window = w0 + j
         if window >= P * Q:
@@ -45,46 +67,31 @@ def _expected_panel(x_padded, image, c0, nc, R, S, sh, sw, dh, dw, P, Q, w0, nwi
         p, q = divmod(window, Q)
         for r in range(R):
             for s in range(S):
-                panel[:, r, s, j] = x_padded[image, c0:c0 + nc, p * sh + r * dh, q * sw + s * dw]
+                panel[:, r, s, j] = padded[image, c0:c0 + nc, p * sh + r * dh, q * sw + s * dw]
     return panel.reshape(-1)
 
 
 @pytest.mark.parametrize("stride, dilation, padding", [
     ((1, 1), (1, 1), (1, 1, 1, 1)), ((1, 1), (2, 1), (0, 2, 1, 0)),
-    ((2, 2), (1, 1), (3, 3, 3, 3)), ((3, 1), (1, 2), (0, 0, 2, 1))])
+    ((2, 2), (1, 1), (3, 3, 3, 3)), ((3, 1), (1, 2), (0, 0, 2, 1)), ((1, 2), (1, 1), (5, 5, 6, 6))])
 def test_input_panels(stride, dilation, padding):
     rng = np.random.default_rng(0)
     x = rng.standard_normal((2, 5, 11, 13)).astype(np.float32)
-    x_padded = pad_input(x, *padding, np.float32)
+    top, bottom, left, right = padding
     R, S = 3, 2
-    Hp, Wp = x_padded.shape[2:]
-    P = (Hp - dilation[0] * (R - 1) - 1) // stride[0] + 1
-    Q = (Wp - dilation[1] * (S - 1) - 1) // stride[1] + 1
+    P = (11 + top + bottom - dilation[0] * (R - 1) - 1) // stride[0] + 1
+    Q = (13 + left + right - dilation[1] * (S - 1) - 1) // stride[1] + 1
     nwin = 32
-    flat = x_padded.reshape(-1)
+    flat = x.reshape(-1)
     for image, c0, nc in ((0, 0, 5), (1, 1, 3)):
-        offset = image * 5 * Hp * Wp
         for w0 in range(0, P * Q, nwin):
             panel = np.full(7 + nc * R * S * nwin, np.nan, np.float32)
-            if stride == (1, 1):
-                pack_input_panel_shifted(flat, offset, Hp, Wp, c0, nc, R, S, dilation[0],
-                                         dilation[1], Q, P * Q, w0, nwin, panel, 7)
-            else:
-                pack_input_panel_gather(flat, offset, Hp, Wp, c0, nc, R, S, stride[0], stride[1],
-                                        dilation[0], dilation[1], Q, P * Q, w0, nwin, panel, 7)
-            expected = _expected_panel(x_padded, image, c0, nc, R, S, *stride, *dilation, P, Q,
+            pack_input_panel(flat, image * 5 * 11 * 13, 11, 13, top, left, c0, nc, R, S,
+                             *stride, *dilation, Q, P * Q, w0, nwin, panel, 7)
+            expected = _expected_panel(x, image, c0, nc, R, S, *stride, *dilation, padding, P, Q,
                                        w0, nwin)
             assert np.array_equal(panel[7:], expected)
             assert np.isnan(panel[:7]).all()
-
-
-def test_pad_input_zero_borders():
-    x = np.arange(2 * 3 * 4 * 5, dtype=np.float64).reshape(2, 3, 4, 5)
-    padded = pad_input(x, 1, 2, 0, 3, np.float32)
-    assert padded.dtype == np.float32 and padded.shape == (2, 3, 7, 8)
-    assert np.array_equal(padded[:, :, 1:5, 0:5], x.astype(np.float32))
-    assert padded.sum() == x.sum()
-    assert pad_input(x, 0, 0, 0, 0, np.float64) is x
 
 
 def test_filter_panels_layout():
