@@ -33,7 +33,10 @@ from numba import njit
 from .vector_copy import pack_row_runs
 
 
-@njit(cache=True, nogil=True)
+# Not cached on its own: Numba's cache would not notice a change to the
+# intrinsic it calls.  It is compiled into, and cached with, each generated
+# loop module, whose file name hashes every source it depends on.
+@njit(nogil=True)
 def pack_input_panel(x_flat, image_offset, height, width, pad_top, pad_left, channel_start,
                      channels, kernel_height, kernel_width, stride_h, stride_w, dilation_h,
                      dilation_w, out_width, windows, window_start, windows_per_tile,

@@ -143,66 +143,83 @@ def pack_row_runs(typingctx, dst, dst_offset, dst_stride, src, src_row, first_co
             one = builder.insert_element(undef, value, ir.Constant(i32, 0))
             return builder.shuffle_vector(one, undef, zeros_i32)
 
-        contiguous = builder.icmp_signed("==", step_v, ir.Constant(intp, 1))
-        step_splat = splat(step_v)
-        width_splat = splat(width_v)
-        zero_splat = splat(zero)
-        entry = builder.basic_block
-        outer = builder.append_basic_block("pack.row")
-        inner = builder.append_basic_block("pack.vector")
-        next_row = builder.append_basic_block("pack.next")
-        done = builder.append_basic_block("pack.done")
+        def ceil_div(numerator, denominator):
+            # For denominator > 0: floor((numerator + denominator - 1) / denominator).
+            shifted = builder.add(numerator, builder.sub(denominator, ir.Constant(intp, 1)))
+            quotient = builder.sdiv(shifted, denominator)
+            inexact_negative = builder.and_(
+                builder.icmp_signed("<", shifted, zero),
+                builder.icmp_signed("!=", builder.mul(quotient, denominator), shifted))
+            return builder.select(inexact_negative, builder.sub(quotient, ir.Constant(intp, 1)),
+                                  quotient)
+
+        def clamp(value, low, high):
+            value = builder.select(builder.icmp_signed("<", value, low), low, value)
+            return builder.select(builder.icmp_signed(">", value, high), high, value)
+
+        def emit_rows(name, fetch):
+            """Loop over the copies and their vectors; ``fetch(row_start, start, lanes_t,
+            read)`` returns the vector of lanes ``start .. start+lanes-1``."""
+            head = builder.basic_block
+            outer = builder.append_basic_block(f"{name}.row")
+            inner = builder.append_basic_block(f"{name}.vector")
+            next_row = builder.append_basic_block(f"{name}.next")
+            end = builder.append_basic_block(f"{name}.end")
+            builder.branch(outer)
+            builder.position_at_end(outer)
+            copy = builder.phi(intp)
+            copy.add_incoming(zero, head)
+            target_row = builder.gep(dst_ptr, [builder.mul(copy, dst_stride)])
+            row_start = builder.add(first_column_v, builder.mul(copy, shift_v))
+            # Lanes t with 0 <= row_start + t*step < width, as one range [low, high).
+            low = clamp(ceil_div(builder.sub(zero, row_start), step_v), zero, count_v)
+            high = clamp(ceil_div(builder.sub(width_v, row_start), step_v), low, count_v)
+            low_splat, high_splat = splat(low), splat(high)
+            builder.branch(inner)
+            builder.position_at_end(inner)
+            start = builder.phi(intp)
+            start.add_incoming(zero, outer)
+            lanes_t = builder.add(splat(start), lane_index)
+            read = builder.and_(builder.icmp_signed(">=", lanes_t, low_splat),
+                                builder.icmp_signed("<", lanes_t, high_splat))
+            values = fetch(row_start, start, read)
+            builder.call(store, [values,
+                                 builder.bitcast(builder.gep(target_row, [start]), pointer),
+                                 align, builder.icmp_signed("<", lanes_t, count_splat)])
+            following = builder.add(start, ir.Constant(intp, lanes))
+            start.add_incoming(following, builder.basic_block)
+            builder.cbranch(builder.icmp_signed("<", following, count_v), inner, next_row)
+            builder.position_at_end(next_row)
+            after = builder.add(copy, ir.Constant(intp, 1))
+            copy.add_incoming(after, next_row)
+            builder.cbranch(builder.icmp_signed("<", after, copies_v), outer, end)
+            builder.position_at_end(end)
+
+        def shifted_load(row_start, start, read):
+            first = builder.gep(row_ptr, [builder.add(row_start, start)])
+            return builder.call(load, [builder.bitcast(first, pointer), align, read, zero_vector])
+
+        lane_bytes = builder.mul(lane_index, splat(builder.mul(step_v, ir.Constant(intp, element_bytes))))
+        base = builder.ptrtoint(row_ptr, intp)
+
+        def strided_gather(row_start, start, read):
+            # Addresses of masked-off lanes may lie outside the input: computed
+            # as integers, never dereferenced.
+            first = builder.add(base, builder.mul(
+                builder.add(row_start, builder.mul(start, step_v)), ir.Constant(intp, element_bytes)))
+            addresses = builder.inttoptr(builder.add(splat(first), lane_bytes), pointer_vector)
+            return builder.call(gather, [addresses, align, read, zero_vector])
+
+        count_splat = splat(count_v)
         work = builder.and_(builder.icmp_signed(">", count_v, zero),
                             builder.icmp_signed(">", copies_v, zero))
-        builder.cbranch(work, outer, done)
-
-        builder.position_at_end(outer)
-        copy = builder.phi(intp)
-        copy.add_incoming(zero, entry)
-        target_row = builder.gep(dst_ptr, [builder.mul(copy, dst_stride)])
-        row_start = builder.add(first_column_v, builder.mul(copy, shift_v))
-        builder.branch(inner)
-
-        builder.position_at_end(inner)
-        start = builder.phi(intp)
-        start.add_incoming(zero, outer)
-        # Lane t of this vector is window start + t; its input column:
-        lanes_t = builder.add(splat(start), lane_index)
-        columns = builder.add(splat(row_start), builder.mul(lanes_t, step_splat))
-        in_run = builder.icmp_signed("<", lanes_t, splat(count_v))
-        inside = builder.and_(builder.icmp_signed(">=", columns, zero_splat),
-                              builder.icmp_signed("<", columns, width_splat))
-        read = builder.and_(in_run, inside)
-        with builder.if_else(contiguous) as (shifted, gathered):
-            with shifted:
-                first = builder.gep(row_ptr, [builder.add(row_start, start)])
-                shifted_values = builder.call(
-                    load, [builder.bitcast(first, pointer), align, read, zero_vector])
-                shifted_block = builder.basic_block
-            with gathered:
-                # Addresses of masked-off lanes may lie outside the input:
-                # computed as integers, never dereferenced.
-                base = splat(builder.ptrtoint(row_ptr, intp))
-                byte_offsets = builder.mul(columns, splat(ir.Constant(intp, element_bytes)))
-                addresses = builder.inttoptr(builder.add(base, byte_offsets), pointer_vector)
-                gathered_values = builder.call(gather, [addresses, align, read, zero_vector])
-                gathered_block = builder.basic_block
-        values = builder.phi(vector)
-        values.add_incoming(shifted_values, shifted_block)
-        values.add_incoming(gathered_values, gathered_block)
-        builder.call(store, [values, builder.bitcast(builder.gep(target_row, [start]), pointer),
-                             align, in_run])
-        following = builder.add(start, ir.Constant(intp, lanes))
-        loop_end = builder.basic_block
-        start.add_incoming(following, loop_end)
-        builder.cbranch(builder.icmp_signed("<", following, count_v), inner, next_row)
-
-        builder.position_at_end(next_row)
-        after = builder.add(copy, ir.Constant(intp, 1))
-        copy.add_incoming(after, next_row)
-        builder.cbranch(builder.icmp_signed("<", after, copies_v), outer, done)
-
-        builder.position_at_end(done)
+        with builder.if_then(work):
+            contiguous = builder.icmp_signed("==", step_v, ir.Constant(intp, 1))
+            with builder.if_else(contiguous) as (shifted, gathered):
+                with shifted:
+                    emit_rows("shifted", shifted_load)
+                with gathered:
+                    emit_rows("gathered", strided_gather)
         return context.get_dummy_value()
 
     return sig, codegen
