@@ -94,8 +94,9 @@ def pack_row_runs(typingctx, dst, dst_offset, dst_stride, src, src_row, first_co
 
     With ``column_step == 1`` each row is a masked vector load at a shifted
     start: the same input segment shifted by ``shift`` elements per row, the
-    vector-based packing of stride-1 convolutions.  Otherwise the lanes are
-    fetched by a masked gather.  Masked-off lanes are never read, so columns
+    vector-based packing of stride-1 convolutions.  Stride 2 loads two
+    contiguous vectors and keeps their even lanes (one shuffle); other strides
+    fetch the lanes by a masked gather.  Masked-off lanes are never read, so columns
     outside the input cost nothing and cannot fault.
     """
     if not (isinstance(dst, types.Array) and isinstance(src, types.Array)
@@ -115,10 +116,12 @@ def pack_row_runs(typingctx, dst, dst_offset, dst_stride, src, src_row, first_co
         vector = ir.VectorType(element, lanes)
         pointer = vector.as_pointer()
         intp = count_v.type
-        index_vector = ir.VectorType(intp, lanes)
+        i32 = ir.IntType(32)
+        # Lane positions and their bounds fit in 32 bits (they are < Nwin or a
+        # row width); 32-bit lanes make every mask one compare of one register.
+        lane_vector = ir.VectorType(i32, lanes)
         mask_type = ir.VectorType(ir.IntType(1), lanes)
         pointer_vector = ir.VectorType(element.as_pointer(), lanes)
-        i32 = ir.IntType(32)
         load = cgutils.get_or_insert_function(
             builder.module, ir.FunctionType(vector, [pointer, i32, mask_type, vector]),
             f"llvm.masked.load.v{lanes}{suffix}.p0")
@@ -133,33 +136,36 @@ def pack_row_runs(typingctx, dst, dst_offset, dst_stride, src, src_row, first_co
         row_ptr = builder.gep(context.make_array(signature.args[3])(context, builder, src_a).data,
                               [src_row])
         zero = ir.Constant(intp, 0)
-        lane_index = ir.Constant(index_vector, list(range(lanes)))
-        undef = ir.Constant(index_vector, ir.Undefined)
-        zeros_i32 = ir.Constant(ir.VectorType(i32, lanes), [0] * lanes)
+        one = ir.Constant(intp, 1)
+        lane_index = ir.Constant(lane_vector, list(range(lanes)))
         align = ir.Constant(i32, element_bytes)
         zero_vector = ir.Constant(vector, [0.0] * lanes)
 
-        def splat(value):
-            one = builder.insert_element(undef, value, ir.Constant(i32, 0))
-            return builder.shuffle_vector(one, undef, zeros_i32)
+        def splat(value, vector_type=lane_vector):
+            if vector_type.element != value.type:
+                value = builder.trunc(value, vector_type.element)
+            undef = ir.Constant(vector_type, ir.Undefined)
+            single = builder.insert_element(undef, value, ir.Constant(i32, 0))
+            return builder.shuffle_vector(single, undef,
+                                          ir.Constant(ir.VectorType(i32, lanes), [0] * lanes))
 
         def ceil_div(numerator, denominator):
-            # For denominator > 0: floor((numerator + denominator - 1) / denominator).
-            shifted = builder.add(numerator, builder.sub(denominator, ir.Constant(intp, 1)))
-            quotient = builder.sdiv(shifted, denominator)
-            inexact_negative = builder.and_(
-                builder.icmp_signed("<", shifted, zero),
-                builder.icmp_signed("!=", builder.mul(quotient, denominator), shifted))
-            return builder.select(inexact_negative, builder.sub(quotient, ir.Constant(intp, 1)),
-                                  quotient)
+            # ceil(n / d) for d > 0 and any sign of n (sdiv truncates toward zero).
+            quotient = builder.sdiv(numerator, denominator)
+            remainder = builder.srem(numerator, denominator)
+            return builder.add(quotient, builder.zext(
+                builder.icmp_signed(">", remainder, zero), intp))
 
         def clamp(value, low, high):
             value = builder.select(builder.icmp_signed("<", value, low), low, value)
             return builder.select(builder.icmp_signed(">", value, high), high, value)
 
-        def emit_rows(name, fetch):
-            """Loop over the copies and their vectors; ``fetch(row_start, start, lanes_t,
-            read)`` returns the vector of lanes ``start .. start+lanes-1``."""
+        count_splat = splat(count_v)
+
+        def emit_rows(name, fetch, lane_range):
+            """Loop over the copies and their vectors.  ``lane_range(row_start)``
+            gives the lanes ``[low, high)`` that read the input (None: all of
+            them); ``fetch(row_start, start, read)`` loads those lanes."""
             head = builder.basic_block
             outer = builder.append_basic_block(f"{name}.row")
             inner = builder.append_basic_block(f"{name}.vector")
@@ -171,26 +177,28 @@ def pack_row_runs(typingctx, dst, dst_offset, dst_stride, src, src_row, first_co
             copy.add_incoming(zero, head)
             target_row = builder.gep(dst_ptr, [builder.mul(copy, dst_stride)])
             row_start = builder.add(first_column_v, builder.mul(copy, shift_v))
-            # Lanes t with 0 <= row_start + t*step < width, as one range [low, high).
-            low = clamp(ceil_div(builder.sub(zero, row_start), step_v), zero, count_v)
-            high = clamp(ceil_div(builder.sub(width_v, row_start), step_v), low, count_v)
-            low_splat, high_splat = splat(low), splat(high)
+            bounds = lane_range(row_start)
+            if bounds is not None:
+                low = clamp(bounds[0], zero, count_v)
+                low_splat, high_splat = splat(low), splat(clamp(bounds[1], low, count_v))
             builder.branch(inner)
             builder.position_at_end(inner)
             start = builder.phi(intp)
             start.add_incoming(zero, outer)
             lanes_t = builder.add(splat(start), lane_index)
-            read = builder.and_(builder.icmp_signed(">=", lanes_t, low_splat),
-                                builder.icmp_signed("<", lanes_t, high_splat))
+            in_run = builder.icmp_signed("<", lanes_t, count_splat)
+            read = in_run if bounds is None else builder.and_(
+                builder.icmp_signed(">=", lanes_t, low_splat),
+                builder.icmp_signed("<", lanes_t, high_splat))
             values = fetch(row_start, start, read)
             builder.call(store, [values,
                                  builder.bitcast(builder.gep(target_row, [start]), pointer),
-                                 align, builder.icmp_signed("<", lanes_t, count_splat)])
+                                 align, in_run])
             following = builder.add(start, ir.Constant(intp, lanes))
             start.add_incoming(following, builder.basic_block)
             builder.cbranch(builder.icmp_signed("<", following, count_v), inner, next_row)
             builder.position_at_end(next_row)
-            after = builder.add(copy, ir.Constant(intp, 1))
+            after = builder.add(copy, one)
             copy.add_incoming(after, next_row)
             builder.cbranch(builder.icmp_signed("<", after, copies_v), outer, end)
             builder.position_at_end(end)
@@ -199,27 +207,86 @@ def pack_row_runs(typingctx, dst, dst_offset, dst_stride, src, src_row, first_co
             first = builder.gep(row_ptr, [builder.add(row_start, start)])
             return builder.call(load, [builder.bitcast(first, pointer), align, read, zero_vector])
 
-        lane_bytes = builder.mul(lane_index, splat(builder.mul(step_v, ir.Constant(intp, element_bytes))))
+        def unit_range(row_start):
+            # Lanes t with 0 <= row_start + t < width: no division on this path.
+            return builder.sub(zero, row_start), builder.sub(width_v, row_start)
+
+        def strided_range(row_start):
+            # Lanes t with 0 <= row_start + t*step < width.
+            return (ceil_div(builder.sub(zero, row_start), step_v),
+                    ceil_div(builder.sub(width_v, row_start), step_v))
+
+        index_vector = ir.VectorType(intp, lanes)
+        wide_lanes = ir.Constant(index_vector, list(range(lanes)))
         base = builder.ptrtoint(row_ptr, intp)
 
         def strided_gather(row_start, start, read):
             # Addresses of masked-off lanes may lie outside the input: computed
             # as integers, never dereferenced.
-            first = builder.add(base, builder.mul(
-                builder.add(row_start, builder.mul(start, step_v)), ir.Constant(intp, element_bytes)))
-            addresses = builder.inttoptr(builder.add(splat(first), lane_bytes), pointer_vector)
+            step_bytes = builder.mul(step_v, ir.Constant(intp, element_bytes))
+            first = builder.add(base, builder.add(
+                builder.mul(row_start, ir.Constant(intp, element_bytes)),
+                builder.mul(start, step_bytes)))
+            offsets = builder.mul(wide_lanes, splat(step_bytes, index_vector))
+            addresses = builder.inttoptr(builder.add(splat(first, index_vector), offsets),
+                                         pointer_vector)
             return builder.call(gather, [addresses, align, read, zero_vector])
 
-        count_splat = splat(count_v)
+        pair_vector = ir.VectorType(i32, 2 * lanes)
+        pair_index = ir.Constant(pair_vector, list(range(2 * lanes)))
+        even_lanes = ir.Constant(lane_vector, list(range(0, 2 * lanes, 2)))
+
+        def pair_splat(value):
+            value = builder.trunc(value, i32)
+            undef = ir.Constant(pair_vector, ir.Undefined)
+            single = builder.insert_element(undef, value, ir.Constant(i32, 0))
+            return builder.shuffle_vector(single, undef,
+                                          ir.Constant(ir.VectorType(i32, 2 * lanes), [0] * 2 * lanes))
+
+        def deinterleaved_load(row_start, start, read):
+            # Stride 2: two contiguous masked loads cover the 2*lanes columns
+            # from row_start + 2*start; the even ones are this vector's lanes.
+            # Columns outside the row load as zero, so lanes that read padding
+            # come out zero without a mask of their own.
+            first = builder.add(row_start, builder.add(start, start))
+            columns = builder.add(pair_splat(first), pair_index)
+            inside = builder.and_(builder.icmp_signed(">=", columns, pair_splat(zero)),
+                                  builder.icmp_signed("<", columns, pair_splat(width_v)))
+            halves = []
+            for half in range(2):
+                mask = builder.shuffle_vector(
+                    inside, ir.Constant(inside.type, ir.Undefined),
+                    ir.Constant(ir.VectorType(i32, lanes),
+                                list(range(half * lanes, (half + 1) * lanes))))
+                address = builder.gep(row_ptr, [builder.add(first, ir.Constant(intp, half * lanes))])
+                halves.append(builder.call(load, [builder.bitcast(address, pointer), align, mask,
+                                                  zero_vector]))
+            return builder.shuffle_vector(halves[0], halves[1], even_lanes)
+
         work = builder.and_(builder.icmp_signed(">", count_v, zero),
                             builder.icmp_signed(">", copies_v, zero))
+        last_column = builder.add(first_column_v, builder.add(
+            builder.mul(builder.sub(copies_v, one), shift_v),
+            builder.mul(builder.sub(count_v, one), step_v)))
+        # The common case: every lane of every copy inside the row.
+        interior = builder.and_(builder.icmp_signed(">=", first_column_v, zero),
+                                builder.icmp_signed("<", last_column, width_v))
+        contiguous = builder.icmp_signed("==", step_v, one)
         with builder.if_then(work):
-            contiguous = builder.icmp_signed("==", step_v, ir.Constant(intp, 1))
             with builder.if_else(contiguous) as (shifted, gathered):
                 with shifted:
-                    emit_rows("shifted", shifted_load)
+                    with builder.if_else(interior) as (inside, bordered):
+                        with inside:
+                            emit_rows("interior", shifted_load, lambda row_start: None)
+                        with bordered:
+                            emit_rows("shifted", shifted_load, unit_range)
                 with gathered:
-                    emit_rows("gathered", strided_gather)
+                    two = builder.icmp_signed("==", step_v, ir.Constant(intp, 2))
+                    with builder.if_else(two) as (pairs, other):
+                        with pairs:
+                            emit_rows("pairs", deinterleaved_load, lambda row_start: None)
+                        with other:
+                            emit_rows("gathered", strided_gather, strided_range)
         return context.get_dummy_value()
 
     return sig, codegen
