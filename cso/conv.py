@@ -156,12 +156,14 @@ def _run(x, w, bias, y, plan: Plan, threads: int) -> np.ndarray:
     # set_num_threads is per calling thread in Numba, so concurrent callers
     # with different counts do not disturb each other.
     previous = numba.get_num_threads()
-    numba.set_num_threads(threads)
+    if previous != threads:
+        numba.set_num_threads(threads)
     try:
         loop_nest(x_flat, w_flat, edge_filters, packed_bias, bias is not None, y.reshape(-1),
                   bounds)
     finally:
-        numba.set_num_threads(previous)
+        if previous != threads:
+            numba.set_num_threads(previous)
     return y
 
 

@@ -7,6 +7,7 @@ analysis, the packing and the loops all see the same explicit numbers.
 
 from __future__ import annotations
 
+import functools
 import operator
 from dataclasses import dataclass
 
@@ -157,6 +158,33 @@ def make_geometry(x_shape, w_shape, *, stride=1, padding=0, dilation=1, groups=1
         Naming the parameter and what was expected, for any shape or parameter
         that does not describe a valid convolution.
     """
+    key = _plain((tuple(x_shape) if isinstance(x_shape, (tuple, list)) else x_shape,
+                  tuple(w_shape) if isinstance(w_shape, (tuple, list)) else w_shape,
+                  stride, padding, dilation, groups))
+    if key is None:
+        return _make_geometry(x_shape, w_shape, stride, padding, dilation, groups)
+    return _make_geometry_cached(*key)
+
+
+def _plain(value):
+    """``value`` as nested tuples of exact ints and strs, or None (not memoisable:
+    bools, NumPy scalars and other look-alikes must meet the full checks)."""
+    if type(value) in (int, str):
+        return value
+    if type(value) in (tuple, list):
+        items = tuple(_plain(item) for item in value)
+        return None if any(item is None for item in items) else items
+    return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _make_geometry_cached(x_shape, w_shape, stride, padding, dilation, groups):
+    # Validation is pure: a key seen before gives the same geometry (errors are
+    # not cached by lru_cache, so they are raised afresh every time).
+    return _make_geometry(x_shape, w_shape, stride, padding, dilation, groups)
+
+
+def _make_geometry(x_shape, w_shape, stride, padding, dilation, groups) -> ConvGeometry:
     batch, channels, height, width = _shape(x_shape, "x.shape", "NCHW")
     filters, channels_per_group, kernel_h, kernel_w = _shape(w_shape, "w.shape", "KCRS")
     for value, name in ((channels, "x.shape[1] (C)"), (filters, "w.shape[0] (K)"),

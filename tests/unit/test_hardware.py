@@ -108,6 +108,8 @@ def test_detection_is_stored_and_reprobed_when_stale(monkeypatch, tmp_path):
         hw._detect.cache_clear()
         Hardware.detect()
         assert len(probes) == 2  # another key: probed again
+        stored = (tmp_path / "hardware.json").read_text()
+        assert "l2_cost" not in stored  # costs are never frozen into the store
         (tmp_path / "hardware.json").write_text("{ not json")
         hw._detect.cache_clear()
         assert Hardware.detect().l2_bytes == 3 << 20 and len(probes) == 3
