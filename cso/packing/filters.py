@@ -65,16 +65,13 @@ def pack_edge_filters(w_flat: np.ndarray, groups: int, filters_per_group: int, r
     group's filters or memory past the array.  Empty when ``Nf`` divides ``K_g``.
     """
     full = filters_per_group // filters_per_tile
-    if full * filters_per_tile == filters_per_group:
+    remainder = filters_per_group - full * filters_per_tile
+    if remainder == 0:
         return np.zeros(filters_per_tile, dtype=w_flat.dtype)
-    edges = np.empty(groups * reduction * filters_per_tile, dtype=w_flat.dtype)
-    for group in range(groups):
-        start = (group * filters_per_group + full * filters_per_tile) * reduction
-        stop = (group + 1) * filters_per_group * reduction
-        tile = w_flat[start:stop].reshape(-1, reduction, 1, 1)
-        edges[group * reduction * filters_per_tile:(group + 1) * reduction * filters_per_tile] = (
-            pack_filters_panels(tile, 1, filters_per_tile, w_flat.dtype))
-    return edges
+    by_group = w_flat.reshape(groups, filters_per_group, reduction)
+    tile = np.zeros((groups, filters_per_tile, reduction), dtype=w_flat.dtype)
+    tile[:, :remainder] = by_group[:, full * filters_per_tile:]
+    return np.ascontiguousarray(tile.transpose(0, 2, 1)).reshape(-1)
 
 
 def pack_bias(bias, filters: int, groups: int, filters_per_tile: int, dtype) -> np.ndarray:
