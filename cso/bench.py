@@ -121,8 +121,8 @@ def run_benchmark(model="resnet50", batch=1, threads=1, rounds=5, min_seconds=0.
         print(f"total {name:>6}: {total:9.2f} ms  {rate:7.1f} GFLOP/s  "
               f"{rate / peak_total:6.1%} of peak", file=out)
     for peer in peers:
-        print(f"cso is {totals[peer] / totals['cso']:.2f}x faster than {peer} over the model "
-              f"(ratio of total times)", file=out)
+        print(f"speedup of cso over {peer}: {totals[peer] / totals['cso']:.2f}x "
+              f"({peer}'s total time / cso's; above 1 means cso is faster)", file=out)
     print(f"first call (layer 1, compile or cache load included): {first_call:.2f} s", file=out)
     if csv_path:
         with open(csv_path, "w", newline="") as handle:
