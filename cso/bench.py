@@ -22,6 +22,7 @@ _THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS
 
 def _im2col_gemm(x, w, stride, padding):
     from .reference import conv2d as reference_conv2d
+
     return reference_conv2d(x, w, stride=stride, padding=padding, dtype=np.float32)
 
 
@@ -40,11 +41,13 @@ def _torch_peer(threads):
         tx, tw = _cache[key]
         with torch.no_grad():
             return torch.nn.functional.conv2d(tx, tw, stride=stride, padding=padding)
+
     return run
 
 
-def _best_times(programs, rounds, min_seconds):
-    """Best time of each program over interleaved rounds."""
+def best_times(programs, rounds=5, min_seconds=0.0):
+    """Best time of each program over interleaved rounds (at least ``rounds``,
+    more until ``min_seconds`` have passed, 50 at most)."""
     best = {name: float("inf") for name in programs}
     started = time.perf_counter()
     done = 0
@@ -63,8 +66,16 @@ def _progress(index, total, name, stream=sys.stderr):
     stream.flush()
 
 
-def run_benchmark(model="resnet50", batch=1, threads=1, rounds=5, min_seconds=0.3,
-                  csv_path=None, peak=None, out=sys.stdout):
+def run_benchmark(
+    model="resnet50",
+    batch=1,
+    threads=1,
+    rounds=5,
+    min_seconds=0.3,
+    csv_path=None,
+    peak=None,
+    out=sys.stdout,
+):
     """Time every distinct layer of ``model``; print the table; return the rows."""
     import cso
     from .microkernels.peak import fma_peak_gflops
@@ -97,10 +108,15 @@ def run_benchmark(model="resnet50", batch=1, threads=1, rounds=5, min_seconds=0.
             program()
         expected = cso.reference.conv2d(x, w, **kwargs)
         error = float(np.max(np.abs(cso.conv2d(x, w, threads=threads, **kwargs) - expected)))
-        best = _best_times(programs, rounds, min_seconds)
+        best = best_times(programs, rounds, min_seconds)
         plan = cso.plan_conv2d(x.shape, w.shape, threads=threads, **kwargs)
-        row = {"layer": layer.name, "count": layer.count, "gflop": layer.flops / 1e9,
-               "schedule": plan.schedule, "max_abs_error": error}
+        row = {
+            "layer": layer.name,
+            "count": layer.count,
+            "gflop": layer.flops / 1e9,
+            "schedule": plan.schedule,
+            "max_abs_error": error,
+        }
         for name, seconds in best.items():
             row[f"{name}_ms"] = seconds * 1e3
             row[f"{name}_gflops"] = layer.flops / seconds / 1e9
@@ -110,19 +126,26 @@ def run_benchmark(model="resnet50", batch=1, threads=1, rounds=5, min_seconds=0.
     sys.stderr.write("\n")
     peers = [name for name in ("im2col", "torch") if f"{name}_ms" in rows[0]]
     _print_table(rows, peers, out)
-    totals = {name: sum(r[f"{name}_ms"] * r["count"] for r in rows)
-              for name in ["cso"] + peers}
+    totals = {name: sum(r[f"{name}_ms"] * r["count"] for r in rows) for name in ["cso"] + peers}
     flops = sum(r["gflop"] * r["count"] for r in rows)
-    print(f"\nmodel {model}, batch {batch}, {threads} thread(s), float32; FMA peak "
-          f"{peak_per_core:.1f} GFLOP/s per core ({peak_total:.1f} for {threads} thread(s))",
-          file=out)
+    print(
+        f"\nmodel {model}, batch {batch}, {threads} thread(s), float32; FMA peak "
+        f"{peak_per_core:.1f} GFLOP/s per core ({peak_total:.1f} for {threads} thread(s))",
+        file=out,
+    )
     for name, total in totals.items():
         rate = flops / (total / 1e3)
-        print(f"total {name:>6}: {total:9.2f} ms  {rate:7.1f} GFLOP/s  "
-              f"{rate / peak_total:6.1%} of peak", file=out)
+        print(
+            f"total {name:>6}: {total:9.2f} ms  {rate:7.1f} GFLOP/s  "
+            f"{rate / peak_total:6.1%} of peak",
+            file=out,
+        )
     for peer in peers:
-        print(f"speedup of cso over {peer}: {totals[peer] / totals['cso']:.2f}x "
-              f"({peer}'s total time / cso's; above 1 means cso is faster)", file=out)
+        print(
+            f"speedup of cso over {peer}: {totals[peer] / totals['cso']:.2f}x "
+            f"({peer}'s total time / cso's; above 1 means cso is faster)",
+            file=out,
+        )
     print(f"first call (layer 1, compile or cache load included): {first_call:.2f} s", file=out)
     if csv_path:
         with open(csv_path, "w", newline="") as handle:
@@ -139,22 +162,30 @@ def _print_table(rows, peers, out):
         header += f" {peer + ' GF/s':>12} {'x ' + peer:>9}"
     print(header, file=out)
     for r in rows:
-        line = (f"{r['layer']:<28} {r['count']:>2} {r['gflop']:>6.3f} {r['schedule']:>3} "
-                f"{r['cso_gflops']:>9.1f} {r['cso_peak_share']:>5.0%}")
+        line = (
+            f"{r['layer']:<28} {r['count']:>2} {r['gflop']:>6.3f} {r['schedule']:>3} "
+            f"{r['cso_gflops']:>9.1f} {r['cso_peak_share']:>5.0%}"
+        )
         for peer in peers:
             line += f" {r[peer + '_gflops']:>12.1f} {r[peer + '_ms'] / r['cso_ms']:>9.2f}"
         print(line, file=out)
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m cso bench", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m cso bench", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--model", default="resnet50", choices=["resnet50", "vgg16"])
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--csv", default=None, help="write the per-layer rows to this CSV")
-    parser.add_argument("--peak", type=float, default=None,
-                        help="FMA peak per core in GFLOP/s (default: measured now)")
+    parser.add_argument(
+        "--peak",
+        type=float,
+        default=None,
+        help="FMA peak per core in GFLOP/s (default: measured now)",
+    )
     args = parser.parse_args(argv)
     wanted = dict.fromkeys(_THREAD_VARIABLES, str(args.threads))
     # OpenBLAS workers spin for a while after each call and would steal the
@@ -164,8 +195,11 @@ def main(argv=None):
         # BLAS reads these at start-up: rerun with them pinned, so the peers
         # use exactly as many threads as cso.
         env = dict(os.environ, **wanted)
-        command = [sys.executable, "-m", "cso", "bench"] + (argv if argv is not None else sys.argv[2:])
+        command = [sys.executable, "-m", "cso", "bench"] + (
+            argv if argv is not None else sys.argv[2:]
+        )
         return subprocess.call(command, env=env)
-    run_benchmark(args.model, args.batch, args.threads, args.rounds, csv_path=args.csv,
-                  peak=args.peak)
+    run_benchmark(
+        args.model, args.batch, args.threads, args.rounds, csv_path=args.csv, peak=args.peak
+    )
     return 0

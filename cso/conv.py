@@ -33,13 +33,15 @@ def _check_threads(threads) -> int:
     if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)):
         raise TypeError(f"threads must be an int or None, got {type(threads).__name__}")
     if not 1 <= threads <= available:
-        raise ValueError(f"threads must be between 1 and {available} (Numba's thread pool), "
-                         f"got {threads}")
+        raise ValueError(
+            f"threads must be between 1 and {available} (Numba's thread pool), got {threads}"
+        )
     return int(threads)
 
 
-def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, *, out=None,
-           threads=None, plan=None) -> np.ndarray:
+def conv2d(
+    x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, *, out=None, threads=None, plan=None
+) -> np.ndarray:
     """2-D convolution (cross-correlation, as in deep-learning frameworks).
 
     Parameters
@@ -80,9 +82,12 @@ def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, *, out=No
     w = _as_array(w, "w")
     for array, name, letters in ((x, "x", "(N, C, H, W)"), (w, "w", "(K, C // groups, R, S)")):
         if array.ndim != 4:
-            raise ValueError(f"{name} must be 4-D {letters}, got {array.ndim}-D shape {array.shape}")
-    geometry = make_geometry(x.shape, w.shape, stride=stride, padding=padding,
-                             dilation=dilation, groups=groups)
+            raise ValueError(
+                f"{name} must be 4-D {letters}, got {array.ndim}-D shape {array.shape}"
+            )
+    geometry = make_geometry(
+        x.shape, w.shape, stride=stride, padding=padding, dilation=dilation, groups=groups
+    )
     dtype = result_dtype(x.dtype, w.dtype)
     if bias is not None:
         bias = _as_array(bias, "bias")
@@ -93,8 +98,10 @@ def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, *, out=No
         if not isinstance(out, np.ndarray):
             raise TypeError(f"out must be a numpy.ndarray, got {type(out).__name__}")
         if out.shape != geometry.output_shape or out.dtype != dtype:
-            raise ValueError(f"out must have shape {geometry.output_shape} and dtype {dtype}, "
-                             f"got {out.shape} and {out.dtype}")
+            raise ValueError(
+                f"out must have shape {geometry.output_shape} and dtype {dtype}, "
+                f"got {out.shape} and {out.dtype}"
+            )
         if not out.flags.c_contiguous or not out.flags.writeable:
             raise ValueError("out must be C-contiguous and writeable")
         if any(a is not None and np.shares_memory(out, a) for a in (x, w, bias)):
@@ -103,15 +110,16 @@ def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, *, out=No
         if not isinstance(plan, Plan):
             raise TypeError(f"plan must be a cso.Plan, got {type(plan).__name__}")
         if not plan.matches(geometry, dtype):
-            raise ValueError("plan was made for another problem: expected a plan for "
-                             f"{geometry} in {dtype.name}, got one for {plan.geometry} "
-                             f"in {plan.dtype}")
+            raise ValueError(
+                "plan was made for another problem: expected a plan for "
+                f"{geometry} in {dtype.name}, got one for {plan.geometry} "
+                f"in {plan.dtype}"
+            )
     y = np.empty(geometry.output_shape, dtype=dtype) if out is None else out
     if geometry.batch == 0:
         return y
     if plan is None:
-        plan = plan_for_geometry(geometry, dtype.name, Hardware.detect(), None, None, None,
-                                 threads)
+        plan = plan_for_geometry(geometry, dtype.name, Hardware.detect(), None, None, None, threads)
     return _run(x, w, bias, y, plan, threads)
 
 
@@ -127,40 +135,63 @@ def _run(x, w, bias, y, plan: Plan, threads: int) -> np.ndarray:
         # keep just those (a small strided copy), and it becomes a stride-1 1x1
         # convolution whose input is read in place, with no packing.
         x_ready = np.ascontiguousarray(
-            x_ready[:, :, :g.stride_h * (g.out_height - 1) + 1:g.stride_h,
-                    :g.stride_w * (g.out_width - 1) + 1:g.stride_w])
+            x_ready[
+                :,
+                :,
+                : g.stride_h * (g.out_height - 1) + 1 : g.stride_h,
+                : g.stride_w * (g.out_width - 1) + 1 : g.stride_w,
+            ]
+        )
     x_flat = _writeable(x_ready).reshape(-1)
     # Full filter tiles are read in place from KCRS; only the last, partial
     # tile of each group is packed (zero rows past K), a few kilobytes.
     w_flat = _writeable(np.ascontiguousarray(w, dtype=y.dtype)).reshape(-1)
-    edge_filters = pack_edge_filters(w_flat, g.groups, g.filters_per_group, g.reduction_length,
-                                     plan.filters_per_tile)
+    edge_filters = pack_edge_filters(
+        w_flat, g.groups, g.filters_per_group, g.reduction_length, plan.filters_per_tile
+    )
     packed_bias = pack_bias(bias, g.filters, g.groups, plan.filters_per_tile, y.dtype)
     bounds = LoopBounds(
-        batch=g.batch, groups=g.groups, channels=g.channels_per_group,
-        filters=g.filters_per_group, kernel_height=g.kernel_height,
+        batch=g.batch,
+        groups=g.groups,
+        channels=g.channels_per_group,
+        filters=g.filters_per_group,
+        kernel_height=g.kernel_height,
         kernel_width=g.kernel_width,
-        stride_h=1 if subsample else g.stride_h, stride_w=1 if subsample else g.stride_w,
-        dilation_h=g.dilation_h, dilation_w=g.dilation_w,
-        height=x_ready.shape[2], width=x_ready.shape[3], pad_top=g.pad_top,
+        stride_h=1 if subsample else g.stride_h,
+        stride_w=1 if subsample else g.stride_w,
+        dilation_h=g.dilation_h,
+        dilation_w=g.dilation_w,
+        height=x_ready.shape[2],
+        width=x_ready.shape[3],
+        pad_top=g.pad_top,
         pad_left=g.pad_left,
-        out_height=g.out_height, out_width=g.out_width, channel_tile=plan.channel_tile,
-        l2_tiles=plan.l2_tiles, l3_tiles=plan.l3_tiles,
-        filters_per_tile=plan.filters_per_tile, windows_per_tile=plan.windows_per_tile,
+        out_height=g.out_height,
+        out_width=g.out_width,
+        channel_tile=plan.channel_tile,
+        l2_tiles=plan.l2_tiles,
+        l3_tiles=plan.l3_tiles,
+        filters_per_tile=plan.filters_per_tile,
+        windows_per_tile=plan.windows_per_tile,
         input_in_place=pointwise and unpadded and x_ready.shape[2:] == (g.out_height, g.out_width),
-        filters_packed=False)
-    module = loop_module(plan.filters_per_tile, plan.windows_per_tile, plan.dtype,
-                         plan.vector_lanes)
-    loop_nest = (module.convolve_input_stationary if plan.schedule == "IS"
-                 else module.convolve_weight_stationary)
+        filters_packed=False,
+    )
+    module = loop_module(
+        plan.filters_per_tile, plan.windows_per_tile, plan.dtype, plan.vector_lanes
+    )
+    loop_nest = (
+        module.convolve_input_stationary
+        if plan.schedule == "IS"
+        else module.convolve_weight_stationary
+    )
     # set_num_threads is per calling thread in Numba, so concurrent callers
     # with different counts do not disturb each other.
     previous = numba.get_num_threads()
     if previous != threads:
         numba.set_num_threads(threads)
     try:
-        loop_nest(x_flat, w_flat, edge_filters, packed_bias, bias is not None, y.reshape(-1),
-                  bounds)
+        loop_nest(
+            x_flat, w_flat, edge_filters, packed_bias, bias is not None, y.reshape(-1), bounds
+        )
     finally:
         if previous != threads:
             numba.set_num_threads(previous)

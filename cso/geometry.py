@@ -87,7 +87,9 @@ def _positive_int(value, name: str, minimum: int = 1) -> int:
     try:
         number = operator.index(value)
     except TypeError:
-        raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}") from None
+        raise TypeError(
+            f"{name} must be an integer, got {type(value).__name__} {value!r}"
+        ) from None
     if number < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {number}")
     return number
@@ -97,8 +99,10 @@ def _pair(value, name: str, minimum: int) -> tuple:
     if isinstance(value, (tuple, list)):
         if len(value) != 2:
             raise ValueError(f"{name} must be an int or a pair (h, w), got {value!r}")
-        return (_positive_int(value[0], f"{name}[0]", minimum),
-                _positive_int(value[1], f"{name}[1]", minimum))
+        return (
+            _positive_int(value[0], f"{name}[0]", minimum),
+            _positive_int(value[1], f"{name}[1]", minimum),
+        )
     number = _positive_int(value, name, minimum)
     return number, number
 
@@ -122,10 +126,13 @@ def normalize_padding(padding, kernel_shape, dilation) -> tuple:
     if isinstance(padding, (tuple, list)):
         if len(padding) != 2:
             raise ValueError(
-                f"padding must be an int, (h, w) or ((top, bottom), (left, right)), got {padding!r}")
+                f"padding must be an int, (h, w) or ((top, bottom), (left, right)), got {padding!r}"
+            )
         if all(isinstance(p, (tuple, list)) for p in padding):
             (top, bottom), (left, right) = (
-                _pair_exact(padding[0], "padding[0]"), _pair_exact(padding[1], "padding[1]"))
+                _pair_exact(padding[0], "padding[0]"),
+                _pair_exact(padding[1], "padding[1]"),
+            )
             return top, bottom, left, right
         pad_h, pad_w = _pair(padding, "padding", 0)
         return pad_h, pad_h, pad_w, pad_w
@@ -143,7 +150,9 @@ def _shape(shape, name: str, letters: str) -> tuple:
     try:
         dims = tuple(shape)
     except TypeError:
-        raise TypeError(f"{name} must be a shape of 4 integers ({letters}), got {shape!r}") from None
+        raise TypeError(
+            f"{name} must be a shape of 4 integers ({letters}), got {shape!r}"
+        ) from None
     if len(dims) != 4:
         raise ValueError(f"{name} must have 4 dimensions ({letters}), got {len(dims)}: {dims}")
     return tuple(_positive_int(d, f"{name}[{i}] ({letters[i]})", 0) for i, d in enumerate(dims))
@@ -158,9 +167,16 @@ def make_geometry(x_shape, w_shape, *, stride=1, padding=0, dilation=1, groups=1
         Naming the parameter and what was expected, for any shape or parameter
         that does not describe a valid convolution.
     """
-    key = _plain((tuple(x_shape) if isinstance(x_shape, (tuple, list)) else x_shape,
-                  tuple(w_shape) if isinstance(w_shape, (tuple, list)) else w_shape,
-                  stride, padding, dilation, groups))
+    key = _plain(
+        (
+            tuple(x_shape) if isinstance(x_shape, (tuple, list)) else x_shape,
+            tuple(w_shape) if isinstance(w_shape, (tuple, list)) else w_shape,
+            stride,
+            padding,
+            dilation,
+            groups,
+        )
+    )
     if key is None:
         return _make_geometry(x_shape, w_shape, stride, padding, dilation, groups)
     return _make_geometry_cached(*key)
@@ -187,35 +203,63 @@ def _make_geometry_cached(x_shape, w_shape, stride, padding, dilation, groups):
 def _make_geometry(x_shape, w_shape, stride, padding, dilation, groups) -> ConvGeometry:
     batch, channels, height, width = _shape(x_shape, "x.shape", "NCHW")
     filters, channels_per_group, kernel_h, kernel_w = _shape(w_shape, "w.shape", "KCRS")
-    for value, name in ((channels, "x.shape[1] (C)"), (filters, "w.shape[0] (K)"),
-                        (channels_per_group, "w.shape[1] (C // groups)"),
-                        (kernel_h, "w.shape[2] (R)"), (kernel_w, "w.shape[3] (S)"),
-                        (height, "x.shape[2] (H)"), (width, "x.shape[3] (W)")):
+    for value, name in (
+        (channels, "x.shape[1] (C)"),
+        (filters, "w.shape[0] (K)"),
+        (channels_per_group, "w.shape[1] (C // groups)"),
+        (kernel_h, "w.shape[2] (R)"),
+        (kernel_w, "w.shape[3] (S)"),
+        (height, "x.shape[2] (H)"),
+        (width, "x.shape[3] (W)"),
+    ):
         if value < 1:
             raise ValueError(f"{name} must be >= 1, got {value}")
     groups = _positive_int(groups, "groups")
     stride_h, stride_w = _pair(stride, "stride", 1)
     dilation_h, dilation_w = _pair(dilation, "dilation", 1)
-    top, bottom, left, right = normalize_padding(padding, (kernel_h, kernel_w), (dilation_h, dilation_w))
+    top, bottom, left, right = normalize_padding(
+        padding, (kernel_h, kernel_w), (dilation_h, dilation_w)
+    )
     if isinstance(padding, str) and padding.lower() == "same" and (stride_h, stride_w) != (1, 1):
         raise ValueError(f"padding='same' requires stride 1, got stride {(stride_h, stride_w)}")
     if channels % groups:
-        raise ValueError(f"groups ({groups}) must divide the input channels x.shape[1] ({channels})")
+        raise ValueError(
+            f"groups ({groups}) must divide the input channels x.shape[1] ({channels})"
+        )
     if filters % groups:
         raise ValueError(f"groups ({groups}) must divide the filters w.shape[0] ({filters})")
     if channels_per_group != channels // groups:
         raise ValueError(
-            f"w.shape[1] must be x.shape[1] // groups = {channels // groups}, got {channels_per_group}")
-    geometry = ConvGeometry(batch, channels, height, width, filters, kernel_h, kernel_w,
-                            stride_h, stride_w, top, bottom, left, right,
-                            dilation_h, dilation_w, groups)
+            f"w.shape[1] must be x.shape[1] // groups = {channels // groups}, "
+            f"got {channels_per_group}"
+        )
+    geometry = ConvGeometry(
+        batch,
+        channels,
+        height,
+        width,
+        filters,
+        kernel_h,
+        kernel_w,
+        stride_h,
+        stride_w,
+        top,
+        bottom,
+        left,
+        right,
+        dilation_h,
+        dilation_w,
+        groups,
+    )
     for extent, span, size, axis in (
-            (height + top + bottom, dilation_h * (kernel_h - 1) + 1, height, "height"),
-            (width + left + right, dilation_w * (kernel_w - 1) + 1, width, "width")):
+        (height + top + bottom, dilation_h * (kernel_h - 1) + 1, height, "height"),
+        (width + left + right, dilation_w * (kernel_w - 1) + 1, width, "width"),
+    ):
         if extent < span:
             raise ValueError(
                 f"the padded input {axis} ({extent}) is smaller than the dilated kernel "
-                f"{axis} ({span}): the output would be empty")
+                f"{axis} ({span}): the output would be empty"
+            )
     return geometry
 
 
@@ -226,8 +270,7 @@ def result_dtype(x_dtype, w_dtype) -> np.dtype:
             raise TypeError(f"{name} must have a real numeric dtype, got {dtype}")
     dtype = np.result_type(x_dtype, w_dtype, np.float32)
     if dtype not in SUPPORTED_DTYPES:
-        raise TypeError(
-            f"the result dtype would be {dtype}; cso computes float32 and float64 only")
+        raise TypeError(f"the result dtype would be {dtype}; cso computes float32 and float64 only")
     return dtype
 
 
@@ -235,5 +278,11 @@ def ceil_div(numerator: int, denominator: int) -> int:
     return -(-numerator // denominator)
 
 
-__all__ = ["ConvGeometry", "make_geometry", "normalize_padding", "result_dtype", "ceil_div",
-           "SUPPORTED_DTYPES"]
+__all__ = [
+    "ConvGeometry",
+    "make_geometry",
+    "normalize_padding",
+    "result_dtype",
+    "ceil_div",
+    "SUPPORTED_DTYPES",
+]

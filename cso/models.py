@@ -23,8 +23,10 @@ class Layer(NamedTuple):
     @property
     def flops(self) -> int:
         from .geometry import make_geometry
-        return make_geometry(self.x_shape, self.w_shape, stride=self.stride,
-                             padding=self.padding).flops
+
+        return make_geometry(
+            self.x_shape, self.w_shape, stride=self.stride, padding=self.padding
+        ).flops
 
 
 def _conv(name, c, k, size, kernel, stride=1, padding=None, count=1):
@@ -33,7 +35,7 @@ def _conv(name, c, k, size, kernel, stride=1, padding=None, count=1):
 
 
 def resnet50() -> list:
-    """ResNet-50 (torchvision v1.5: stride in the 3x3 convolution), 23 distinct shapes, 53 layers."""
+    """ResNet-50 (torchvision v1.5: stride in the 3x3 convolution): 23 shapes, 53 layers."""
     return [
         _conv("conv1 7x7/2 3->64 @224", 3, 64, 224, 7, 2),
         _conv("l1 1x1 64->64 @56", 64, 64, 56, 1),

@@ -11,8 +11,9 @@ import numpy as np
 from .geometry import make_geometry
 
 
-def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
-           dtype=np.float64) -> np.ndarray:
+def conv2d(
+    x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, *, dtype=np.float64
+) -> np.ndarray:
     """im2col + GEMM (NumPy matmul); same parameters as :func:`cso.conv2d`.
 
     ``dtype`` is the precision of the whole computation: float64 for the
@@ -25,16 +26,21 @@ def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
     """
     x = np.asarray(x, dtype=dtype)
     w = np.asarray(w, dtype=dtype)
-    g = make_geometry(x.shape, w.shape, stride=stride, padding=padding, dilation=dilation,
-                      groups=groups)
+    g = make_geometry(
+        x.shape, w.shape, stride=stride, padding=padding, dilation=dilation, groups=groups
+    )
     padded = np.pad(x, ((0, 0), (0, 0), (g.pad_top, g.pad_bottom), (g.pad_left, g.pad_right)))
     P, Q = g.out_height, g.out_width
     columns = np.empty((g.batch, g.channels, g.kernel_height, g.kernel_width, P, Q), dtype)
     for r in range(g.kernel_height):
         for s in range(g.kernel_width):
             top, left = r * g.dilation_h, s * g.dilation_w
-            columns[:, :, r, s] = padded[:, :, top:top + g.stride_h * (P - 1) + 1:g.stride_h,
-                                         left:left + g.stride_w * (Q - 1) + 1:g.stride_w]
+            columns[:, :, r, s] = padded[
+                :,
+                :,
+                top : top + g.stride_h * (P - 1) + 1 : g.stride_h,
+                left : left + g.stride_w * (Q - 1) + 1 : g.stride_w,
+            ]
     columns = columns.reshape(g.batch, g.groups, g.reduction_length, P * Q)
     weights = w.reshape(1, g.groups, g.filters_per_group, g.reduction_length)
     y = np.matmul(weights, columns).reshape(g.batch, g.filters, P, Q)
@@ -47,8 +53,9 @@ def naive_conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1) -> 
     """The definition, one output element at a time (slow: for tiny shapes only)."""
     x = np.asarray(x, dtype=np.float64)
     w = np.asarray(w, dtype=np.float64)
-    g = make_geometry(x.shape, w.shape, stride=stride, padding=padding, dilation=dilation,
-                      groups=groups)
+    g = make_geometry(
+        x.shape, w.shape, stride=stride, padding=padding, dilation=dilation, groups=groups
+    )
     y = np.zeros(g.output_shape)
     cg, kg = g.channels_per_group, g.filters_per_group
     for n in range(g.batch):

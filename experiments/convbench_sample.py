@@ -15,46 +15,53 @@ import csv
 import os
 import pathlib
 import sys
-import time
 
 import numpy as np
 
 if os.environ.get("OPENBLAS_NUM_THREADS") != "1":
     # Pin BLAS to one thread (it reads this at start-up), like cso's threads=1.
-    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
-               OPENBLAS_THREAD_TIMEOUT="4")
+    env = dict(
+        os.environ,
+        OPENBLAS_NUM_THREADS="1",
+        OMP_NUM_THREADS="1",
+        MKL_NUM_THREADS="1",
+        OPENBLAS_THREAD_TIMEOUT="4",
+    )
     os.execve(sys.executable, [sys.executable] + sys.argv, env)
 
 import cso  # noqa: E402
+from cso.bench import best_times  # noqa: E402
 
-DATA = pathlib.Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "convbench_public.csv"
+DATA = (
+    pathlib.Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "convbench_public.csv"
+)
 
 
 def load(path, min_gflop, max_gflop, groups):
     with open(path) as handle:
-        rows = [r for r in csv.DictReader(handle)
-                if min_gflop <= float(r["gflop"]) <= max_gflop
-                and (groups == "any" or r["groups"] == "1")]
+        rows = [
+            r
+            for r in csv.DictReader(handle)
+            if min_gflop <= float(r["gflop"]) <= max_gflop
+            and (groups == "any" or r["groups"] == "1")
+        ]
     return rows
 
 
 def shapes(row):
-    n, c, h, w, k, r, s, g = (int(row[key]) for key in ("N", "C", "H", "W", "K", "R", "S", "groups"))
-    params = dict(stride=(int(row["stride_h"]), int(row["stride_w"])),
-                  padding=((int(row["pad_top"]), int(row["pad_bottom"])),
-                           (int(row["pad_left"]), int(row["pad_right"]))),
-                  dilation=(int(row["dil_h"]), int(row["dil_w"])), groups=g)
+    n, c, h, w, k, r, s, g = (
+        int(row[key]) for key in ("N", "C", "H", "W", "K", "R", "S", "groups")
+    )
+    params = dict(
+        stride=(int(row["stride_h"]), int(row["stride_w"])),
+        padding=(
+            (int(row["pad_top"]), int(row["pad_bottom"])),
+            (int(row["pad_left"]), int(row["pad_right"])),
+        ),
+        dilation=(int(row["dil_h"]), int(row["dil_w"])),
+        groups=g,
+    )
     return (n, c, h, w), (k, c // g, r, s), params
-
-
-def best_times(programs, rounds=5):
-    best = {name: float("inf") for name in programs}
-    for _ in range(rounds):
-        for name, program in programs.items():
-            start = time.perf_counter()
-            program()
-            best[name] = min(best[name], time.perf_counter() - start)
-    return best
 
 
 def main():
@@ -71,8 +78,9 @@ def main():
         sys.exit(f"no data at {args.data}")
     rows = load(args.data, args.min_gflop, args.max_gflop, args.groups)
     rng = np.random.default_rng(args.seed)
-    sample = [rows[i] for i in sorted(rng.choice(len(rows), min(args.count, len(rows)),
-                                                 replace=False))]
+    sample = [
+        rows[i] for i in sorted(rng.choice(len(rows), min(args.count, len(rows)), replace=False))
+    ]
     results = []
     for index, row in enumerate(sample):
         x_shape, w_shape, params = shapes(row)
@@ -80,25 +88,40 @@ def main():
         w = rng.standard_normal(w_shape, dtype=np.float32)
         y = cso.conv2d(x, w, threads=1, **params)
         expected = cso.reference.conv2d(x, w, **params)
-        bound = cso.reference.conv2d(np.abs(x), np.abs(w), **params) * (
-            (np.prod(w_shape[1:]) + 3) * np.finfo(np.float32).eps / 2) + np.finfo(np.float32).tiny
+        bound = (
+            cso.reference.conv2d(np.abs(x), np.abs(w), **params)
+            * ((np.prod(w_shape[1:]) + 3) * np.finfo(np.float32).eps / 2)
+            + np.finfo(np.float32).tiny
+        )
         correct = bool(np.all(np.abs(y - expected) <= bound))
-        programs = {"cso": lambda: cso.conv2d(x, w, threads=1, **params),
-                    "im2col": lambda: cso.reference.conv2d(x, w, dtype=np.float32, **params)}
+        programs = {
+            "cso": lambda: cso.conv2d(x, w, threads=1, **params),
+            "im2col": lambda: cso.reference.conv2d(x, w, dtype=np.float32, **params),
+        }
         best = best_times(programs)
         gflop = float(row["gflop"])
-        result = {"key": row["key"], "gflop": gflop, "correct": correct,
-                  "cso_gflops": gflop / best["cso"], "im2col_gflops": gflop / best["im2col"],
-                  "speedup": best["im2col"] / best["cso"]}
+        result = {
+            "key": row["key"],
+            "gflop": gflop,
+            "correct": correct,
+            "cso_gflops": gflop / best["cso"],
+            "im2col_gflops": gflop / best["im2col"],
+            "speedup": best["im2col"] / best["cso"],
+        }
         results.append(result)
-        print(f"[{index + 1}/{len(sample)}] {row['key'][:60]:<60} {gflop:6.3f} GFLOP "
-              f"cso {result['cso_gflops']:6.1f} im2col {result['im2col_gflops']:6.1f} GF/s "
-              f"x{result['speedup']:.2f} {'ok' if correct else 'WRONG'}", flush=True)
+        print(
+            f"[{index + 1}/{len(sample)}] {row['key'][:60]:<60} {gflop:6.3f} GFLOP "
+            f"cso {result['cso_gflops']:6.1f} im2col {result['im2col_gflops']:6.1f} GF/s "
+            f"x{result['speedup']:.2f} {'ok' if correct else 'WRONG'}",
+            flush=True,
+        )
     speedups = np.array([r["speedup"] for r in results])
-    print(f"\n{len(results)} shapes ({args.groups} groups, {args.min_gflop}-{args.max_gflop} GFLOP), "
-          f"one thread: all correct: {all(r['correct'] for r in results)}; cso faster on "
-          f"{np.mean(speedups > 1):.0%}; speedup median {np.median(speedups):.2f}, "
-          f"min {speedups.min():.2f}, geometric mean {np.exp(np.mean(np.log(speedups))):.2f}")
+    print(
+        f"\n{len(results)} shapes ({args.groups} groups, {args.min_gflop}-{args.max_gflop} GFLOP), "
+        f"one thread: all correct: {all(r['correct'] for r in results)}; cso faster on "
+        f"{np.mean(speedups > 1):.0%}; speedup median {np.median(speedups):.2f}, "
+        f"min {speedups.min():.2f}, geometric mean {np.exp(np.mean(np.log(speedups))):.2f}"
+    )
     if args.csv:
         with open(args.csv, "w", newline="") as handle:
             writer = csv.DictWriter(handle, fieldnames=list(results[0]))

@@ -25,8 +25,9 @@ print(f"{imported - start:.2f} {first - imported:.2f} {second - first:.4f}")
 
 def measure(cache_dir, numba_cache_dir):
     env = dict(os.environ, CSO_CACHE_DIR=cache_dir, NUMBA_CACHE_DIR=numba_cache_dir)
-    out = subprocess.run([sys.executable, "-c", PROGRAM], env=env, capture_output=True,
-                         text=True, check=True).stdout.split()
+    out = subprocess.run(
+        [sys.executable, "-c", PROGRAM], env=env, capture_output=True, text=True, check=True
+    ).stdout.split()
     return [float(v) for v in out]
 
 
@@ -34,8 +35,10 @@ def main():
     with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as numba_cache:
         for label in ("cold", "warm", "warm"):
             imported, first, second = measure(cache, numba_cache)
-            print(f"{label}: import {imported:.2f} s, first call {first:.2f} s, "
-                  f"second call {second * 1e3:.1f} ms")
+            print(
+                f"{label}: import {imported:.2f} s, first call {first:.2f} s, "
+                f"second call {second * 1e3:.1f} ms"
+            )
 
 
 if __name__ == "__main__":

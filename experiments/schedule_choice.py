@@ -5,22 +5,11 @@ Usage: python experiments/schedule_choice.py [--model resnet50|vgg16] [--threads
 """
 
 import argparse
-import time
-
 import numpy as np
 
 import cso
+from cso.bench import best_times
 from cso.models import MODELS
-
-
-def best_times(programs, rounds=7):
-    best = {name: float("inf") for name in programs}
-    for _ in range(rounds):
-        for name, program in programs.items():
-            start = time.perf_counter()
-            program()
-            best[name] = min(best[name], time.perf_counter() - start)
-    return best
 
 
 def main():
@@ -37,11 +26,15 @@ def main():
         x = rng.standard_normal(layer.x_shape, dtype=np.float32)
         w = rng.standard_normal(layer.w_shape, dtype=np.float32)
         params = dict(stride=layer.stride, padding=layer.padding)
-        plans = {s: cso.plan_conv2d(x.shape, w.shape, schedule=s, threads=args.threads, **params)
-                 for s in ("IS", "WS")}
+        plans = {
+            s: cso.plan_conv2d(x.shape, w.shape, schedule=s, threads=args.threads, **params)
+            for s in ("IS", "WS")
+        }
         chosen = cso.plan_conv2d(x.shape, w.shape, threads=args.threads, **params).schedule
-        programs = {s: (lambda p=p: cso.conv2d(x, w, plan=p, threads=args.threads, **params))
-                    for s, p in plans.items()}
+        programs = {
+            s: (lambda p=p: cso.conv2d(x, w, plan=p, threads=args.threads, **params))
+            for s, p in plans.items()
+        }
         for program in programs.values():
             program()
         best = best_times(programs)
@@ -49,10 +42,14 @@ def main():
         agree += winner == chosen
         totals["model"] += best[chosen] * layer.count
         totals["best"] += best[winner] * layer.count
-        print(f"{layer.name:<28} {chosen:>5} {layer.flops / best['IS'] / 1e9:>8.1f} "
-              f"{layer.flops / best['WS'] / 1e9:>8.1f} {winner:>4}")
-    print(f"model picked the faster schedule on {agree}/{len(layers)} layers; "
-          f"model's total / best total = {totals['model'] / totals['best']:.3f}")
+        print(
+            f"{layer.name:<28} {chosen:>5} {layer.flops / best['IS'] / 1e9:>8.1f} "
+            f"{layer.flops / best['WS'] / 1e9:>8.1f} {winner:>4}"
+        )
+    print(
+        f"model picked the faster schedule on {agree}/{len(layers)} layers; "
+        f"model's total / best total = {totals['model'] / totals['best']:.3f}"
+    )
 
 
 if __name__ == "__main__":

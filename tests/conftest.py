@@ -35,7 +35,8 @@ def assert_matches_reference(y, x, w, bias=None, **params):
     error = np.abs(y.astype(np.float64) - expected)
     worst = np.unravel_index(np.argmax(error - bound), error.shape) if error.size else None
     assert np.all(error <= bound), (
-        f"error {error[worst]:.3g} above bound {bound[worst]:.3g} at {worst}")
+        f"error {error[worst]:.3g} above bound {bound[worst]:.3g} at {worst}"
+    )
 
 
 @pytest.fixture

@@ -7,5 +7,12 @@ from .cost import Traffic, schedule_traffic
 from .hardware import DEFAULT_HARDWARE, Hardware
 from .plan import SCHEDULES, Plan, plan_conv2d
 
-__all__ = ["Hardware", "DEFAULT_HARDWARE", "Plan", "plan_conv2d", "SCHEDULES", "Traffic",
-           "schedule_traffic"]
+__all__ = [
+    "Hardware",
+    "DEFAULT_HARDWARE",
+    "Plan",
+    "plan_conv2d",
+    "SCHEDULES",
+    "Traffic",
+    "schedule_traffic",
+]

@@ -50,8 +50,13 @@ class Traffic:
     cost: float
 
     def as_dict(self) -> dict:
-        return {"dram": self.dram, "l3": self.l3, "l2": self.l2,
-                "tlb_misses": self.tlb_misses, "cost": self.cost}
+        return {
+            "dram": self.dram,
+            "l3": self.l3,
+            "l2": self.l2,
+            "tlb_misses": self.tlb_misses,
+            "cost": self.cost,
+        }
 
 
 def level_of(size: int, l2_usable: int, l3_usable: int) -> str:
@@ -68,8 +73,9 @@ def compulsory_bytes(raw_input: int, all_filters: int, all_outputs: int) -> int:
     return raw_input + all_filters + all_outputs
 
 
-def partial_sum_bytes(channel_tiles: int, window_tiles: int, filter_tiles: int,
-                      out_tile: int) -> int:
+def partial_sum_bytes(
+    channel_tiles: int, window_tiles: int, filter_tiles: int, out_tile: int
+) -> int:
     """``(2*T_c - 1) * T_w * T_f * OUT``: output tiles written once per channel
     tile and read back for every channel tile after the first."""
     return (2 * channel_tiles - 1) * window_tiles * filter_tiles * out_tile
@@ -114,8 +120,16 @@ def output_pages_per_tile(filters_per_tile: int, row_bytes: int, page_bytes: int
     return ceil_div(filters_per_tile * row_bytes, page_bytes)
 
 
-def output_tlb_misses(schedule: str, channel_tiles: int, window_tiles: int, filter_tiles: int,
-                      k2: int, pages_per_tile: int, output_pages: int, tlb_entries: int) -> int:
+def output_tlb_misses(
+    schedule: str,
+    channel_tiles: int,
+    window_tiles: int,
+    filter_tiles: int,
+    k2: int,
+    pages_per_tile: int,
+    output_pages: int,
+    tlb_entries: int,
+) -> int:
     """Data-TLB misses of the output writes.
 
     IS: ``T_c*T_w*T_f*pages`` when the ``K2`` tiles cycled by the innermost
@@ -133,14 +147,31 @@ def output_tlb_misses(schedule: str, channel_tiles: int, window_tiles: int, filt
 
 def weighted_cost(dram: int, l3: int, l2: int, tlb_misses: int, hardware) -> float:
     """``dram*c_dram + l3*c_l3 + l2*c_l2 + misses*c_tlb`` with the hardware's costs."""
-    return (dram * hardware.dram_cost + l3 * hardware.l3_cost + l2 * hardware.l2_cost
-            + tlb_misses * hardware.tlb_miss_cost)
+    return (
+        dram * hardware.dram_cost
+        + l3 * hardware.l3_cost
+        + l2 * hardware.l2_cost
+        + tlb_misses * hardware.tlb_miss_cost
+    )
 
 
-def schedule_traffic(schedule: str, *, channels: int, kernel_area: int, height: int, width: int,
-                     filters: int, windows: int, channel_tile: int, filters_per_tile: int,
-                     windows_per_tile: int, k2: int, k3: int, element_bytes: int,
-                     hardware) -> Traffic:
+def schedule_traffic(
+    schedule: str,
+    *,
+    channels: int,
+    kernel_area: int,
+    height: int,
+    width: int,
+    filters: int,
+    windows: int,
+    channel_tile: int,
+    filters_per_tile: int,
+    windows_per_tile: int,
+    k2: int,
+    k3: int,
+    element_bytes: int,
+    hardware,
+) -> Traffic:
     """Bytes per level and cost of one schedule, per (group, image)."""
     l2_usable = int(hardware.l2_bytes * hardware.usable_fraction)
     l3_usable = int(hardware.l3_bytes * hardware.usable_fraction)
@@ -177,8 +208,19 @@ def schedule_traffic(schedule: str, *, channels: int, kernel_area: int, height: 
         raise ValueError(f"schedule must be 'IS' or 'WS', got {schedule!r}")
     row_bytes = windows * s
     misses = output_tlb_misses(
-        schedule, channel_tiles, window_tiles, filter_tiles, k2,
+        schedule,
+        channel_tiles,
+        window_tiles,
+        filter_tiles,
+        k2,
         output_pages_per_tile(filters_per_tile, row_bytes, hardware.page_bytes),
-        ceil_div(all_outputs, hardware.page_bytes), hardware.tlb_entries)
-    return Traffic(levels["dram"], levels["l3"], levels["l2"], misses,
-                   weighted_cost(levels["dram"], levels["l3"], levels["l2"], misses, hardware))
+        ceil_div(all_outputs, hardware.page_bytes),
+        hardware.tlb_entries,
+    )
+    return Traffic(
+        levels["dram"],
+        levels["l3"],
+        levels["l2"],
+        misses,
+        weighted_cost(levels["dram"], levels["l3"], levels["l2"], misses, hardware),
+    )

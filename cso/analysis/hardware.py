@@ -78,14 +78,24 @@ class Hardware:
     source: str = "user"
 
     def __post_init__(self):
-        for name in ("l1_bytes", "l2_bytes", "l3_bytes", "line_bytes", "vector_bytes",
-                     "vector_registers", "cores", "page_bytes", "tlb_entries"):
+        for name in (
+            "l1_bytes",
+            "l2_bytes",
+            "l3_bytes",
+            "line_bytes",
+            "vector_bytes",
+            "vector_registers",
+            "cores",
+            "page_bytes",
+            "tlb_entries",
+        ):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"Hardware.{name} must be a positive int, got {value!r}")
         if not 0.0 < self.usable_fraction <= 1.0:
             raise ValueError(
-                f"Hardware.usable_fraction must be in (0, 1], got {self.usable_fraction!r}")
+                f"Hardware.usable_fraction must be in (0, 1], got {self.usable_fraction!r}"
+            )
 
     @staticmethod
     def detect() -> "Hardware":
@@ -121,6 +131,7 @@ def _from_cpuinfo(cores: int) -> dict:
     """
     try:
         import cpuinfo  # py-cpuinfo
+
         info = cpuinfo.get_cpu_info() or {}
     except Exception:  # absent, or failing on an exotic platform: fall through
         return {}
@@ -142,7 +153,7 @@ def _from_cpuinfo(cores: int) -> dict:
 
 def _parse_size(text: str) -> int:
     text = text.strip().upper()
-    scale = {"K": 1024, "M": 1024 ** 2, "G": 1024 ** 3}.get(text[-1:], 1)
+    scale = {"K": 1024, "M": 1024**2, "G": 1024**3}.get(text[-1:], 1)
     return int(text.rstrip("KMG")) * scale
 
 
@@ -155,9 +166,11 @@ def _from_sysfs(root: str = _SYSFS_CPU) -> dict:
     except OSError:
         return {}
     for entry in entries:
+
         def read(name):
             with open(os.path.join(cache_dir, entry, name)) as handle:
                 return handle.read().strip()
+
         try:
             level, kind, size = int(read("level")), read("type"), _parse_size(read("size"))
         except (OSError, ValueError):
@@ -188,8 +201,10 @@ def _machine_key() -> str:
     brand = ""
     try:
         with open("/proc/cpuinfo") as handle:
-            brand = next((line.split(":", 1)[1].strip() for line in handle
-                          if line.startswith("model name")), "")
+            brand = next(
+                (line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")),
+                "",
+            )
     except OSError:
         pass
     return f"{platform.node()}|{platform.machine()}|{brand}|{_cores()}"
@@ -214,7 +229,8 @@ def _probe() -> Hardware:
         flags = _flags_from_proc()
         if flags:
             found_fields["vector_bytes"], found_fields["vector_registers"] = (
-                _vector_shape_from_flags(flags))
+                _vector_shape_from_flags(flags)
+            )
     if len(found_fields) < 7:
         sources.append("defaults")
     return replace(DEFAULT_HARDWARE, **found_fields, source="+".join(sources) or "defaults")
@@ -223,6 +239,7 @@ def _probe() -> Hardware:
 @functools.lru_cache(maxsize=1)
 def _detect() -> Hardware:
     from ..cachedir import cache_directory
+
     path = cache_directory() / "hardware.json"
     key = _machine_key()
     try:
@@ -244,5 +261,13 @@ def _detect() -> Hardware:
 
 
 # The fields detection finds; everything else comes from DEFAULT_HARDWARE.
-_PROBED = ("l1_bytes", "l2_bytes", "l3_bytes", "line_bytes", "vector_bytes",
-           "vector_registers", "cores", "source")
+_PROBED = (
+    "l1_bytes",
+    "l2_bytes",
+    "l3_bytes",
+    "line_bytes",
+    "vector_bytes",
+    "vector_registers",
+    "cores",
+    "source",
+)

@@ -86,9 +86,21 @@ def _check_tile_override(value, name):
     return int(value)
 
 
-def plan_conv2d(x_shape, w_shape, *, stride=1, padding=0, dilation=1, groups=1,
-                dtype=np.float32, hardware=None, filters_per_tile=None,
-                windows_per_tile=None, schedule=None, threads=None) -> Plan:
+def plan_conv2d(
+    x_shape,
+    w_shape,
+    *,
+    stride=1,
+    padding=0,
+    dilation=1,
+    groups=1,
+    dtype=np.float32,
+    hardware=None,
+    filters_per_tile=None,
+    windows_per_tile=None,
+    schedule=None,
+    threads=None,
+) -> Plan:
     """Plan a convolution: tiles, their cache distribution and the schedule.
 
     Parameters
@@ -113,8 +125,9 @@ def plan_conv2d(x_shape, w_shape, *, stride=1, padding=0, dilation=1, groups=1,
     -------
     Plan
     """
-    geometry = make_geometry(x_shape, w_shape, stride=stride, padding=padding,
-                             dilation=dilation, groups=groups)
+    geometry = make_geometry(
+        x_shape, w_shape, stride=stride, padding=padding, dilation=dilation, groups=groups
+    )
     hardware = Hardware.detect() if hardware is None else hardware
     if not isinstance(hardware, Hardware):
         raise TypeError(f"hardware must be a cso.Hardware, got {type(hardware).__name__}")
@@ -126,24 +139,39 @@ def plan_conv2d(x_shape, w_shape, *, stride=1, padding=0, dilation=1, groups=1,
     threads = hardware.cores if threads is None else threads
     if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1:
         raise ValueError(f"threads must be a positive int or None, got {threads!r}")
-    return plan_for_geometry(geometry, dtype.name, hardware,
-                             _check_tile_override(filters_per_tile, "filters_per_tile"),
-                             _check_tile_override(windows_per_tile, "windows_per_tile"),
-                             schedule, int(threads))
+    return plan_for_geometry(
+        geometry,
+        dtype.name,
+        hardware,
+        _check_tile_override(filters_per_tile, "filters_per_tile"),
+        _check_tile_override(windows_per_tile, "windows_per_tile"),
+        schedule,
+        int(threads),
+    )
 
 
 @functools.lru_cache(maxsize=1024)
-def plan_for_geometry(geometry: ConvGeometry, dtype_name: str, hardware: Hardware,
-                      filters_per_tile, windows_per_tile, schedule, threads: int) -> Plan:
+def plan_for_geometry(
+    geometry: ConvGeometry,
+    dtype_name: str,
+    hardware: Hardware,
+    filters_per_tile,
+    windows_per_tile,
+    schedule,
+    threads: int,
+) -> Plan:
     """:func:`plan_conv2d` on validated arguments (memoised: plans are pure and frozen)."""
     element_bytes = np.dtype(dtype_name).itemsize
     lanes = max(1, hardware.vector_bytes // element_bytes)
-    default_nf, default_nwin = tiles.register_block(hardware.vector_bytes,
-                                                    hardware.vector_registers, element_bytes)
+    default_nf, default_nwin = tiles.register_block(
+        hardware.vector_bytes, hardware.vector_registers, element_bytes
+    )
     nf = filters_per_tile or default_nf
     nwin = windows_per_tile or default_nwin
     if nwin % lanes:
-        raise ValueError(f"windows_per_tile must be a multiple of the vector lanes ({lanes}), got {nwin}")
+        raise ValueError(
+            f"windows_per_tile must be a multiple of the vector lanes ({lanes}), got {nwin}"
+        )
 
     channels = geometry.channels_per_group
     filters = geometry.filters_per_group
@@ -164,22 +192,46 @@ def plan_for_geometry(geometry: ConvGeometry, dtype_name: str, hardware: Hardwar
 
     by_schedule = {}
     for name, resident, streamed, resident_count, streamed_count in (
-            ("IS", in_bytes, fs_bytes, window_tiles, filter_tiles),
-            ("WS", fs_bytes, in_bytes, filter_tiles, window_tiles)):
+        ("IS", in_bytes, fs_bytes, window_tiles, filter_tiles),
+        ("WS", fs_bytes, in_bytes, filter_tiles, window_tiles),
+    ):
         k2 = tiles.l2_tiles(l2, resident, streamed, out_bytes, streamed_count)
         k3 = tiles.l3_tiles(l3, resident, streamed, out_bytes, k2, resident_count)
         k3 = min(k3, tiles.parallel_cap(resident_count, share))
         by_schedule[name] = (k2, k3)
-    costs = {name: cost.schedule_traffic(
-        name, channels=channels, kernel_area=area, height=geometry.height, width=geometry.width,
-        filters=filters, windows=geometry.windows, channel_tile=nc, filters_per_tile=nf,
-        windows_per_tile=nwin, k2=k2, k3=k3, element_bytes=element_bytes, hardware=hardware)
-        for name, (k2, k3) in by_schedule.items()}
+    costs = {
+        name: cost.schedule_traffic(
+            name,
+            channels=channels,
+            kernel_area=area,
+            height=geometry.height,
+            width=geometry.width,
+            filters=filters,
+            windows=geometry.windows,
+            channel_tile=nc,
+            filters_per_tile=nf,
+            windows_per_tile=nwin,
+            k2=k2,
+            k3=k3,
+            element_bytes=element_bytes,
+            hardware=hardware,
+        )
+        for name, (k2, k3) in by_schedule.items()
+    }
     chosen = schedule or min(SCHEDULES, key=lambda name: (costs[name].cost, name != "IS"))
     k2, k3 = by_schedule[chosen]
-    return Plan(schedule=chosen, channel_tile=nc, l2_tiles=k2, l3_tiles=k3,
-                filters_per_tile=nf, windows_per_tile=nwin, dtype=dtype_name,
-                vector_lanes=lanes, threads=int(threads),
-                costs=tuple((name, costs[name]) for name in SCHEDULES),
-                tiles_by_schedule=tuple((name, by_schedule[name]) for name in SCHEDULES),
-                geometry=geometry, hardware=hardware)
+    return Plan(
+        schedule=chosen,
+        channel_tile=nc,
+        l2_tiles=k2,
+        l3_tiles=k3,
+        filters_per_tile=nf,
+        windows_per_tile=nwin,
+        dtype=dtype_name,
+        vector_lanes=lanes,
+        threads=int(threads),
+        costs=tuple((name, costs[name]) for name in SCHEDULES),
+        tiles_by_schedule=tuple((name, by_schedule[name]) for name in SCHEDULES),
+        geometry=geometry,
+        hardware=hardware,
+    )

@@ -31,14 +31,16 @@ def register_block(vector_bytes: int, vector_registers: int, element_bytes: int)
     return filters, vectors * lanes
 
 
-def input_tile_bytes(channel_tile: int, kernel_area: int, windows_per_tile: int,
-                     element_bytes: int) -> int:
+def input_tile_bytes(
+    channel_tile: int, kernel_area: int, windows_per_tile: int, element_bytes: int
+) -> int:
     """``IN = Nc * R * S * Nwin * s``: one packed input panel."""
     return channel_tile * kernel_area * windows_per_tile * element_bytes
 
 
-def filter_tile_bytes(channel_tile: int, kernel_area: int, filters_per_tile: int,
-                      element_bytes: int) -> int:
+def filter_tile_bytes(
+    channel_tile: int, kernel_area: int, filters_per_tile: int, element_bytes: int
+) -> int:
     """``FS = Nc * R * S * Nf * s``: one packed filter panel."""
     return channel_tile * kernel_area * filters_per_tile * element_bytes
 
@@ -53,8 +55,14 @@ def usable_bytes(capacity: int, usable_fraction: float) -> int:
     return int(capacity * usable_fraction)
 
 
-def channel_tile(l1_usable: int, channels: int, kernel_area: int, filters_per_tile: int,
-                 windows_per_tile: int, element_bytes: int) -> int:
+def channel_tile(
+    l1_usable: int,
+    channels: int,
+    kernel_area: int,
+    filters_per_tile: int,
+    windows_per_tile: int,
+    element_bytes: int,
+) -> int:
     """``Nc``: the largest with ``IN + FS + OUT <= L1``, ``1 <= Nc <= C``.
 
     ``Nc * R * S * (Nwin + Nf) * s + Nwin * Nf * s <= L1``.
@@ -64,8 +72,9 @@ def channel_tile(l1_usable: int, channels: int, kernel_area: int, filters_per_ti
     return max(1, min(channels, room // per_channel))
 
 
-def l2_tiles(l2_usable: int, resident_tile: int, streamed_tile: int, out_tile: int,
-             available: int) -> int:
+def l2_tiles(
+    l2_usable: int, resident_tile: int, streamed_tile: int, out_tile: int, available: int
+) -> int:
     """``K2``: streamed tiles kept in L2 next to one resident tile.
 
     IS: ``IN + K2 * FS + K2 * OUT <= L2`` (resident = IN, streamed = FS);
@@ -75,8 +84,9 @@ def l2_tiles(l2_usable: int, resident_tile: int, streamed_tile: int, out_tile: i
     return max(1, min(available, (l2_usable - resident_tile) // (streamed_tile + out_tile)))
 
 
-def l3_tiles(l3_usable: int, resident_tile: int, streamed_tile: int, out_tile: int,
-             k2: int, available: int) -> int:
+def l3_tiles(
+    l3_usable: int, resident_tile: int, streamed_tile: int, out_tile: int, k2: int, available: int
+) -> int:
     """``K3``: resident tiles kept in L3 next to the ``K2`` streamed ones.
 
     IS: ``K3 * IN + K2 * FS + K2 * K3 * OUT <= L3``;

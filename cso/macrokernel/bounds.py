@@ -6,22 +6,31 @@ generated loop modules can share one definition.
 
 from collections import namedtuple
 
-LoopBounds = namedtuple("LoopBounds", [
-    "batch",            # N
-    "groups",           # G
-    "channels",         # C per group
-    "filters",          # K per group
-    "kernel_height",    # R
-    "kernel_width",     # S
-    "stride_h", "stride_w", "dilation_h", "dilation_w",
-    "height", "width",            # H, W of the input as given (unpadded)
-    "pad_top", "pad_left",
-    "out_height", "out_width",        # P, Q
-    "channel_tile",     # Nc
-    "l2_tiles",         # K2
-    "l3_tiles",         # K3
-    "filters_per_tile",   # Nf
-    "windows_per_tile",   # Nwin
-    "input_in_place",     # 1x1, stride 1, unpadded: full tiles read x directly
-    "filters_packed",     # filters are full panels; else KCRS in place + edge panels
-])
+LoopBounds = namedtuple(
+    "LoopBounds",
+    [
+        "batch",  # N
+        "groups",  # G
+        "channels",  # C per group
+        "filters",  # K per group
+        "kernel_height",  # R
+        "kernel_width",  # S
+        "stride_h",
+        "stride_w",
+        "dilation_h",
+        "dilation_w",
+        "height",
+        "width",  # H, W of the input as given (unpadded)
+        "pad_top",
+        "pad_left",
+        "out_height",
+        "out_width",  # P, Q
+        "channel_tile",  # Nc
+        "l2_tiles",  # K2
+        "l3_tiles",  # K3
+        "filters_per_tile",  # Nf
+        "windows_per_tile",  # Nwin
+        "input_in_place",  # 1x1, stride 1, unpadded: full tiles read x directly
+        "filters_packed",  # filters are full panels; else KCRS in place + edge panels
+    ],
+)

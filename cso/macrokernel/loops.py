@@ -59,16 +59,11 @@ def convolve_input_stationary(x_flat, filters, edge_filters, bias, has_bias, y_f
                   micro-kernel: y[f, w] (+)= FS(c0, f) x IN(c0, w)
     """
     nwin = b.windows_per_tile
-    windows = b.out_height * b.out_width
-    window_tiles = (windows + nwin - 1) // nwin
-    filter_tiles = (b.filters + b.filters_per_tile - 1) // b.filters_per_tile
-    blocks = (window_tiles + b.l3_tiles - 1) // b.l3_tiles
     area = b.kernel_height * b.kernel_width
-    channel_tiles = (b.channels + b.channel_tile - 1) // b.channel_tile
+    window_tiles, filter_tiles, channel_tiles = _tile_counts(b)
+    blocks = (window_tiles + b.l3_tiles - 1) // b.l3_tiles
     for job in prange(b.groups * b.batch * blocks):
-        block = job % blocks
-        image = (job // blocks) % b.batch
-        group = job // (blocks * b.batch)
+        group, image, block = _job(b, job, blocks)
         first_tile = block * b.l3_tiles
         tiles = min(b.l3_tiles, window_tiles - first_tile)
         panels = _aligned_buffer(tiles * b.channel_tile * area * nwin, y_flat)
@@ -76,14 +71,38 @@ def convolve_input_stationary(x_flat, filters, edge_filters, bias, has_bias, y_f
         for channel_index in range(channel_tiles):
             channel_start, channels = _channel_range(b, channel_index, channel_tiles)
             for t in range(tiles):
-                _pack_tile(x_flat, b, image, group, channel_start, channels,
-                           (first_tile + t) * nwin, panels, t * channels * area * nwin)
+                _pack_tile(
+                    x_flat,
+                    b,
+                    image,
+                    group,
+                    channel_start,
+                    channels,
+                    (first_tile + t) * nwin,
+                    panels,
+                    t * channels * area * nwin,
+                )
             for filter_block in range(0, filter_tiles, b.l2_tiles):
                 for t in range(tiles):
                     for f in range(filter_block, min(filter_block + b.l2_tiles, filter_tiles)):
-                        _tile(x_flat, filters, edge_filters, bias, has_bias, y_flat, panels,
-                              t * channels * area * nwin, scratch, b, image, group,
-                              channel_start, channels, f, (first_tile + t) * nwin)
+                        _tile(
+                            x_flat,
+                            filters,
+                            edge_filters,
+                            bias,
+                            has_bias,
+                            y_flat,
+                            panels,
+                            t * channels * area * nwin,
+                            scratch,
+                            b,
+                            image,
+                            group,
+                            channel_start,
+                            channels,
+                            f,
+                            (first_tile + t) * nwin,
+                        )
 
 
 @njit(nogil=True, parallel=True, cache=True)
@@ -101,16 +120,11 @@ def convolve_weight_stationary(x_flat, filters, edge_filters, bias, has_bias, y_
                   micro-kernel: y[f, w] (+)= FS(c0, f) x IN(c0, w)
     """
     nwin = b.windows_per_tile
-    windows = b.out_height * b.out_width
-    window_tiles = (windows + nwin - 1) // nwin
-    filter_tiles = (b.filters + b.filters_per_tile - 1) // b.filters_per_tile
-    blocks = (filter_tiles + b.l3_tiles - 1) // b.l3_tiles
     area = b.kernel_height * b.kernel_width
-    channel_tiles = (b.channels + b.channel_tile - 1) // b.channel_tile
+    window_tiles, filter_tiles, channel_tiles = _tile_counts(b)
+    blocks = (filter_tiles + b.l3_tiles - 1) // b.l3_tiles
     for job in prange(b.groups * b.batch * blocks):
-        block = job % blocks
-        image = (job // blocks) % b.batch
-        group = job // (blocks * b.batch)
+        group, image, block = _job(b, job, blocks)
         first_filter_tile = block * b.l3_tiles
         last_filter_tile = min(first_filter_tile + b.l3_tiles, filter_tiles)
         panels = _aligned_buffer(b.l2_tiles * b.channel_tile * area * nwin, y_flat)
@@ -120,13 +134,52 @@ def convolve_weight_stationary(x_flat, filters, edge_filters, bias, has_bias, y_
             for window_block in range(0, window_tiles, b.l2_tiles):
                 tiles = min(b.l2_tiles, window_tiles - window_block)
                 for t in range(tiles):
-                    _pack_tile(x_flat, b, image, group, channel_start, channels,
-                               (window_block + t) * nwin, panels, t * channels * area * nwin)
+                    _pack_tile(
+                        x_flat,
+                        b,
+                        image,
+                        group,
+                        channel_start,
+                        channels,
+                        (window_block + t) * nwin,
+                        panels,
+                        t * channels * area * nwin,
+                    )
                 for f in range(first_filter_tile, last_filter_tile):
                     for t in range(tiles):
-                        _tile(x_flat, filters, edge_filters, bias, has_bias, y_flat, panels,
-                              t * channels * area * nwin, scratch, b, image, group,
-                              channel_start, channels, f, (window_block + t) * nwin)
+                        _tile(
+                            x_flat,
+                            filters,
+                            edge_filters,
+                            bias,
+                            has_bias,
+                            y_flat,
+                            panels,
+                            t * channels * area * nwin,
+                            scratch,
+                            b,
+                            image,
+                            group,
+                            channel_start,
+                            channels,
+                            f,
+                            (window_block + t) * nwin,
+                        )
+
+
+@njit(nogil=True, cache=True)
+def _tile_counts(b):
+    """``(T_w, T_f, T_c)``: window, filter and channel tiles of one (group, image)."""
+    window_tiles = (b.out_height * b.out_width + b.windows_per_tile - 1) // b.windows_per_tile
+    filter_tiles = (b.filters + b.filters_per_tile - 1) // b.filters_per_tile
+    channel_tiles = (b.channels + b.channel_tile - 1) // b.channel_tile
+    return window_tiles, filter_tiles, channel_tiles
+
+
+@njit(nogil=True, cache=True)
+def _job(b, job, blocks):
+    """``(group, image, block)`` of parallel job number ``job``."""
+    return job // (blocks * b.batch), (job // blocks) % b.batch, job % blocks
 
 
 @njit(nogil=True, cache=True)
@@ -135,7 +188,7 @@ def _aligned_buffer(size, like):
     extra = _ALIGN_BYTES // like.itemsize
     raw = np.empty(size + extra, dtype=like.dtype)
     start = ((-raw.ctypes.data) % _ALIGN_BYTES) // like.itemsize
-    return raw[start:start + size]
+    return raw[start : start + size]
 
 
 @njit(nogil=True, cache=True)
@@ -153,27 +206,58 @@ def _channel_range(b, index, count):
 @njit(nogil=True, cache=True)
 def _in_place(b, window_start):
     """Whether this window tile is read from the input itself, unpacked."""
-    return (b.input_in_place
-            and window_start + b.windows_per_tile <= b.out_height * b.out_width)
+    return b.input_in_place and window_start + b.windows_per_tile <= b.out_height * b.out_width
 
 
 @njit(nogil=True, cache=True)
-def _pack_tile(x_flat, b, image, group, channel_start, channels, window_start, panel,
-               panel_offset):
+def _pack_tile(x_flat, b, image, group, channel_start, channels, window_start, panel, panel_offset):
     """Pack one input tile, unless the kernel reads it in place."""
     if _in_place(b, window_start):
         return
     image_offset = (image * b.groups + group) * b.channels * b.height * b.width
-    pack_input_panel(x_flat, image_offset, b.height, b.width, b.pad_top, b.pad_left,
-                     channel_start, channels, b.kernel_height, b.kernel_width, b.stride_h,
-                     b.stride_w, b.dilation_h, b.dilation_w, b.out_width,
-                     b.out_height * b.out_width, window_start, b.windows_per_tile, panel,
-                     panel_offset)
+    pack_input_panel(
+        x_flat,
+        image_offset,
+        b.height,
+        b.width,
+        b.pad_top,
+        b.pad_left,
+        channel_start,
+        channels,
+        b.kernel_height,
+        b.kernel_width,
+        b.stride_h,
+        b.stride_w,
+        b.dilation_h,
+        b.dilation_w,
+        b.out_width,
+        b.out_height * b.out_width,
+        window_start,
+        b.windows_per_tile,
+        panel,
+        panel_offset,
+    )
 
 
 @njit(nogil=True)
-def _tile(x_flat, filters, edge_filters, bias, has_bias, y_flat, panels, panel_offset,
-          scratch, b, image, group, channel_start, channels, filter_tile, window_start):
+def _tile(
+    x_flat,
+    filters,
+    edge_filters,
+    bias,
+    has_bias,
+    y_flat,
+    panels,
+    panel_offset,
+    scratch,
+    b,
+    image,
+    group,
+    channel_start,
+    channels,
+    filter_tile,
+    window_start,
+):
     """One micro-kernel call for output tile (filter_tile, window_start).
 
     Picks where the operands are read from, then writes full tiles straight
@@ -194,8 +278,9 @@ def _tile(x_flat, filters, edge_filters, bias, has_bias, y_flat, panels, panel_o
     # Filters: packed panels, the KCRS array in place, or the packed edge tile.
     source = filters
     if b.filters_packed:
-        filter_offset = filter_panel_offset(group, filter_tile, channel_start, filter_tiles,
-                                            reduction, area, nf)
+        filter_offset = filter_panel_offset(
+            group, filter_tile, channel_start, filter_tiles, reduction, area, nf
+        )
         k_stride, i_stride = nf, 1
     elif rows == nf:
         filter_offset = (group * b.filters + filter_start) * reduction + channel_start * area
@@ -212,8 +297,9 @@ def _tile(x_flat, filters, edge_filters, bias, has_bias, y_flat, panels, panel_o
     if _in_place(b, window_start):
         plane = b.height * b.width
         inputs = x_flat
-        inputs_offset = (((image * b.groups + group) * b.channels + channel_start) * plane
-                         + window_start)
+        inputs_offset = (
+            (image * b.groups + group) * b.channels + channel_start
+        ) * plane + window_start
         inputs_stride = plane
 
     first = channel_start == 0
@@ -221,11 +307,41 @@ def _tile(x_flat, filters, edge_filters, bias, has_bias, y_flat, panels, panel_o
     bias_offset = group * filter_tiles * nf + filter_start
     y_offset = ((image * b.groups + group) * b.filters + filter_start) * windows + window_start
     if rows == nf and columns == nwin:
-        microkernel(depth, source, filter_offset, k_stride, i_stride, inputs, inputs_offset,
-                    inputs_stride, y_flat, y_offset, windows, bias, bias_offset, first, last)
+        microkernel(
+            depth,
+            source,
+            filter_offset,
+            k_stride,
+            i_stride,
+            inputs,
+            inputs_offset,
+            inputs_stride,
+            y_flat,
+            y_offset,
+            windows,
+            bias,
+            bias_offset,
+            first,
+            last,
+        )
         return
-    microkernel(depth, source, filter_offset, k_stride, i_stride, inputs, inputs_offset,
-                inputs_stride, scratch, 0, nwin, bias, bias_offset, True, last)
+    microkernel(
+        depth,
+        source,
+        filter_offset,
+        k_stride,
+        i_stride,
+        inputs,
+        inputs_offset,
+        inputs_stride,
+        scratch,
+        0,
+        nwin,
+        bias,
+        bias_offset,
+        True,
+        last,
+    )
     if first:
         for i in range(rows):
             copy_run(y_flat, y_offset + i * windows, scratch, i * nwin, columns)

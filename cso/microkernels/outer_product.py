@@ -39,8 +39,9 @@ _NUMBA_FLOAT = {"float32": types.float32, "float64": types.float64}
 _LLVM_SUFFIX = {"float32": "f32", "float64": "f64"}
 
 
-def build_outer_product_kernel(filters_per_tile: int, windows_per_tile: int,
-                               dtype_name: str, vector_lanes: int):
+def build_outer_product_kernel(
+    filters_per_tile: int, windows_per_tile: int, dtype_name: str, vector_lanes: int
+):
     """Return a Numba intrinsic computing one ``Nf x Nwin`` output tile.
 
     Parameters
@@ -67,7 +68,8 @@ def build_outer_product_kernel(filters_per_tile: int, windows_per_tile: int,
     if windows_per_tile % vector_lanes:
         raise ValueError(
             f"windows_per_tile ({windows_per_tile}) must be a multiple of "
-            f"vector_lanes ({vector_lanes})")
+            f"vector_lanes ({vector_lanes})"
+        )
     rows = filters_per_tile
     vectors_per_row = windows_per_tile // vector_lanes
     element_type = _LLVM_FLOAT[dtype_name]()
@@ -77,21 +79,68 @@ def build_outer_product_kernel(filters_per_tile: int, windows_per_tile: int,
     fma_name = f"llvm.fma.v{vector_lanes}{_LLVM_SUFFIX[dtype_name]}"
 
     @intrinsic
-    def outer_product_kernel(typingctx, depth, filters, filters_offset, filters_k_stride,
-                             filters_i_stride, inputs,
-                             inputs_offset, inputs_stride, out, out_offset, out_stride,
-                             bias, bias_offset, overwrite, add_bias):
+    def outer_product_kernel(
+        typingctx,
+        depth,
+        filters,
+        filters_offset,
+        filters_k_stride,
+        filters_i_stride,
+        inputs,
+        inputs_offset,
+        inputs_stride,
+        out,
+        out_offset,
+        out_stride,
+        bias,
+        bias_offset,
+        overwrite,
+        add_bias,
+    ):
         for name, arg in (("filters", filters), ("inputs", inputs), ("out", out), ("bias", bias)):
-            if not (isinstance(arg, types.Array) and arg.dtype == numba_type and arg.ndim == 1
-                    and arg.layout == "C"):
+            if not (
+                isinstance(arg, types.Array)
+                and arg.dtype == numba_type
+                and arg.ndim == 1
+                and arg.layout == "C"
+            ):
                 raise TypeError(f"{name} must be a 1-D C-contiguous {dtype_name} array, got {arg}")
-        sig = types.void(types.intp, filters, types.intp, types.intp, types.intp, inputs, types.intp, types.intp,
-                         out, types.intp, types.intp, bias, types.intp, types.boolean,
-                         types.boolean)
+        sig = types.void(
+            types.intp,
+            filters,
+            types.intp,
+            types.intp,
+            types.intp,
+            inputs,
+            types.intp,
+            types.intp,
+            out,
+            types.intp,
+            types.intp,
+            bias,
+            types.intp,
+            types.boolean,
+            types.boolean,
+        )
 
         def codegen(context, builder, signature, args):
-            (depth_v, filters_a, filters_off, filters_k_stride_v, filters_i_stride_v, inputs_a, inputs_off, inputs_stride_v, out_a,
-             out_off, out_stride_v, bias_a, bias_off, overwrite_v, add_bias_v) = args
+            (
+                depth_v,
+                filters_a,
+                filters_off,
+                filters_k_stride_v,
+                filters_i_stride_v,
+                inputs_a,
+                inputs_off,
+                inputs_stride_v,
+                out_a,
+                out_off,
+                out_stride_v,
+                bias_a,
+                bias_off,
+                overwrite_v,
+                add_bias_v,
+            ) = args
             arrays = signature.args
 
             def base(index, value, offset):
@@ -105,10 +154,12 @@ def build_outer_product_kernel(filters_per_tile: int, windows_per_tile: int,
 
             intp = context.get_value_type(types.intp)
             fma = cgutils.get_or_insert_function(
-                builder.module, ir.FunctionType(vector_type, [vector_type] * 3), fma_name)
+                builder.module, ir.FunctionType(vector_type, [vector_type] * 3), fma_name
+            )
             zero_vector = ir.Constant(vector_type, [0.0] * vector_lanes)
-            broadcast_mask = ir.Constant(ir.VectorType(ir.IntType(32), vector_lanes),
-                                         [0] * vector_lanes)
+            broadcast_mask = ir.Constant(
+                ir.VectorType(ir.IntType(32), vector_lanes), [0] * vector_lanes
+            )
             undef_vector = ir.Constant(vector_type, ir.Undefined)
             vector_ptr_type = vector_type.as_pointer()
 
@@ -139,15 +190,22 @@ def build_outer_product_kernel(filters_per_tile: int, windows_per_tile: int,
             input_vectors = []
             for v in range(vectors_per_row):
                 pointer = builder.bitcast(
-                    builder.gep(input_row, [ir.Constant(intp, v * vector_lanes)]), vector_ptr_type)
+                    builder.gep(input_row, [ir.Constant(intp, v * vector_lanes)]), vector_ptr_type
+                )
                 input_vectors.append(builder.load(pointer, align=element_bytes))
             filter_row = builder.gep(filters_ptr, [builder.mul(k, filters_k_stride_v)])
             updated = []
             for i in range(rows):
-                scalar = builder.load(builder.gep(filter_row, [builder.mul(ir.Constant(intp, i), filters_i_stride_v)]))
+                scalar = builder.load(
+                    builder.gep(filter_row, [builder.mul(ir.Constant(intp, i), filters_i_stride_v)])
+                )
                 splat = broadcast(scalar)
-                updated.append([builder.call(fma, [splat, input_vectors[v], accumulators[i][v]])
-                                for v in range(vectors_per_row)])
+                updated.append(
+                    [
+                        builder.call(fma, [splat, input_vectors[v], accumulators[i][v]])
+                        for v in range(vectors_per_row)
+                    ]
+                )
             next_k = builder.add(k, ir.Constant(intp, 1))
             loop_end = builder.basic_block
             k.add_incoming(next_k, loop_end)
@@ -175,11 +233,14 @@ def build_outer_product_kernel(filters_per_tile: int, windows_per_tile: int,
 
             def write_back(accumulate):
                 for i in range(rows):
-                    out_row = builder.gep(out_ptr, [builder.mul(ir.Constant(intp, i), out_stride_v)])
+                    out_row = builder.gep(
+                        out_ptr, [builder.mul(ir.Constant(intp, i), out_stride_v)]
+                    )
                     for v in range(vectors_per_row):
                         pointer = builder.bitcast(
                             builder.gep(out_row, [ir.Constant(intp, v * vector_lanes)]),
-                            vector_ptr_type)
+                            vector_ptr_type,
+                        )
                         value = builder.fadd(finals[i][v], bias_terms[i])
                         if accumulate:
                             value = builder.fadd(builder.load(pointer, align=element_bytes), value)

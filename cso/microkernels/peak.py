@@ -32,8 +32,8 @@ def _fma_loop(dtype_name: str, lanes: int):
         def codegen(context, builder, signature, args):
             (count,) = args
             fma = cgutils.get_or_insert_function(
-                builder.module, ir.FunctionType(vector, [vector] * 3),
-                f"llvm.fma.v{lanes}{suffix}")
+                builder.module, ir.FunctionType(vector, [vector] * 3), f"llvm.fma.v{lanes}{suffix}"
+            )
             intp = count.type
             entry = builder.basic_block
             loop = builder.append_basic_block("peak.loop")
@@ -59,7 +59,9 @@ def _fma_loop(dtype_name: str, lanes: int):
             # Sum one lane of every chain so that nothing is dead code.
             total = ir.Constant(element, 0.0)
             for value in updated:
-                total = builder.fadd(total, builder.extract_element(value, ir.Constant(ir.IntType(32), 0)))
+                total = builder.fadd(
+                    total, builder.extract_element(value, ir.Constant(ir.IntType(32), 0))
+                )
             return total
 
         return result_type(types.intp), codegen

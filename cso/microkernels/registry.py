@@ -37,8 +37,13 @@ from . import outer_product as _outer_product_module
 _lock = threading.Lock()
 _modules: dict = {}
 
-_DEPENDENCIES = (_loops_module, _bounds_module, _filters_module, _inputs_module,
-                 _outer_product_module)
+_DEPENDENCIES = (
+    _loops_module,
+    _bounds_module,
+    _filters_module,
+    _inputs_module,
+    _outer_product_module,
+)
 
 
 def _source_hash() -> str:
@@ -54,12 +59,12 @@ def _module_source(filters_per_tile, windows_per_tile, dtype_name, vector_lanes)
         "\n\n# ---- specialisation written by cso.microkernels.registry ----\n"
         "from cso.microkernels.outer_product import build_outer_product_kernel\n"
         f"microkernel = build_outer_product_kernel({filters_per_tile}, {windows_per_tile}, "
-        f"{dtype_name!r}, {vector_lanes})\n")
+        f"{dtype_name!r}, {vector_lanes})\n"
+    )
     return template + binding
 
 
-def loop_module(filters_per_tile: int, windows_per_tile: int, dtype_name: str,
-                vector_lanes: int):
+def loop_module(filters_per_tile: int, windows_per_tile: int, dtype_name: str, vector_lanes: int):
     """The macro-kernel module specialised for one micro-kernel, memoised by its key.
 
     Returns
@@ -73,7 +78,7 @@ def loop_module(filters_per_tile: int, windows_per_tile: int, dtype_name: str,
         module = _modules.get(key)
         if module is not None:
             return module
-        name = (f"cso_loops_f{key[0]}_w{key[1]}_{key[2]}_l{key[3]}_{_source_hash()}")
+        name = f"cso_loops_f{key[0]}_w{key[1]}_{key[2]}_l{key[3]}_{_source_hash()}"
         path = cache_directory() / f"{name}.py"
         source = _module_source(*key)
         if not path.exists() or path.read_text() != source:

@@ -32,14 +32,16 @@ def pack_filters_panels(w: np.ndarray, groups: int, filters_per_tile: int, dtype
     reduction = channels_per_group * height * width
     source = np.ascontiguousarray(w, dtype=dtype).reshape(-1)
     packed = np.empty(groups * tiles * reduction * filters_per_tile, dtype=dtype)
-    _transpose_into_panels(source, groups, filters_per_group, reduction, filters_per_tile,
-                           tiles, packed)
+    _transpose_into_panels(
+        source, groups, filters_per_group, reduction, filters_per_tile, tiles, packed
+    )
     return packed
 
 
 @njit(cache=True, nogil=True)
-def _transpose_into_panels(source, groups, filters_per_group, reduction, filters_per_tile,
-                           tiles, packed):
+def _transpose_into_panels(
+    source, groups, filters_per_group, reduction, filters_per_tile, tiles, packed
+):
     # Writes run contiguously along the panel; the Nf source rows are read as
     # Nf sequential streams, which the prefetchers follow.
     for group in range(groups):
@@ -56,8 +58,9 @@ def _transpose_into_panels(source, groups, filters_per_group, reduction, filters
                     packed[target + i] = 0.0
 
 
-def pack_edge_filters(w_flat: np.ndarray, groups: int, filters_per_group: int, reduction: int,
-                      filters_per_tile: int) -> np.ndarray:
+def pack_edge_filters(
+    w_flat: np.ndarray, groups: int, filters_per_group: int, reduction: int, filters_per_tile: int
+) -> np.ndarray:
     """The last, partial filter tile of each group as panels ``[G][C_g*R*S][Nf]``.
 
     When filters are read in place (strides ``(1, C_g*R*S)``) only this tile
@@ -70,7 +73,7 @@ def pack_edge_filters(w_flat: np.ndarray, groups: int, filters_per_group: int, r
         return np.zeros(filters_per_tile, dtype=w_flat.dtype)
     by_group = w_flat.reshape(groups, filters_per_group, reduction)
     tile = np.zeros((groups, filters_per_tile, reduction), dtype=w_flat.dtype)
-    tile[:, :remainder] = by_group[:, full * filters_per_tile:]
+    tile[:, :remainder] = by_group[:, full * filters_per_tile :]
     return np.ascontiguousarray(tile.transpose(0, 2, 1)).reshape(-1)
 
 
@@ -85,8 +88,16 @@ def pack_bias(bias, filters: int, groups: int, filters_per_tile: int, dtype) -> 
 
 
 @register_jitable
-def filter_panel_offset(group: int, filter_tile: int, channel_start: int, filter_tiles: int,
-                        reduction: int, kernel_area: int, filters_per_tile: int) -> int:
+def filter_panel_offset(
+    group: int,
+    filter_tile: int,
+    channel_start: int,
+    filter_tiles: int,
+    reduction: int,
+    kernel_area: int,
+    filters_per_tile: int,
+) -> int:
     """Element offset of the panel for (group, filter tile, channel tile start)."""
-    return ((group * filter_tiles + filter_tile) * reduction
-            + channel_start * kernel_area) * filters_per_tile
+    return (
+        (group * filter_tiles + filter_tile) * reduction + channel_start * kernel_area
+    ) * filters_per_tile

@@ -37,10 +37,28 @@ from .vector_copy import pack_row_runs
 # intrinsic it calls.  It is compiled into, and cached with, each generated
 # loop module, whose file name hashes every source it depends on.
 @njit(nogil=True)
-def pack_input_panel(x_flat, image_offset, height, width, pad_top, pad_left, channel_start,
-                     channels, kernel_height, kernel_width, stride_h, stride_w, dilation_h,
-                     dilation_w, out_width, windows, window_start, windows_per_tile,
-                     panel, panel_offset):
+def pack_input_panel(
+    x_flat,
+    image_offset,
+    height,
+    width,
+    pad_top,
+    pad_left,
+    channel_start,
+    channels,
+    kernel_height,
+    kernel_width,
+    stride_h,
+    stride_w,
+    dilation_h,
+    dilation_w,
+    out_width,
+    windows,
+    window_start,
+    windows_per_tile,
+    panel,
+    panel_offset,
+):
     """Pack one input panel; see the module contract.
 
     ``x_flat`` is the unpadded input ``[N][C][H][W]`` flattened and
@@ -53,8 +71,19 @@ def pack_input_panel(x_flat, image_offset, height, width, pad_top, pad_left, cha
         if window >= windows:
             # Windows past P*Q: zero columns, so the kernel's extra outputs are harmless.
             for k in range(channels * kernel_height):
-                pack_row_runs(panel, panel_offset + k * row_stride + column, windows_per_tile,
-                              x_flat, 0, 0, 1, 0, kernel_width, windows_per_tile - column, 0)
+                pack_row_runs(
+                    panel,
+                    panel_offset + k * row_stride + column,
+                    windows_per_tile,
+                    x_flat,
+                    0,
+                    0,
+                    1,
+                    0,
+                    kernel_width,
+                    windows_per_tile - column,
+                    0,
+                )
             return
         p = window // out_width
         q = window - p * out_width
@@ -66,10 +95,17 @@ def pack_input_panel(x_flat, image_offset, height, width, pad_top, pad_left, cha
                 input_row = p * stride_h + r * dilation_h - pad_top
                 # A row in the padding reads nothing: width 0 masks every lane.
                 inside = 0 <= input_row < height
-                pack_row_runs(panel,
-                              panel_offset + (c * kernel_height + r) * row_stride + column,
-                              windows_per_tile, x_flat,
-                              plane + input_row * width if inside else 0,
-                              first_column, stride_w, dilation_w, kernel_width, run,
-                              width if inside else 0)
+                pack_row_runs(
+                    panel,
+                    panel_offset + (c * kernel_height + r) * row_stride + column,
+                    windows_per_tile,
+                    x_flat,
+                    plane + input_row * width if inside else 0,
+                    first_column,
+                    stride_w,
+                    dilation_w,
+                    kernel_width,
+                    run,
+                    width if inside else 0,
+                )
         column += run

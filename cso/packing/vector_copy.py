@@ -26,8 +26,12 @@ _VECTOR_BYTES = 64
 @intrinsic
 def copy_run(typingctx, dst, dst_offset, src, src_offset, count):
     """Copy ``src[src_offset : src_offset + count]`` to ``dst[dst_offset : ...]``."""
-    if not (isinstance(dst, types.Array) and isinstance(src, types.Array)
-            and dst.dtype == src.dtype and dst.dtype in (types.float32, types.float64)):
+    if not (
+        isinstance(dst, types.Array)
+        and isinstance(src, types.Array)
+        and dst.dtype == src.dtype
+        and dst.dtype in (types.float32, types.float64)
+    ):
         raise TypeError(f"copy_run needs two float arrays of one dtype, got {dst} and {src}")
     float_type = dst.dtype
     sig = types.void(dst, types.intp, src, types.intp, types.intp)
@@ -42,15 +46,21 @@ def copy_run(typingctx, dst, dst_offset, src, src_offset, count):
         mask_type = ir.VectorType(ir.IntType(1), lanes)
         pointer = vector.as_pointer()
         load = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(vector, [pointer, ir.IntType(32), mask_type, vector]),
-            f"llvm.masked.load.v{lanes}{suffix}.p0")
+            builder.module,
+            ir.FunctionType(vector, [pointer, ir.IntType(32), mask_type, vector]),
+            f"llvm.masked.load.v{lanes}{suffix}.p0",
+        )
         store = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(ir.VoidType(), [vector, pointer, ir.IntType(32), mask_type]),
-            f"llvm.masked.store.v{lanes}{suffix}.p0")
-        dst_ptr = builder.gep(context.make_array(signature.args[0])(context, builder, dst_a).data,
-                              [dst_off])
-        src_ptr = builder.gep(context.make_array(signature.args[2])(context, builder, src_a).data,
-                              [src_off])
+            builder.module,
+            ir.FunctionType(ir.VoidType(), [vector, pointer, ir.IntType(32), mask_type]),
+            f"llvm.masked.store.v{lanes}{suffix}.p0",
+        )
+        dst_ptr = builder.gep(
+            context.make_array(signature.args[0])(context, builder, dst_a).data, [dst_off]
+        )
+        src_ptr = builder.gep(
+            context.make_array(signature.args[2])(context, builder, src_a).data, [src_off]
+        )
         intp = count_v.type
         lane_index = ir.Constant(ir.VectorType(intp, lanes), list(range(lanes)))
         undef = ir.Constant(ir.VectorType(intp, lanes), ir.Undefined)
@@ -66,7 +76,8 @@ def copy_run(typingctx, dst, dst_offset, src, src_offset, count):
         start.add_incoming(ir.Constant(intp, 0), entry)
         remaining = builder.sub(count_v, start)
         splat = builder.shuffle_vector(
-            builder.insert_element(undef, remaining, ir.Constant(ir.IntType(32), 0)), undef, zeros)
+            builder.insert_element(undef, remaining, ir.Constant(ir.IntType(32), 0)), undef, zeros
+        )
         mask = builder.icmp_signed("<", lane_index, splat)
         source = builder.bitcast(builder.gep(src_ptr, [start]), pointer)
         target = builder.bitcast(builder.gep(dst_ptr, [start]), pointer)
@@ -82,8 +93,20 @@ def copy_run(typingctx, dst, dst_offset, src, src_offset, count):
 
 
 @intrinsic
-def pack_row_runs(typingctx, dst, dst_offset, dst_stride, src, src_row, first_column,
-                  column_step, shift, copies, count, row_width):
+def pack_row_runs(
+    typingctx,
+    dst,
+    dst_offset,
+    dst_stride,
+    src,
+    src_row,
+    first_column,
+    column_step,
+    shift,
+    copies,
+    count,
+    row_width,
+):
     """Pack ``copies`` panel rows from one input row, zeros where it has none.
 
     Row ``s`` (``0 <= s < copies``) of the result, ``dst[dst_offset +
@@ -99,16 +122,42 @@ def pack_row_runs(typingctx, dst, dst_offset, dst_stride, src, src_row, first_co
     fetch the lanes by a masked gather.  Masked-off lanes are never read, so columns
     outside the input cost nothing and cannot fault.
     """
-    if not (isinstance(dst, types.Array) and isinstance(src, types.Array)
-            and dst.dtype == src.dtype and dst.dtype in (types.float32, types.float64)):
+    if not (
+        isinstance(dst, types.Array)
+        and isinstance(src, types.Array)
+        and dst.dtype == src.dtype
+        and dst.dtype in (types.float32, types.float64)
+    ):
         raise TypeError(f"pack_row_runs needs two float arrays of one dtype, got {dst} and {src}")
     float_type = dst.dtype
-    sig = types.void(dst, types.intp, types.intp, src, types.intp, types.intp, types.intp,
-                     types.intp, types.intp, types.intp, types.intp)
+    sig = types.void(
+        dst,
+        types.intp,
+        types.intp,
+        src,
+        types.intp,
+        types.intp,
+        types.intp,
+        types.intp,
+        types.intp,
+        types.intp,
+        types.intp,
+    )
 
     def codegen(context, builder, signature, args):
-        (dst_a, dst_off, dst_stride, src_a, src_row, first_column_v, step_v, shift_v,
-         copies_v, count_v, width_v) = args
+        (
+            dst_a,
+            dst_off,
+            dst_stride,
+            src_a,
+            src_row,
+            first_column_v,
+            step_v,
+            shift_v,
+            copies_v,
+            count_v,
+            width_v,
+        ) = args
         element = context.get_value_type(float_type)
         element_bytes = 4 if float_type == types.float32 else 8
         lanes = _VECTOR_BYTES // element_bytes
@@ -123,18 +172,26 @@ def pack_row_runs(typingctx, dst, dst_offset, dst_stride, src, src_row, first_co
         mask_type = ir.VectorType(ir.IntType(1), lanes)
         pointer_vector = ir.VectorType(element.as_pointer(), lanes)
         load = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(vector, [pointer, i32, mask_type, vector]),
-            f"llvm.masked.load.v{lanes}{suffix}.p0")
+            builder.module,
+            ir.FunctionType(vector, [pointer, i32, mask_type, vector]),
+            f"llvm.masked.load.v{lanes}{suffix}.p0",
+        )
         gather = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(vector, [pointer_vector, i32, mask_type, vector]),
-            f"llvm.masked.gather.v{lanes}{suffix}.v{lanes}p0")
+            builder.module,
+            ir.FunctionType(vector, [pointer_vector, i32, mask_type, vector]),
+            f"llvm.masked.gather.v{lanes}{suffix}.v{lanes}p0",
+        )
         store = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(ir.VoidType(), [vector, pointer, i32, mask_type]),
-            f"llvm.masked.store.v{lanes}{suffix}.p0")
-        dst_ptr = builder.gep(context.make_array(signature.args[0])(context, builder, dst_a).data,
-                              [dst_off])
-        row_ptr = builder.gep(context.make_array(signature.args[3])(context, builder, src_a).data,
-                              [src_row])
+            builder.module,
+            ir.FunctionType(ir.VoidType(), [vector, pointer, i32, mask_type]),
+            f"llvm.masked.store.v{lanes}{suffix}.p0",
+        )
+        dst_ptr = builder.gep(
+            context.make_array(signature.args[0])(context, builder, dst_a).data, [dst_off]
+        )
+        row_ptr = builder.gep(
+            context.make_array(signature.args[3])(context, builder, src_a).data, [src_row]
+        )
         zero = ir.Constant(intp, 0)
         one = ir.Constant(intp, 1)
         lane_index = ir.Constant(lane_vector, list(range(lanes)))
@@ -146,15 +203,17 @@ def pack_row_runs(typingctx, dst, dst_offset, dst_stride, src, src_row, first_co
                 value = builder.trunc(value, vector_type.element)
             undef = ir.Constant(vector_type, ir.Undefined)
             single = builder.insert_element(undef, value, ir.Constant(i32, 0))
-            return builder.shuffle_vector(single, undef,
-                                          ir.Constant(ir.VectorType(i32, lanes), [0] * lanes))
+            return builder.shuffle_vector(
+                single, undef, ir.Constant(ir.VectorType(i32, lanes), [0] * lanes)
+            )
 
         def ceil_div(numerator, denominator):
             # ceil(n / d) for d > 0 and any sign of n (sdiv truncates toward zero).
             quotient = builder.sdiv(numerator, denominator)
             remainder = builder.srem(numerator, denominator)
-            return builder.add(quotient, builder.zext(
-                builder.icmp_signed(">", remainder, zero), intp))
+            return builder.add(
+                quotient, builder.zext(builder.icmp_signed(">", remainder, zero), intp)
+            )
 
         def clamp(value, low, high):
             value = builder.select(builder.icmp_signed("<", value, low), low, value)
@@ -187,13 +246,19 @@ def pack_row_runs(typingctx, dst, dst_offset, dst_stride, src, src_row, first_co
             start.add_incoming(zero, outer)
             lanes_t = builder.add(splat(start), lane_index)
             in_run = builder.icmp_signed("<", lanes_t, count_splat)
-            read = in_run if bounds is None else builder.and_(
-                builder.icmp_signed(">=", lanes_t, low_splat),
-                builder.icmp_signed("<", lanes_t, high_splat))
+            read = (
+                in_run
+                if bounds is None
+                else builder.and_(
+                    builder.icmp_signed(">=", lanes_t, low_splat),
+                    builder.icmp_signed("<", lanes_t, high_splat),
+                )
+            )
             values = fetch(row_start, start, read)
-            builder.call(store, [values,
-                                 builder.bitcast(builder.gep(target_row, [start]), pointer),
-                                 align, in_run])
+            builder.call(
+                store,
+                [values, builder.bitcast(builder.gep(target_row, [start]), pointer), align, in_run],
+            )
             following = builder.add(start, ir.Constant(intp, lanes))
             start.add_incoming(following, builder.basic_block)
             builder.cbranch(builder.icmp_signed("<", following, count_v), inner, next_row)
@@ -213,8 +278,10 @@ def pack_row_runs(typingctx, dst, dst_offset, dst_stride, src, src_row, first_co
 
         def strided_range(row_start):
             # Lanes t with 0 <= row_start + t*step < width.
-            return (ceil_div(builder.sub(zero, row_start), step_v),
-                    ceil_div(builder.sub(width_v, row_start), step_v))
+            return (
+                ceil_div(builder.sub(zero, row_start), step_v),
+                ceil_div(builder.sub(width_v, row_start), step_v),
+            )
 
         index_vector = ir.VectorType(intp, lanes)
         wide_lanes = ir.Constant(index_vector, list(range(lanes)))
@@ -224,12 +291,17 @@ def pack_row_runs(typingctx, dst, dst_offset, dst_stride, src, src_row, first_co
             # Addresses of masked-off lanes may lie outside the input: computed
             # as integers, never dereferenced.
             step_bytes = builder.mul(step_v, ir.Constant(intp, element_bytes))
-            first = builder.add(base, builder.add(
-                builder.mul(row_start, ir.Constant(intp, element_bytes)),
-                builder.mul(start, step_bytes)))
+            first = builder.add(
+                base,
+                builder.add(
+                    builder.mul(row_start, ir.Constant(intp, element_bytes)),
+                    builder.mul(start, step_bytes),
+                ),
+            )
             offsets = builder.mul(wide_lanes, splat(step_bytes, index_vector))
-            addresses = builder.inttoptr(builder.add(splat(first, index_vector), offsets),
-                                         pointer_vector)
+            addresses = builder.inttoptr(
+                builder.add(splat(first, index_vector), offsets), pointer_vector
+            )
             return builder.call(gather, [addresses, align, read, zero_vector])
 
         pair_vector = ir.VectorType(i32, 2 * lanes)
@@ -240,8 +312,9 @@ def pack_row_runs(typingctx, dst, dst_offset, dst_stride, src, src_row, first_co
             value = builder.trunc(value, i32)
             undef = ir.Constant(pair_vector, ir.Undefined)
             single = builder.insert_element(undef, value, ir.Constant(i32, 0))
-            return builder.shuffle_vector(single, undef,
-                                          ir.Constant(ir.VectorType(i32, 2 * lanes), [0] * 2 * lanes))
+            return builder.shuffle_vector(
+                single, undef, ir.Constant(ir.VectorType(i32, 2 * lanes), [0] * 2 * lanes)
+            )
 
         def deinterleaved_load(row_start, start, read):
             # Stride 2: two contiguous masked loads cover the 2*lanes columns
@@ -250,27 +323,44 @@ def pack_row_runs(typingctx, dst, dst_offset, dst_stride, src, src_row, first_co
             # come out zero without a mask of their own.
             first = builder.add(row_start, builder.add(start, start))
             columns = builder.add(pair_splat(first), pair_index)
-            inside = builder.and_(builder.icmp_signed(">=", columns, pair_splat(zero)),
-                                  builder.icmp_signed("<", columns, pair_splat(width_v)))
+            inside = builder.and_(
+                builder.icmp_signed(">=", columns, pair_splat(zero)),
+                builder.icmp_signed("<", columns, pair_splat(width_v)),
+            )
             halves = []
             for half in range(2):
                 mask = builder.shuffle_vector(
-                    inside, ir.Constant(inside.type, ir.Undefined),
-                    ir.Constant(ir.VectorType(i32, lanes),
-                                list(range(half * lanes, (half + 1) * lanes))))
-                address = builder.gep(row_ptr, [builder.add(first, ir.Constant(intp, half * lanes))])
-                halves.append(builder.call(load, [builder.bitcast(address, pointer), align, mask,
-                                                  zero_vector]))
+                    inside,
+                    ir.Constant(inside.type, ir.Undefined),
+                    ir.Constant(
+                        ir.VectorType(i32, lanes), list(range(half * lanes, (half + 1) * lanes))
+                    ),
+                )
+                address = builder.gep(
+                    row_ptr, [builder.add(first, ir.Constant(intp, half * lanes))]
+                )
+                halves.append(
+                    builder.call(
+                        load, [builder.bitcast(address, pointer), align, mask, zero_vector]
+                    )
+                )
             return builder.shuffle_vector(halves[0], halves[1], even_lanes)
 
-        work = builder.and_(builder.icmp_signed(">", count_v, zero),
-                            builder.icmp_signed(">", copies_v, zero))
-        last_column = builder.add(first_column_v, builder.add(
-            builder.mul(builder.sub(copies_v, one), shift_v),
-            builder.mul(builder.sub(count_v, one), step_v)))
+        work = builder.and_(
+            builder.icmp_signed(">", count_v, zero), builder.icmp_signed(">", copies_v, zero)
+        )
+        last_column = builder.add(
+            first_column_v,
+            builder.add(
+                builder.mul(builder.sub(copies_v, one), shift_v),
+                builder.mul(builder.sub(count_v, one), step_v),
+            ),
+        )
         # The common case: every lane of every copy inside the row.
-        interior = builder.and_(builder.icmp_signed(">=", first_column_v, zero),
-                                builder.icmp_signed("<", last_column, width_v))
+        interior = builder.and_(
+            builder.icmp_signed(">=", first_column_v, zero),
+            builder.icmp_signed("<", last_column, width_v),
+        )
         contiguous = builder.icmp_signed("==", step_v, one)
         with builder.if_then(work):
             with builder.if_else(contiguous) as (shifted, gathered):

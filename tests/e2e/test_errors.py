@@ -12,32 +12,39 @@ X = np.ones((1, 4, 8, 8), np.float32)
 W = np.ones((6, 4, 3, 3), np.float32)
 
 
-@pytest.mark.parametrize("args, kwargs, error, pattern", [
-    ((np.ones((4, 8, 8)), W), {}, ValueError, "x must be 4-D"),
-    ((X, np.ones((6, 4, 3))), {}, ValueError, "w must be 4-D"),
-    ((X, np.ones((6, 3, 3, 3))), {}, ValueError, r"w.shape\[1\]"),
-    ((X.astype(np.complex64), W), {}, TypeError, "x must have a real numeric dtype"),
-    ((X, W.astype(bool)), {}, TypeError, "w must have a real numeric dtype"),
-    ((X.astype(object), W), {}, TypeError, "x must have a real numeric dtype"),
-    ((X, W), dict(bias=np.ones(5)), ValueError, r"bias must have shape \(6,\)"),
-    ((X, W), dict(bias=np.ones(6, complex)), TypeError, "bias"),
-    ((X, W), dict(stride=0), ValueError, "stride must be >= 1"),
-    ((X, W), dict(padding=-1), ValueError, "padding must be >= 0"),
-    ((X, W), dict(padding="bogus"), ValueError, "padding must be"),
-    ((X, W), dict(dilation=(1, 0)), ValueError, r"dilation\[1\]"),
-    ((X, W), dict(groups=3), ValueError, "groups"),
-    ((X, W), dict(dilation=5), ValueError, "smaller than the dilated kernel"),
-    ((X, W), dict(threads=0), ValueError, "threads must be between 1 and"),
-    ((X, W), dict(threads=10_000), ValueError, "threads must be between 1 and"),
-    ((X, W), dict(threads=1.5), TypeError, "threads"),
-    ((X, W), dict(out=np.empty((1, 6, 6, 6), np.float64)), ValueError, "out must have shape"),
-    ((X, W), dict(out=np.empty((1, 6, 6, 7), np.float32)), ValueError, "out must have shape"),
-    ((X, W), dict(out=np.empty((1, 6, 6, 12), np.float32)[..., ::2]), ValueError,
-     "C-contiguous"),
-    ((X, W), dict(out=[0]), TypeError, "out must be a numpy.ndarray"),
-    ((X, W), dict(plan="IS"), TypeError, "plan must be a cso.Plan"),
-    (([[1, 2], [3]], W), {}, TypeError, "x must be array-like"),
-])
+@pytest.mark.parametrize(
+    "args, kwargs, error, pattern",
+    [
+        ((np.ones((4, 8, 8)), W), {}, ValueError, "x must be 4-D"),
+        ((X, np.ones((6, 4, 3))), {}, ValueError, "w must be 4-D"),
+        ((X, np.ones((6, 3, 3, 3))), {}, ValueError, r"w.shape\[1\]"),
+        ((X.astype(np.complex64), W), {}, TypeError, "x must have a real numeric dtype"),
+        ((X, W.astype(bool)), {}, TypeError, "w must have a real numeric dtype"),
+        ((X.astype(object), W), {}, TypeError, "x must have a real numeric dtype"),
+        ((X, W), dict(bias=np.ones(5)), ValueError, r"bias must have shape \(6,\)"),
+        ((X, W), dict(bias=np.ones(6, complex)), TypeError, "bias"),
+        ((X, W), dict(stride=0), ValueError, "stride must be >= 1"),
+        ((X, W), dict(padding=-1), ValueError, "padding must be >= 0"),
+        ((X, W), dict(padding="bogus"), ValueError, "padding must be"),
+        ((X, W), dict(dilation=(1, 0)), ValueError, r"dilation\[1\]"),
+        ((X, W), dict(groups=3), ValueError, "groups"),
+        ((X, W), dict(dilation=5), ValueError, "smaller than the dilated kernel"),
+        ((X, W), dict(threads=0), ValueError, "threads must be between 1 and"),
+        ((X, W), dict(threads=10_000), ValueError, "threads must be between 1 and"),
+        ((X, W), dict(threads=1.5), TypeError, "threads"),
+        ((X, W), dict(out=np.empty((1, 6, 6, 6), np.float64)), ValueError, "out must have shape"),
+        ((X, W), dict(out=np.empty((1, 6, 6, 7), np.float32)), ValueError, "out must have shape"),
+        (
+            (X, W),
+            dict(out=np.empty((1, 6, 6, 12), np.float32)[..., ::2]),
+            ValueError,
+            "C-contiguous",
+        ),
+        ((X, W), dict(out=[0]), TypeError, "out must be a numpy.ndarray"),
+        ((X, W), dict(plan="IS"), TypeError, "plan must be a cso.Plan"),
+        (([[1, 2], [3]], W), {}, TypeError, "x must be array-like"),
+    ],
+)
 def test_bad_input_names_the_parameter(args, kwargs, error, pattern):
     with pytest.raises(error, match=pattern):
         cso.conv2d(*args, **kwargs)

@@ -6,8 +6,14 @@ from conftest import assert_matches_reference
 
 import cso
 
-AVX512_LIKE = cso.Hardware(l1_bytes=48 * 1024, l2_bytes=2 << 20, l3_bytes=32 << 20,
-                           vector_bytes=64, vector_registers=32, cores=2)
+AVX512_LIKE = cso.Hardware(
+    l1_bytes=48 * 1024,
+    l2_bytes=2 << 20,
+    l3_bytes=32 << 20,
+    vector_bytes=64,
+    vector_registers=32,
+    cores=2,
+)
 
 
 def _check(rng, x_shape, w_shape, dtype=np.float32, bias=True, **params):
@@ -21,20 +27,23 @@ def _check(rng, x_shape, w_shape, dtype=np.float32, bias=True, **params):
     return plan
 
 
-@pytest.mark.parametrize("name, x_shape, w_shape, params", [
-    ("1x1", (1, 64, 14, 14), (128, 64, 1, 1), {}),
-    ("1x1 stride 2", (1, 32, 15, 15), (40, 32, 1, 1), dict(stride=2)),
-    ("7x7 stride 2 on 3 channels", (1, 3, 64, 64), (64, 3, 7, 7), dict(stride=2, padding=3)),
-    ("windows not a multiple of Nwin", (1, 8, 7, 7), (16, 8, 3, 3), dict(padding=1)),
-    ("K not a multiple of Nf", (1, 8, 12, 12), (29, 8, 3, 3), dict(padding=1)),
-    ("input smaller than the kernel, padded", (1, 4, 2, 3), (6, 4, 5, 5), dict(padding=2)),
-    ("P equal to 1", (1, 5, 3, 40), (7, 5, 3, 3), {}),
-    ("Q equal to 1", (1, 5, 40, 3), (7, 5, 3, 3), {}),
-    ("P and Q equal to 1", (2, 9, 4, 4), (11, 9, 4, 4), {}),
-    ("16x16 stride 16", (1, 3, 64, 64), (24, 3, 16, 16), dict(stride=16)),
-    ("depthwise", (1, 12, 9, 9), (12, 1, 3, 3), dict(groups=12, padding=1)),
-    ("batch of 3, dilation 2", (3, 6, 12, 12), (10, 6, 3, 3), dict(dilation=2, padding="same")),
-])
+@pytest.mark.parametrize(
+    "name, x_shape, w_shape, params",
+    [
+        ("1x1", (1, 64, 14, 14), (128, 64, 1, 1), {}),
+        ("1x1 stride 2", (1, 32, 15, 15), (40, 32, 1, 1), dict(stride=2)),
+        ("7x7 stride 2 on 3 channels", (1, 3, 64, 64), (64, 3, 7, 7), dict(stride=2, padding=3)),
+        ("windows not a multiple of Nwin", (1, 8, 7, 7), (16, 8, 3, 3), dict(padding=1)),
+        ("K not a multiple of Nf", (1, 8, 12, 12), (29, 8, 3, 3), dict(padding=1)),
+        ("input smaller than the kernel, padded", (1, 4, 2, 3), (6, 4, 5, 5), dict(padding=2)),
+        ("P equal to 1", (1, 5, 3, 40), (7, 5, 3, 3), {}),
+        ("Q equal to 1", (1, 5, 40, 3), (7, 5, 3, 3), {}),
+        ("P and Q equal to 1", (2, 9, 4, 4), (11, 9, 4, 4), {}),
+        ("16x16 stride 16", (1, 3, 64, 64), (24, 3, 16, 16), dict(stride=16)),
+        ("depthwise", (1, 12, 9, 9), (12, 1, 3, 3), dict(groups=12, padding=1)),
+        ("batch of 3, dilation 2", (3, 6, 12, 12), (10, 6, 3, 3), dict(dilation=2, padding="same")),
+    ],
+)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_named_example(rng, name, x_shape, w_shape, params, dtype):
     _check(rng, x_shape, w_shape, dtype, **params)
@@ -44,8 +53,7 @@ def test_channels_split_into_several_tiles(rng):
     x = rng.standard_normal((1, 300, 9, 9)).astype(np.float32)
     w = rng.standard_normal((20, 300, 3, 3)).astype(np.float32)
     for schedule in ("IS", "WS"):
-        plan = cso.plan_conv2d(x.shape, w.shape, padding=1, schedule=schedule,
-                               hardware=AVX512_LIKE)
+        plan = cso.plan_conv2d(x.shape, w.shape, padding=1, schedule=schedule, hardware=AVX512_LIKE)
         assert plan.channel_tile < 300  # C is split
         assert_matches_reference(cso.conv2d(x, w, padding=1, plan=plan), x, w, padding=1)
 

@@ -18,28 +18,39 @@ def problems(draw):
     R, S = draw(st.integers(1, 4)), draw(st.integers(1, 4))
     stride = draw(st.one_of(st.integers(1, 3), st.tuples(st.integers(1, 3), st.integers(1, 3))))
     dilation = draw(st.one_of(st.just(1), st.tuples(st.integers(1, 2), st.integers(1, 2))))
-    padding = draw(st.one_of(
-        st.integers(0, 2), st.tuples(st.integers(0, 2), st.integers(0, 3)),
-        st.tuples(st.tuples(st.integers(0, 3), st.integers(0, 1)),
-                  st.tuples(st.integers(0, 1), st.integers(0, 3))),
-        st.just("same"), st.just("valid")))
+    padding = draw(
+        st.one_of(
+            st.integers(0, 2),
+            st.tuples(st.integers(0, 2), st.integers(0, 3)),
+            st.tuples(
+                st.tuples(st.integers(0, 3), st.integers(0, 1)),
+                st.tuples(st.integers(0, 1), st.integers(0, 3)),
+            ),
+            st.just("same"),
+            st.just("valid"),
+        )
+    )
     if padding == "same":
         stride = 1
     H, W = draw(st.integers(1, 13)), draw(st.integers(1, 40))
     batch = draw(st.integers(1, 2))
     params = dict(stride=stride, padding=padding, dilation=dilation, groups=groups)
     try:
-        g = make_geometry((batch, channels, H, W), (filters, channels // groups, R, S),
-                                       **params)
+        g = make_geometry((batch, channels, H, W), (filters, channels // groups, R, S), **params)
     except ValueError:
         assume(False)
     return (batch, channels, H, W), (filters, channels // groups, R, S), params, g
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(problem=problems(), dtype=st.sampled_from([np.float32, np.float64]),
-       schedule=st.sampled_from(["IS", "WS"]), threads=st.sampled_from([1, 2]),
-       with_bias=st.booleans(), seed=st.integers(0, 2**32 - 1))
+@given(
+    problem=problems(),
+    dtype=st.sampled_from([np.float32, np.float64]),
+    schedule=st.sampled_from(["IS", "WS"]),
+    threads=st.sampled_from([1, 2]),
+    with_bias=st.booleans(),
+    seed=st.integers(0, 2**32 - 1),
+)
 def test_conv2d_matches_reference(problem, dtype, schedule, threads, with_bias, seed):
     x_shape, w_shape, params, _ = problem
     threads = min(threads, numba.config.NUMBA_NUM_THREADS)
@@ -47,16 +58,21 @@ def test_conv2d_matches_reference(problem, dtype, schedule, threads, with_bias, 
     x = rng.standard_normal(x_shape).astype(dtype)
     w = rng.standard_normal(w_shape).astype(dtype)
     bias = rng.standard_normal(w_shape[0]).astype(dtype) if with_bias else None
-    plan = cso.plan_conv2d(x_shape, w_shape, dtype=dtype, schedule=schedule, threads=threads,
-                           **params)
+    plan = cso.plan_conv2d(
+        x_shape, w_shape, dtype=dtype, schedule=schedule, threads=threads, **params
+    )
     y = cso.conv2d(x, w, bias, threads=threads, plan=plan, **params)
     assert y.dtype == dtype
     assert_matches_reference(y, x, w, bias, **params)
 
 
 @settings(max_examples=25, deadline=None)
-@given(problem=problems(), seed=st.integers(0, 2**32 - 1),
-       l1=st.sampled_from([2048, 8192, 49152]), l2=st.sampled_from([16384, 262144]))
+@given(
+    problem=problems(),
+    seed=st.integers(0, 2**32 - 1),
+    l1=st.sampled_from([2048, 8192, 49152]),
+    l2=st.sampled_from([16384, 262144]),
+)
 def test_any_tiling_is_correct(problem, seed, l1, l2):
     """Tiny injected caches force many channel tiles and small K2/K3."""
     x_shape, w_shape, params, _ = problem

@@ -8,17 +8,52 @@ import pytest
 
 from cso.microkernels.outer_product import build_outer_product_kernel
 
-SHAPES = [(14, 32, "float32", 16), (14, 16, "float64", 8), (6, 16, "float32", 8), (3, 48, "float32", 16)]
+SHAPES = [
+    (14, 32, "float32", 16),
+    (14, 16, "float64", 8),
+    (6, 16, "float32", 8),
+    (3, 48, "float32", 16),
+]
 
 
 def _driver(nf, nwin, dtype_name, lanes):
     kernel = build_outer_product_kernel(nf, nwin, dtype_name, lanes)
 
     @numba.njit
-    def run(depth, a, a_off, a_ks, a_is, b, b_off, b_stride, c, c_off, c_stride, bias, bias_off,
-            overwrite, add_bias):
-        kernel(depth, a, a_off, a_ks, a_is, b, b_off, b_stride, c, c_off, c_stride, bias,
-               bias_off, overwrite, add_bias)
+    def run(
+        depth,
+        a,
+        a_off,
+        a_ks,
+        a_is,
+        b,
+        b_off,
+        b_stride,
+        c,
+        c_off,
+        c_stride,
+        bias,
+        bias_off,
+        overwrite,
+        add_bias,
+    ):
+        kernel(
+            depth,
+            a,
+            a_off,
+            a_ks,
+            a_is,
+            b,
+            b_off,
+            b_stride,
+            c,
+            c_off,
+            c_stride,
+            bias,
+            bias_off,
+            overwrite,
+            add_bias,
+        )
 
     return run
 
@@ -31,11 +66,11 @@ def test_kernel_matches_numpy(nf, nwin, dtype_name, lanes):
     for depth in (0, 1, 7, 64):
         for layout in ("packed", "in_place"):
             a = rng.standard_normal(5 + depth * nf).astype(dtype)
-            if layout == "packed":   # [depth][Nf], strides (Nf, 1)
+            if layout == "packed":  # [depth][Nf], strides (Nf, 1)
                 matrix_a, k_stride, i_stride = a[5:].reshape(depth, nf), nf, 1
-            else:                    # [Nf][depth], strides (1, depth)
+            else:  # [Nf][depth], strides (1, depth)
                 matrix_a, k_stride, i_stride = a[5:].reshape(nf, depth).T, 1, depth
-            b_stride = nwin + 3      # a row stride that is not Nwin, as in-place inputs have
+            b_stride = nwin + 3  # a row stride that is not Nwin, as in-place inputs have
             b = rng.standard_normal(2 + depth * b_stride).astype(dtype)
             matrix_b = b[2:].reshape(depth, b_stride)[:, :nwin] if depth else np.zeros((0, nwin))
             c_stride = nwin + 5
@@ -43,12 +78,31 @@ def test_kernel_matches_numpy(nf, nwin, dtype_name, lanes):
             old = c[1:].reshape(nf, c_stride)[:, :nwin].astype(np.float64)
             bias = rng.standard_normal(nf + 2).astype(dtype)
             product = matrix_a.astype(np.float64).T @ matrix_b.astype(np.float64)
-            tolerance = 4 * (depth + 2) * np.finfo(dtype).eps * (
-                np.abs(matrix_a).T @ np.abs(matrix_b) + np.abs(old) + np.abs(bias[2:, None]) + 1)
+            tolerance = (
+                4
+                * (depth + 2)
+                * np.finfo(dtype).eps
+                * (np.abs(matrix_a).T @ np.abs(matrix_b) + np.abs(old) + np.abs(bias[2:, None]) + 1)
+            )
             for overwrite, add_bias in ((True, False), (False, True), (False, False), (True, True)):
                 out = c.copy()
-                run(depth, a, 5, k_stride, i_stride, b, 2, b_stride, out, 1, c_stride, bias, 2,
-                    overwrite, add_bias)
+                run(
+                    depth,
+                    a,
+                    5,
+                    k_stride,
+                    i_stride,
+                    b,
+                    2,
+                    b_stride,
+                    out,
+                    1,
+                    c_stride,
+                    bias,
+                    2,
+                    overwrite,
+                    add_bias,
+                )
                 tile = out[1:].reshape(nf, c_stride)
                 expected = product + (0 if overwrite else old) + (bias[2:, None] if add_bias else 0)
                 assert np.all(np.abs(tile[:, :nwin] - expected) <= tolerance)
@@ -70,8 +124,23 @@ def test_kernel_rejects_wrong_dtype():
     run = _driver(14, 32, "float32", 16)
     a64 = np.ones(14, np.float64)
     with pytest.raises((TypeError, numba.core.errors.TypingError), match="float32"):
-        run(1, a64, 0, 14, 1, np.ones(32, np.float32), 0, 32, np.ones(14 * 32, np.float32), 0, 32,
-            np.zeros(14, np.float32), 0, True, False)
+        run(
+            1,
+            a64,
+            0,
+            14,
+            1,
+            np.ones(32, np.float32),
+            0,
+            32,
+            np.ones(14 * 32, np.float32),
+            0,
+            32,
+            np.zeros(14, np.float32),
+            0,
+            True,
+            False,
+        )
 
 
 def test_bad_shape_is_refused():
@@ -87,15 +156,20 @@ def _fma_loop(assembly):
     first_fma = next(i for i, line in enumerate(lines) if "vfmadd" in line)
     start = max(i for i in range(first_fma) if re.match(r"^\.?L\w+:", lines[i]))
     label = lines[start].rstrip(":")
-    end = next(i for i in range(first_fma, len(lines))
-               if re.search(r"\bj\w+\s+" + re.escape(label) + r"\b", lines[i]))
-    return lines[start:end + 1]
+    end = next(
+        i
+        for i in range(first_fma, len(lines))
+        if re.search(r"\bj\w+\s+" + re.escape(label) + r"\b", lines[i])
+    )
+    return lines[start : end + 1]
 
 
-@pytest.mark.parametrize("nf, nwin, dtype_name, lanes", [(14, 32, "float32", 16),
-                                                         (14, 16, "float64", 8)])
+@pytest.mark.parametrize(
+    "nf, nwin, dtype_name, lanes", [(14, 32, "float32", 16), (14, 16, "float64", 8)]
+)
 def test_inner_loop_has_no_spills(nf, nwin, dtype_name, lanes):
     from cso.analysis.hardware import Hardware
+
     if Hardware.detect().vector_bytes < 64:
         pytest.skip("the 14-row shapes are sized for 32 AVX-512 registers")
     run = _driver(nf, nwin, dtype_name, lanes)

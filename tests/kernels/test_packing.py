@@ -15,10 +15,12 @@ def _copy(dst, dst_offset, src, src_offset, count):
 
 
 @numba.njit
-def _pack_rows(dst, dst_offset, dst_stride, src, src_row, first_column, step, shift, copies,
-               count, width):
-    pack_row_runs(dst, dst_offset, dst_stride, src, src_row, first_column, step, shift, copies,
-                  count, width)
+def _pack_rows(
+    dst, dst_offset, dst_stride, src, src_row, first_column, step, shift, copies, count, width
+):
+    pack_row_runs(
+        dst, dst_offset, dst_stride, src, src_row, first_column, step, shift, copies, count, width
+    )
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -28,7 +30,7 @@ def test_copy_run_touches_exactly_its_run(dtype):
         target = np.full(64, -1, dtype)
         _copy(target, 7, source, 2, count)
         expected = np.full(64, -1, dtype)
-        expected[7:7 + count] = source[2:2 + count]
+        expected[7 : 7 + count] = source[2 : 2 + count]
         assert np.array_equal(target, expected)
 
 
@@ -43,8 +45,9 @@ def test_pack_row_runs_against_the_definition(dtype, step):
             for count in (0, 1, 7, 16, 17, 33):
                 stride = 40
                 target = np.full(copies * stride + 3, -1, dtype)
-                _pack_rows(target, 2, stride, source, 9, first_column, step, shift, copies,
-                           count, width)
+                _pack_rows(
+                    target, 2, stride, source, 9, first_column, step, shift, copies, count, width
+                )
                 expected = np.full_like(target, -1)
                 for s in range(copies):
                     for t in range(count):
@@ -67,13 +70,20 @@ def _expected_panel(x, image, c0, nc, R, S, sh, sw, dh, dw, padding, P, Q, w0, n
         p, q = divmod(window, Q)
         for r in range(R):
             for s in range(S):
-                panel[:, r, s, j] = padded[image, c0:c0 + nc, p * sh + r * dh, q * sw + s * dw]
+                panel[:, r, s, j] = padded[image, c0 : c0 + nc, p * sh + r * dh, q * sw + s * dw]
     return panel.reshape(-1)
 
 
-@pytest.mark.parametrize("stride, dilation, padding", [
-    ((1, 1), (1, 1), (1, 1, 1, 1)), ((1, 1), (2, 1), (0, 2, 1, 0)),
-    ((2, 2), (1, 1), (3, 3, 3, 3)), ((3, 1), (1, 2), (0, 0, 2, 1)), ((1, 2), (1, 1), (5, 5, 6, 6))])
+@pytest.mark.parametrize(
+    "stride, dilation, padding",
+    [
+        ((1, 1), (1, 1), (1, 1, 1, 1)),
+        ((1, 1), (2, 1), (0, 2, 1, 0)),
+        ((2, 2), (1, 1), (3, 3, 3, 3)),
+        ((3, 1), (1, 2), (0, 0, 2, 1)),
+        ((1, 2), (1, 1), (5, 5, 6, 6)),
+    ],
+)
 def test_input_panels(stride, dilation, padding):
     rng = np.random.default_rng(0)
     x = rng.standard_normal((2, 5, 11, 13)).astype(np.float32)
@@ -86,10 +96,29 @@ def test_input_panels(stride, dilation, padding):
     for image, c0, nc in ((0, 0, 5), (1, 1, 3)):
         for w0 in range(0, P * Q, nwin):
             panel = np.full(7 + nc * R * S * nwin, np.nan, np.float32)
-            pack_input_panel(flat, image * 5 * 11 * 13, 11, 13, top, left, c0, nc, R, S,
-                             *stride, *dilation, Q, P * Q, w0, nwin, panel, 7)
-            expected = _expected_panel(x, image, c0, nc, R, S, *stride, *dilation, padding, P, Q,
-                                       w0, nwin)
+            pack_input_panel(
+                flat,
+                image * 5 * 11 * 13,
+                11,
+                13,
+                top,
+                left,
+                c0,
+                nc,
+                R,
+                S,
+                *stride,
+                *dilation,
+                Q,
+                P * Q,
+                w0,
+                nwin,
+                panel,
+                7,
+            )
+            expected = _expected_panel(
+                x, image, c0, nc, R, S, *stride, *dilation, padding, P, Q, w0, nwin
+            )
             assert np.array_equal(panel[7:], expected)
             assert np.isnan(panel[:7]).all()
 

@@ -30,13 +30,21 @@ def test_two_processes_with_other_shapes_share_no_kernel(tmp_path):
     script = tmp_path / "run.py"
     script.write_text(SCRIPT)
     for nf, nwin in ((3, 16), (5, 16), (3, 16), (5, 16)):
-        result = subprocess.run([sys.executable, str(script), str(nf), str(nwin)], env=env,
-                                capture_output=True, text=True, timeout=300)
+        result = subprocess.run(
+            [sys.executable, str(script), str(nf), str(nwin)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert result.returncode == 0, result.stderr
         assert float(result.stdout) < 1e-4
     generated = sorted(p.name for p in tmp_path.glob("cso_loops_*.py"))
-    assert len(generated) == 2 and any("_f3_" in n for n in generated) and any(
-        "_f5_" in n for n in generated)
+    assert (
+        len(generated) == 2
+        and any("_f3_" in n for n in generated)
+        and any("_f5_" in n for n in generated)
+    )
     # Numba wrote a cache index next to each generated module.
     assert len(list((tmp_path / "__pycache__").glob("*.nbi"))) >= 2
 

@@ -25,18 +25,21 @@ def test_same_keeps_size_at_stride_one():
     assert (g.out_height, g.out_width) == (9, 8)
 
 
-@pytest.mark.parametrize("kwargs, error, words", [
-    (dict(stride=0), ValueError, "stride"),
-    (dict(stride=(1, 2, 3)), ValueError, "stride"),
-    (dict(stride=1.5), TypeError, "stride"),
-    (dict(dilation=0), ValueError, "dilation"),
-    (dict(padding=-1), ValueError, "padding"),
-    (dict(padding="full"), ValueError, "padding"),
-    (dict(padding=((1, 2), (3,))), ValueError, "padding[1]"),
-    (dict(groups=0), ValueError, "groups"),
-    (dict(groups=True), TypeError, "groups"),
-    (dict(padding="same", stride=2), ValueError, "same"),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, words",
+    [
+        (dict(stride=0), ValueError, "stride"),
+        (dict(stride=(1, 2, 3)), ValueError, "stride"),
+        (dict(stride=1.5), TypeError, "stride"),
+        (dict(dilation=0), ValueError, "dilation"),
+        (dict(padding=-1), ValueError, "padding"),
+        (dict(padding="full"), ValueError, "padding"),
+        (dict(padding=((1, 2), (3,))), ValueError, "padding[1]"),
+        (dict(groups=0), ValueError, "groups"),
+        (dict(groups=True), TypeError, "groups"),
+        (dict(padding="same", stride=2), ValueError, "same"),
+    ],
+)
 def test_bad_parameters_name_themselves(kwargs, error, words):
     with pytest.raises(error, match=words.replace("[", r"\[").replace("]", r"\]")):
         make_geometry((1, 4, 8, 8), (4, 4, 3, 3), **kwargs)

@@ -61,15 +61,26 @@ def test_cpuinfo_absent(monkeypatch):
 
 def test_cpuinfo_silent(monkeypatch):
     import cpuinfo
+
     monkeypatch.setattr(cpuinfo, "get_cpu_info", lambda: {})
     assert hw._from_cpuinfo(2) == {}
 
 
 def test_cpuinfo_totals_are_divided_per_core(monkeypatch):
     import cpuinfo
-    monkeypatch.setattr(cpuinfo, "get_cpu_info", lambda: {
-        "count": 2, "l1_data_cache_size": 98304, "l2_cache_size": 4194304,
-        "l3_cache_size": 8 << 20, "l2_cache_line_size": 2048, "flags": ["avx2", "fma"]})
+
+    monkeypatch.setattr(
+        cpuinfo,
+        "get_cpu_info",
+        lambda: {
+            "count": 2,
+            "l1_data_cache_size": 98304,
+            "l2_cache_size": 4194304,
+            "l3_cache_size": 8 << 20,
+            "l2_cache_line_size": 2048,
+            "flags": ["avx2", "fma"],
+        },
+    )
     fields = hw._from_cpuinfo(2)
     assert fields["l1_bytes"] == 49152 and fields["l2_bytes"] == 2097152
     assert fields["l3_bytes"] == 8 << 20
@@ -78,15 +89,29 @@ def test_cpuinfo_totals_are_divided_per_core(monkeypatch):
 
 
 def test_sysfs_parser(tmp_path):
-    for index, (level, kind, size) in enumerate([(1, "Data", "48K"), (1, "Instruction", "32K"),
-                                                  (2, "Unified", "2048K"), (3, "Unified", "32M")]):
+    for index, (level, kind, size) in enumerate(
+        [
+            (1, "Data", "48K"),
+            (1, "Instruction", "32K"),
+            (2, "Unified", "2048K"),
+            (3, "Unified", "32M"),
+        ]
+    ):
         folder = tmp_path / "cpu0" / "cache" / f"index{index}"
         folder.mkdir(parents=True)
-        for name, value in (("level", level), ("type", kind), ("size", size),
-                            ("coherency_line_size", 64)):
+        for name, value in (
+            ("level", level),
+            ("type", kind),
+            ("size", size),
+            ("coherency_line_size", 64),
+        ):
             (folder / name).write_text(f"{value}\n")
     assert hw._from_sysfs(str(tmp_path)) == {
-        "l1_bytes": 48 * 1024, "l2_bytes": 2048 * 1024, "l3_bytes": 32 << 20, "line_bytes": 64}
+        "l1_bytes": 48 * 1024,
+        "l2_bytes": 2048 * 1024,
+        "l3_bytes": 32 << 20,
+        "line_bytes": 64,
+    }
     assert hw._from_sysfs(str(tmp_path / "missing")) == {}
 
 

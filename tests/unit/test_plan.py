@@ -10,23 +10,41 @@ from cso.analysis import tiles
 from cso.analysis.cost import schedule_traffic
 from cso.geometry import ceil_div
 
-SMALL = Hardware(l1_bytes=32 * 1024, l2_bytes=256 * 1024, l3_bytes=2 * 1024 * 1024,
-                 vector_bytes=32, vector_registers=16, cores=1)
-AVX512 = Hardware(l1_bytes=48 * 1024, l2_bytes=2 << 20, l3_bytes=32 << 20,
-                  vector_bytes=64, vector_registers=32, cores=2)
+SMALL = Hardware(
+    l1_bytes=32 * 1024,
+    l2_bytes=256 * 1024,
+    l3_bytes=2 * 1024 * 1024,
+    vector_bytes=32,
+    vector_registers=16,
+    cores=1,
+)
+AVX512 = Hardware(
+    l1_bytes=48 * 1024,
+    l2_bytes=2 << 20,
+    l3_bytes=32 << 20,
+    vector_bytes=64,
+    vector_registers=32,
+    cores=2,
+)
 
-LAYERS = [((1, 64, 56, 56), (64, 64, 3, 3), 1, 1), ((1, 256, 14, 14), (256, 256, 3, 3), 1, 1),
-          ((1, 3, 224, 224), (64, 3, 7, 7), 2, 3), ((1, 2048, 7, 7), (512, 2048, 1, 1), 1, 0),
-          ((2, 512, 28, 28), (512, 512, 3, 3), 1, 1)]
+LAYERS = [
+    ((1, 64, 56, 56), (64, 64, 3, 3), 1, 1),
+    ((1, 256, 14, 14), (256, 256, 3, 3), 1, 1),
+    ((1, 3, 224, 224), (64, 3, 7, 7), 2, 3),
+    ((1, 2048, 7, 7), (512, 2048, 1, 1), 1, 0),
+    ((2, 512, 28, 28), (512, 512, 3, 3), 1, 1),
+]
 
 
 def _sizes(plan, channel_tile=None):
     g, s = plan.geometry, np.dtype(plan.dtype).itemsize
     nc = plan.channel_tile if channel_tile is None else channel_tile
     area = g.kernel_height * g.kernel_width
-    return (tiles.input_tile_bytes(nc, area, plan.windows_per_tile, s),
-            tiles.filter_tile_bytes(nc, area, plan.filters_per_tile, s),
-            tiles.output_tile_bytes(plan.windows_per_tile, plan.filters_per_tile, s))
+    return (
+        tiles.input_tile_bytes(nc, area, plan.windows_per_tile, s),
+        tiles.filter_tile_bytes(nc, area, plan.filters_per_tile, s),
+        tiles.output_tile_bytes(plan.windows_per_tile, plan.filters_per_tile, s),
+    )
 
 
 def _usable(hardware, level):
@@ -37,8 +55,9 @@ def _usable(hardware, level):
 @pytest.mark.parametrize("x_shape, w_shape, stride, padding", LAYERS)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_each_rule_holds_and_is_tight(hardware, x_shape, w_shape, stride, padding, dtype):
-    plan = plan_conv2d(x_shape, w_shape, stride=stride, padding=padding, dtype=dtype,
-                       hardware=hardware, threads=1)
+    plan = plan_conv2d(
+        x_shape, w_shape, stride=stride, padding=padding, dtype=dtype, hardware=hardware, threads=1
+    )
     g = plan.geometry
     l1, l2, l3 = (_usable(hardware, level) for level in ("l1", "l2", "l3"))
     # L1: IN + FS + OUT <= L1, and Nc + 1 breaks it unless Nc == C.
@@ -50,8 +69,9 @@ def test_each_rule_holds_and_is_tight(hardware, x_shape, w_shape, stride, paddin
     filter_tiles = ceil_div(g.filters_per_group, plan.filters_per_tile)
     for name, (k2, k3) in plan.tiles_by_schedule:
         resident, streamed = (in_b, fs_b) if name == "IS" else (fs_b, in_b)
-        resident_count, streamed_count = ((window_tiles, filter_tiles) if name == "IS"
-                                          else (filter_tiles, window_tiles))
+        resident_count, streamed_count = (
+            (window_tiles, filter_tiles) if name == "IS" else (filter_tiles, window_tiles)
+        )
 
         def l2_rule(k):
             return resident + k * streamed + k * out_b <= l2
@@ -66,8 +86,9 @@ def test_each_rule_holds_and_is_tight(hardware, x_shape, w_shape, stride, paddin
 
 
 def test_l3_tiles_capped_so_every_thread_has_work():
-    plan = plan_conv2d((1, 64, 56, 56), (64, 64, 3, 3), padding=1, hardware=AVX512, threads=2,
-                       schedule="IS")
+    plan = plan_conv2d(
+        (1, 64, 56, 56), (64, 64, 3, 3), padding=1, hardware=AVX512, threads=2, schedule="IS"
+    )
     window_tiles = ceil_div(56 * 56, plan.windows_per_tile)
     assert plan.l3_tiles == ceil_div(window_tiles, 2)
 
@@ -95,8 +116,9 @@ def test_schedule_can_be_forced_and_is_validated():
 
 
 def test_tile_overrides():
-    plan = plan_conv2d((1, 8, 8, 8), (8, 8, 3, 3), hardware=AVX512,
-                       filters_per_tile=4, windows_per_tile=16)
+    plan = plan_conv2d(
+        (1, 8, 8, 8), (8, 8, 3, 3), hardware=AVX512, filters_per_tile=4, windows_per_tile=16
+    )
     assert (plan.filters_per_tile, plan.windows_per_tile) == (4, 16)
     with pytest.raises(ValueError, match="multiple of the vector lanes"):
         plan_conv2d((1, 8, 8, 8), (8, 8, 3, 3), hardware=AVX512, windows_per_tile=20)
@@ -111,9 +133,19 @@ def test_tile_overrides():
 def test_cost_model_counts_by_hand():
     """A case small enough to count: IS streams filters once per window block,
     WS re-reads (and re-packs) the input once per filter block."""
-    common = dict(channels=4, kernel_area=9, height=10, width=10, filters=8, windows=64,
-                  channel_tile=4, filters_per_tile=4, windows_per_tile=16, element_bytes=4,
-                  hardware=AVX512)
+    common = dict(
+        channels=4,
+        kernel_area=9,
+        height=10,
+        width=10,
+        filters=8,
+        windows=64,
+        channel_tile=4,
+        filters_per_tile=4,
+        windows_per_tile=16,
+        element_bytes=4,
+        hardware=AVX512,
+    )
     is_traffic = schedule_traffic("IS", k2=1, k3=2, **common)
     ws_traffic = schedule_traffic("WS", k2=2, k3=1, **common)
     raw, filter_all, input_all = 4 * 100 * 4, 4 * 9 * 4 * 4, 4 * 9 * 16 * 4
@@ -124,21 +156,28 @@ def test_cost_model_counts_by_hand():
     out_tile = 16 * 4 * 4
     partials = window_tiles * filter_tiles * out_tile  # one channel tile: written once
     # IS: B_w = 2 blocks stream all filters; B_f = 2 blocks re-read each input tile; packed once.
-    assert is_traffic.l3 == (2 * filter_tiles * filter_all + 2 * window_tiles * input_all
-                             + window_tiles * input_all)
+    assert is_traffic.l3 == (
+        2 * filter_tiles * filter_all + 2 * window_tiles * input_all + window_tiles * input_all
+    )
     assert is_traffic.l2 == window_tiles * filter_tiles * filter_all + partials
     # WS: B_f = 2 filter blocks re-read the raw input (once beyond compulsory), B_w = 2.
     assert ws_traffic.l3 == raw + 2 * filter_tiles * filter_all
-    assert ws_traffic.l2 == (2 * window_tiles * input_all
-                             + window_tiles * filter_tiles * input_all + partials)
+    assert ws_traffic.l2 == (
+        2 * window_tiles * input_all + window_tiles * filter_tiles * input_all + partials
+    )
     # The whole output (2 KiB) is one page, entered once: one TLB miss each.
     assert is_traffic.tlb_misses == ws_traffic.tlb_misses == 1
-    assert is_traffic.cost == (is_traffic.dram * AVX512.dram_cost + is_traffic.l3 * AVX512.l3_cost
-                               + is_traffic.l2 * AVX512.l2_cost + AVX512.tlb_miss_cost)
+    assert is_traffic.cost == (
+        is_traffic.dram * AVX512.dram_cost
+        + is_traffic.l3 * AVX512.l3_cost
+        + is_traffic.l2 * AVX512.l2_cost
+        + AVX512.tlb_miss_cost
+    )
 
 
 def test_output_tlb_misses_by_hand():
     from cso.analysis.cost import output_pages_per_tile, output_tlb_misses
+
     # 56x56 float32 rows are 12.5 KiB: each of a tile's 14 rows is its own page.
     assert output_pages_per_tile(14, 56 * 56 * 4, 4096) == 14
     assert output_pages_per_tile(14, 14 * 14 * 4, 4096) == 3  # 14 rows of 784 B
