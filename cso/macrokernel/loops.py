@@ -64,44 +64,32 @@ def convolve_input_stationary(x_flat, filters, edge_filters, bias, has_bias, y_f
     blocks = (window_tiles + b.l3_tiles - 1) // b.l3_tiles
     for job in prange(b.groups * b.batch * blocks):
         group, image, block = _job(b, job, blocks)
-        first_tile = block * b.l3_tiles
-        tiles = min(b.l3_tiles, window_tiles - first_tile)
+        first = block * b.l3_tiles
+        tiles = min(b.l3_tiles, window_tiles - first)
         panels = _aligned_buffer(tiles * b.channel_tile * area * nwin, y_flat)
         scratch = _aligned_buffer(b.filters_per_tile * nwin, y_flat)
+        operands = (x_flat, filters, edge_filters, bias, y_flat, panels, scratch)
         for channel_index in range(channel_tiles):
-            channel_start, channels = _channel_range(b, channel_index, channel_tiles)
+            c0, channels = _channel_range(b, channel_index, channel_tiles)
+            panel_size = channels * area * nwin
             for t in range(tiles):
                 _pack_tile(
-                    x_flat,
-                    b,
-                    image,
-                    group,
-                    channel_start,
-                    channels,
-                    (first_tile + t) * nwin,
-                    panels,
-                    t * channels * area * nwin,
+                    operands, b, image, group, c0, channels, (first + t) * nwin, t * panel_size
                 )
-            for filter_block in range(0, filter_tiles, b.l2_tiles):
+            for f0 in range(0, filter_tiles, b.l2_tiles):
                 for t in range(tiles):
-                    for f in range(filter_block, min(filter_block + b.l2_tiles, filter_tiles)):
+                    for f in range(f0, min(f0 + b.l2_tiles, filter_tiles)):
                         _tile(
-                            x_flat,
-                            filters,
-                            edge_filters,
-                            bias,
+                            operands,
                             has_bias,
-                            y_flat,
-                            panels,
-                            t * channels * area * nwin,
-                            scratch,
                             b,
                             image,
                             group,
-                            channel_start,
+                            c0,
                             channels,
                             f,
-                            (first_tile + t) * nwin,
+                            (first + t) * nwin,
+                            t * panel_size,
                         )
 
 
@@ -125,45 +113,33 @@ def convolve_weight_stationary(x_flat, filters, edge_filters, bias, has_bias, y_
     blocks = (filter_tiles + b.l3_tiles - 1) // b.l3_tiles
     for job in prange(b.groups * b.batch * blocks):
         group, image, block = _job(b, job, blocks)
-        first_filter_tile = block * b.l3_tiles
-        last_filter_tile = min(first_filter_tile + b.l3_tiles, filter_tiles)
+        first_filter = block * b.l3_tiles
+        last_filter = min(first_filter + b.l3_tiles, filter_tiles)
         panels = _aligned_buffer(b.l2_tiles * b.channel_tile * area * nwin, y_flat)
         scratch = _aligned_buffer(b.filters_per_tile * nwin, y_flat)
+        operands = (x_flat, filters, edge_filters, bias, y_flat, panels, scratch)
         for channel_index in range(channel_tiles):
-            channel_start, channels = _channel_range(b, channel_index, channel_tiles)
-            for window_block in range(0, window_tiles, b.l2_tiles):
-                tiles = min(b.l2_tiles, window_tiles - window_block)
+            c0, channels = _channel_range(b, channel_index, channel_tiles)
+            panel_size = channels * area * nwin
+            for w0 in range(0, window_tiles, b.l2_tiles):
+                tiles = min(b.l2_tiles, window_tiles - w0)
                 for t in range(tiles):
                     _pack_tile(
-                        x_flat,
-                        b,
-                        image,
-                        group,
-                        channel_start,
-                        channels,
-                        (window_block + t) * nwin,
-                        panels,
-                        t * channels * area * nwin,
+                        operands, b, image, group, c0, channels, (w0 + t) * nwin, t * panel_size
                     )
-                for f in range(first_filter_tile, last_filter_tile):
+                for f in range(first_filter, last_filter):
                     for t in range(tiles):
                         _tile(
-                            x_flat,
-                            filters,
-                            edge_filters,
-                            bias,
+                            operands,
                             has_bias,
-                            y_flat,
-                            panels,
-                            t * channels * area * nwin,
-                            scratch,
                             b,
                             image,
                             group,
-                            channel_start,
+                            c0,
                             channels,
                             f,
-                            (window_block + t) * nwin,
+                            (w0 + t) * nwin,
+                            t * panel_size,
                         )
 
 
@@ -210,10 +186,11 @@ def _in_place(b, window_start):
 
 
 @njit(nogil=True, cache=True)
-def _pack_tile(x_flat, b, image, group, channel_start, channels, window_start, panel, panel_offset):
-    """Pack one input tile, unless the kernel reads it in place."""
+def _pack_tile(operands, b, image, group, channel_start, channels, window_start, panel_offset):
+    """Pack one input tile into ``panels``, unless the kernel reads it in place."""
     if _in_place(b, window_start):
         return
+    x_flat, panels = operands[0], operands[5]
     image_offset = (image * b.groups + group) * b.channels * b.height * b.width
     pack_input_panel(
         x_flat,
@@ -234,22 +211,15 @@ def _pack_tile(x_flat, b, image, group, channel_start, channels, window_start, p
         b.out_height * b.out_width,
         window_start,
         b.windows_per_tile,
-        panel,
+        panels,
         panel_offset,
     )
 
 
 @njit(nogil=True)
 def _tile(
-    x_flat,
-    filters,
-    edge_filters,
-    bias,
+    operands,
     has_bias,
-    y_flat,
-    panels,
-    panel_offset,
-    scratch,
     b,
     image,
     group,
@@ -257,13 +227,16 @@ def _tile(
     channels,
     filter_tile,
     window_start,
+    panel_offset,
 ):
     """One micro-kernel call for output tile (filter_tile, window_start).
 
     Picks where the operands are read from, then writes full tiles straight
     into ``y``; edge tiles are computed into ``scratch`` and only their valid
-    part is copied, so the kernel itself never sees an edge.
+    part is copied, so the kernel itself never sees an edge.  ``operands`` is
+    ``(x_flat, filters, edge_filters, bias, y_flat, panels, scratch)``.
     """
+    x_flat, filters, edge_filters, bias, y_flat, panels, scratch = operands
     nf = b.filters_per_tile
     nwin = b.windows_per_tile
     area = b.kernel_height * b.kernel_width
