@@ -17,7 +17,26 @@ if _numba.config.THREADING_LAYER in ("default", "workqueue"):
 from . import reference  # noqa: E402
 from .analysis.hardware import Hardware  # noqa: E402
 from .analysis.plan import Plan, plan_conv2d  # noqa: E402
+from ._version import __version__  # noqa: E402
 from .conv import conv2d  # noqa: E402
+from .packed import (  # noqa: E402
+    PackedFilters,
+    PackedFormatError,
+    load_packed,
+    pack_filters,
+    save_packed,
+)
 
-__version__ = "0.1.0"
-__all__ = ["conv2d", "plan_conv2d", "Plan", "Hardware", "reference", "__version__"]
+__all__ = [
+    "conv2d",
+    "plan_conv2d",
+    "Plan",
+    "Hardware",
+    "reference",
+    "pack_filters",
+    "PackedFilters",
+    "PackedFormatError",
+    "save_packed",
+    "load_packed",
+    "__version__",
+]

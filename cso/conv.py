@@ -78,6 +78,10 @@ def conv2d(
     TypeError, ValueError
         Before any work, naming the parameter and what was expected.
     """
+    from .packed import PackedFilters
+
+    if isinstance(w, PackedFilters):
+        return _conv2d_packed(x, w, bias, stride, padding, dilation, groups, out, threads, plan)
     x = _as_array(x, "x")
     w = _as_array(w, "w")
     for array, name, letters in ((x, "x", "(N, C, H, W)"), (w, "w", "(K, C // groups, R, S)")):
@@ -94,18 +98,7 @@ def conv2d(
         if bias.shape != (geometry.filters,):
             raise ValueError(f"bias must have shape ({geometry.filters},) (K), got {bias.shape}")
     threads = _check_threads(threads)
-    if out is not None:
-        if not isinstance(out, np.ndarray):
-            raise TypeError(f"out must be a numpy.ndarray, got {type(out).__name__}")
-        if out.shape != geometry.output_shape or out.dtype != dtype:
-            raise ValueError(
-                f"out must have shape {geometry.output_shape} and dtype {dtype}, "
-                f"got {out.shape} and {out.dtype}"
-            )
-        if not out.flags.c_contiguous or not out.flags.writeable:
-            raise ValueError("out must be C-contiguous and writeable")
-        if any(a is not None and np.shares_memory(out, a) for a in (x, w, bias)):
-            raise ValueError("out must not overlap x, w or bias")
+    _check_out(out, geometry.output_shape, dtype, (x, w, bias))
     if plan is not None:
         if not isinstance(plan, Plan):
             raise TypeError(f"plan must be a cso.Plan, got {type(plan).__name__}")
@@ -120,11 +113,97 @@ def conv2d(
         return y
     if plan is None:
         plan = plan_for_geometry(geometry, dtype.name, Hardware.detect(), None, None, None, threads)
-    return _run(x, w, bias, y, plan, threads)
+    # Full filter tiles are read in place from KCRS; only the last, partial
+    # tile of each group is packed (zero rows past K), a few kilobytes.
+    g = plan.geometry
+    w_flat = _writeable(np.ascontiguousarray(w, dtype=dtype)).reshape(-1)
+    edge_filters = pack_edge_filters(
+        w_flat, g.groups, g.filters_per_group, g.reduction_length, plan.filters_per_tile
+    )
+    packed_bias = pack_bias(bias, g.filters, g.groups, plan.filters_per_tile, dtype)
+    return _run(x, (w_flat, edge_filters, False), packed_bias, bias is not None, y, plan, threads)
 
 
-def _run(x, w, bias, y, plan: Plan, threads: int) -> np.ndarray:
-    """Pack the edge filter tiles, then drive the plan's loop nest; ``y`` is overwritten."""
+def _check_out(out, shape, dtype, inputs):
+    if out is None:
+        return
+    if not isinstance(out, np.ndarray):
+        raise TypeError(f"out must be a numpy.ndarray, got {type(out).__name__}")
+    if out.shape != shape or out.dtype != dtype:
+        raise ValueError(
+            f"out must have shape {shape} and dtype {dtype}, got {out.shape} and {out.dtype}"
+        )
+    if not out.flags.c_contiguous or not out.flags.writeable:
+        raise ValueError("out must be C-contiguous and writeable")
+    if any(a is not None and np.shares_memory(out, a) for a in inputs):
+        raise ValueError("out must not overlap x, w or bias")
+
+
+_DEFAULTS = {"stride": 1, "padding": 0, "dilation": 1, "groups": 1}
+
+
+def _conv2d_packed(x, packed, bias, stride, padding, dilation, groups, out, threads, plan):
+    """``conv2d`` with pre-packed filters: their plan, panels and bias."""
+    if bias is not None:
+        raise ValueError("bias must be None with packed filters: pass it to cso.pack_filters")
+    if plan is not None:
+        raise ValueError("plan must be None with packed filters: they carry their own plan")
+    given = {"stride": stride, "padding": padding, "dilation": dilation, "groups": groups}
+    params = packed.conv_params
+    for name, value in given.items():
+        if value != _DEFAULTS[name]:
+            normalised = make_geometry(
+                packed.input_shape, packed.w_shape, **dict(params, **{name: value})
+            )
+            if normalised != packed.plan.geometry:
+                raise ValueError(
+                    f"{name}={value!r} differs from the packed filters' {name} "
+                    f"({params[name]!r}); leave it out or pack again"
+                )
+    x = _as_array(x, "x")
+    expected = ("N",) + tuple(packed.input_shape[1:])
+    if x.ndim != 4 or tuple(x.shape[1:]) != tuple(packed.input_shape[1:]):
+        raise ValueError(
+            f"x must have shape {expected} for these packed filters, got {tuple(x.shape)}"
+        )
+    dtype = packed.dtype
+    if np.result_type(x.dtype, dtype) != dtype:
+        raise ValueError(
+            f"x is {x.dtype} but the filters were packed as {dtype}: "
+            f"pack them with dtype={np.result_type(x.dtype, dtype).name}"
+        )
+    threads = _check_threads(threads)
+    geometry = make_geometry(x.shape, packed.w_shape, **params)
+    _check_out(out, geometry.output_shape, dtype, (x, packed.panels, packed.bias))
+    y = np.empty(geometry.output_shape, dtype=dtype) if out is None else out
+    if geometry.batch == 0:
+        return y
+    plan = packed.plan
+    if plan.geometry != geometry or plan.threads != threads:
+        # Another batch size or thread count: the same panels (they depend on
+        # Nf only), with the cache tiling planned again for this call.
+        plan = plan_for_geometry(
+            geometry,
+            dtype.name,
+            plan.hardware,
+            plan.filters_per_tile,
+            plan.windows_per_tile,
+            None,
+            threads,
+        )
+    has_bias = packed.bias is not None
+    bias_panel = packed.bias if has_bias else np.zeros(plan.filters_per_tile, dtype)
+    filters = (packed.panels, packed.panels[: plan.filters_per_tile], True)
+    return _run(x, filters, bias_panel, has_bias, y, plan, threads)
+
+
+def _run(x, filters, packed_bias, has_bias, y, plan: Plan, threads: int) -> np.ndarray:
+    """Drive the plan's loop nest; ``y`` is overwritten.
+
+    ``filters`` is ``(array, edge_panels, packed)``: the KCRS filters read in
+    place with the packed last tiles, or (``packed``) the full panels.
+    """
+    filter_array, edge_filters, filters_packed = filters
     g = plan.geometry
     x_ready = np.ascontiguousarray(x, dtype=y.dtype)
     pointwise = g.kernel_height == g.kernel_width == 1
@@ -143,13 +222,6 @@ def _run(x, w, bias, y, plan: Plan, threads: int) -> np.ndarray:
             ]
         )
     x_flat = _writeable(x_ready).reshape(-1)
-    # Full filter tiles are read in place from KCRS; only the last, partial
-    # tile of each group is packed (zero rows past K), a few kilobytes.
-    w_flat = _writeable(np.ascontiguousarray(w, dtype=y.dtype)).reshape(-1)
-    edge_filters = pack_edge_filters(
-        w_flat, g.groups, g.filters_per_group, g.reduction_length, plan.filters_per_tile
-    )
-    packed_bias = pack_bias(bias, g.filters, g.groups, plan.filters_per_tile, y.dtype)
     bounds = LoopBounds(
         batch=g.batch,
         groups=g.groups,
@@ -173,7 +245,7 @@ def _run(x, w, bias, y, plan: Plan, threads: int) -> np.ndarray:
         filters_per_tile=plan.filters_per_tile,
         windows_per_tile=plan.windows_per_tile,
         input_in_place=pointwise and unpadded and x_ready.shape[2:] == (g.out_height, g.out_width),
-        filters_packed=False,
+        filters_packed=filters_packed,
     )
     module = loop_module(
         plan.filters_per_tile, plan.windows_per_tile, plan.dtype, plan.vector_lanes
@@ -189,9 +261,7 @@ def _run(x, w, bias, y, plan: Plan, threads: int) -> np.ndarray:
     if previous != threads:
         numba.set_num_threads(threads)
     try:
-        loop_nest(
-            x_flat, w_flat, edge_filters, packed_bias, bias is not None, y.reshape(-1), bounds
-        )
+        loop_nest(x_flat, filter_array, edge_filters, packed_bias, has_bias, y.reshape(-1), bounds)
     finally:
         if previous != threads:
             numba.set_num_threads(previous)

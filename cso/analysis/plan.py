@@ -9,12 +9,13 @@ the schedule with the lower modelled cost.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
 from ..geometry import ConvGeometry, SUPPORTED_DTYPES, ceil_div, make_geometry
 from . import cost, tiles
+from .cost import Traffic
 from .hardware import Hardware
 
 SCHEDULES = ("IS", "WS")
@@ -72,6 +73,46 @@ class Plan:
     def cost_of(self, schedule: str):
         """The modelled :class:`~cso.analysis.cost.Traffic` of ``schedule``."""
         return dict(self.costs)[schedule]
+
+    def to_dict(self) -> dict:
+        """Plain JSON-able fields; :meth:`from_dict` rebuilds an equal plan."""
+        return {
+            "schedule": self.schedule,
+            "channel_tile": self.channel_tile,
+            "l2_tiles": self.l2_tiles,
+            "l3_tiles": self.l3_tiles,
+            "filters_per_tile": self.filters_per_tile,
+            "windows_per_tile": self.windows_per_tile,
+            "dtype": self.dtype,
+            "vector_lanes": self.vector_lanes,
+            "threads": self.threads,
+            "costs": {name: traffic.as_dict() for name, traffic in self.costs},
+            "tiles_by_schedule": {name: list(ks) for name, ks in self.tiles_by_schedule},
+            "geometry": asdict(self.geometry),
+            "hardware": asdict(self.hardware),
+        }
+
+    @staticmethod
+    def from_dict(fields: dict) -> "Plan":
+        """The plan :meth:`to_dict` described (KeyError, TypeError or ValueError if malformed)."""
+        return Plan(
+            schedule=str(fields["schedule"]),
+            channel_tile=int(fields["channel_tile"]),
+            l2_tiles=int(fields["l2_tiles"]),
+            l3_tiles=int(fields["l3_tiles"]),
+            filters_per_tile=int(fields["filters_per_tile"]),
+            windows_per_tile=int(fields["windows_per_tile"]),
+            dtype=str(fields["dtype"]),
+            vector_lanes=int(fields["vector_lanes"]),
+            threads=int(fields["threads"]),
+            costs=tuple((name, Traffic(**fields["costs"][name])) for name in SCHEDULES),
+            tiles_by_schedule=tuple(
+                (name, tuple(int(k) for k in fields["tiles_by_schedule"][name]))
+                for name in SCHEDULES
+            ),
+            geometry=ConvGeometry(**fields["geometry"]),
+            hardware=Hardware(**fields["hardware"]),
+        )
 
     def matches(self, geometry: ConvGeometry, dtype) -> bool:
         """Whether this plan was made for ``geometry`` and ``dtype``."""

@@ -1,0 +1,144 @@
+"""``cso-prepack``: pack a model's filters ahead of time.
+
+    cso-prepack WEIGHTS.npz --spec SPEC.json -o PACKED.npz
+
+``WEIGHTS.npz`` holds one KCRS filter array per layer.  ``SPEC.json`` maps
+each array's name to its convolution::
+
+    {"conv1": {"input_shape": [1, 3, 224, 224], "stride": 2, "padding": 3},
+     "fc":    {"input_shape": [1, 512, 7, 7], "bias": "fc_bias"}}
+
+Keys ``stride``, ``padding``, ``dilation`` and ``groups`` take
+:func:`cso.conv2d`'s forms and defaults; ``bias`` names another array of
+``WEIGHTS.npz`` to pack with the layer.  Progress goes to stderr, the summary
+to stdout; any bad input exits with status 1 and a message on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import zipfile
+
+import numpy as np
+
+_KEYS = {"input_shape", "stride", "padding", "dilation", "groups", "bias"}
+
+
+class PrepackError(Exception):
+    """A bad input to cso-prepack, with the message the user sees."""
+
+
+def _load_weights(path):
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            return {name: archive[name] for name in archive.files}
+    except FileNotFoundError:
+        raise PrepackError(f"{path}: no such file") from None
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
+        raise PrepackError(f"{path}: not a readable .npz archive ({error})") from None
+
+
+def _load_spec(path):
+    try:
+        with open(path) as handle:
+            spec = json.load(handle)
+    except FileNotFoundError:
+        raise PrepackError(f"{path}: no such file") from None
+    except OSError as error:
+        raise PrepackError(f"{path}: cannot read ({error})") from None
+    except json.JSONDecodeError as error:
+        raise PrepackError(f"{path}: bad JSON ({error})") from None
+    if not isinstance(spec, dict) or not spec:
+        raise PrepackError(f"{path}: must be a non-empty JSON object mapping layer names to specs")
+    for name, entry in spec.items():
+        if not isinstance(entry, dict) or "input_shape" not in entry:
+            raise PrepackError(f"{path}: layer {name!r} needs an object with 'input_shape'")
+        unknown = set(entry) - _KEYS
+        if unknown:
+            raise PrepackError(f"{path}: layer {name!r} has unknown keys {sorted(unknown)}")
+    return spec
+
+
+def _as_param(value):
+    # JSON has lists where conv2d takes tuples (nested for padding).
+    if isinstance(value, list):
+        return tuple(_as_param(item) for item in value)
+    return value
+
+
+def prepack(weights_path, spec_path, output_path, *, progress=None, out=None):
+    """Pack every layer of ``spec_path`` from ``weights_path`` into ``output_path``.
+
+    ``progress`` and ``out`` default to the current ``sys.stderr`` and ``sys.stdout``.
+    """
+    import cso
+
+    progress = sys.stderr if progress is None else progress
+    out = sys.stdout if out is None else out
+
+    weights = _load_weights(weights_path)
+    spec = _load_spec(spec_path)
+    biases = {entry["bias"] for entry in spec.values() if "bias" in entry}
+    for name, entry in spec.items():
+        if name not in weights:
+            raise PrepackError(f"layer {name!r} of the spec has no array in {weights_path}")
+        if "bias" in entry and entry["bias"] not in weights:
+            raise PrepackError(f"bias {entry['bias']!r} of layer {name!r} is not in {weights_path}")
+    orphans = sorted(set(weights) - set(spec) - biases)
+    if orphans:
+        raise PrepackError(f"arrays with no spec entry: {orphans}")
+    layers = {}
+    started = time.perf_counter()
+    for index, (name, entry) in enumerate(spec.items(), 1):
+        progress.write(f"[{index}/{len(spec)}] {name} {tuple(weights[name].shape)}\n")
+        progress.flush()
+        params = {
+            key: _as_param(entry[key])
+            for key in ("stride", "padding", "dilation", "groups")
+            if key in entry
+        }
+        try:
+            layers[name] = cso.pack_filters(
+                weights[name],
+                _as_param(entry["input_shape"]),
+                bias=weights[entry["bias"]] if "bias" in entry else None,
+                **params,
+            )
+        except (TypeError, ValueError) as error:
+            raise PrepackError(f"layer {name!r}: {error}") from None
+    try:
+        cso.save_packed(output_path, layers)
+    except OSError as error:
+        raise PrepackError(f"{output_path}: cannot write ({error})") from None
+    elapsed = time.perf_counter() - started
+    panel_bytes = sum(
+        p.panels.nbytes + (0 if p.bias is None else p.bias.nbytes) for p in layers.values()
+    )
+    out.write(
+        f"packed {len(layers)} layers, {panel_bytes / 1e6:.2f} MB of panels, "
+        f"in {elapsed:.2f} s -> {output_path}\n"
+    )
+    return layers
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="cso-prepack", description="Pack convolution filters ahead of time for cso."
+    )
+    parser.add_argument("weights", help="an .npz with one KCRS filter array per layer")
+    parser.add_argument("--spec", required=True, help="JSON: layer name -> convolution")
+    parser.add_argument("-o", "--output", required=True, help="the packed .npz to write")
+    args = parser.parse_args(argv)
+    try:
+        prepack(args.weights, args.spec, args.output)
+    except PrepackError as error:
+        print(f"cso-prepack: error: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

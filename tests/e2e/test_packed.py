@@ -1,0 +1,181 @@
+"""Pre-packed filters: conv2d with them, the file format, and its validation."""
+
+import json
+import zipfile
+
+import numpy as np
+import pytest
+from conftest import assert_matches_reference
+
+import cso
+from cso.packed import PackedFormatError
+
+
+@pytest.fixture
+def layer(rng):
+    x = rng.standard_normal((2, 8, 11, 12)).astype(np.float32)
+    w = rng.standard_normal((20, 4, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(20).astype(np.float32)
+    params = dict(stride=(1, 2), padding=((1, 0), (2, 1)), groups=2)
+    return x, w, b, params
+
+
+def test_conv2d_with_packed_filters(layer):
+    x, w, b, params = layer
+    packed = cso.pack_filters(w, x.shape, bias=b, **params)
+    y = cso.conv2d(x, packed)
+    assert_matches_reference(y, x, w, b, **params)
+    # The same panels serve another batch size (re-planned, not re-packed).
+    assert_matches_reference(cso.conv2d(x[:1], packed), x[:1], w, b, **params)
+    # Parameters may be repeated, if they agree.
+    assert_matches_reference(cso.conv2d(x, packed, **params), x, w, b, **params)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_packed_matches_unpacked_exactly(layer, dtype):
+    x, w, b, params = layer
+    x, w, b = x.astype(dtype), w.astype(dtype), b.astype(dtype)
+    packed = cso.pack_filters(w, x.shape, bias=b, **params)
+    assert packed.dtype == dtype
+    assert_matches_reference(cso.conv2d(x, packed), x, w, b, **params)
+
+
+def test_packed_input_checks(layer):
+    x, w, b, params = layer
+    packed = cso.pack_filters(w, x.shape, **params)
+    with pytest.raises(ValueError, match=r"x must have shape \('N', 8, 11, 12\)"):
+        cso.conv2d(x[:, :, :10], packed)
+    with pytest.raises(ValueError, match="bias must be None with packed filters"):
+        cso.conv2d(x, packed, b)
+    with pytest.raises(ValueError, match="stride"):
+        cso.conv2d(x, packed, stride=2)
+    with pytest.raises(ValueError, match="plan must be None"):
+        cso.conv2d(x, packed, plan=packed.plan)
+    with pytest.raises(ValueError, match="pack them with dtype=float64"):
+        cso.conv2d(x.astype(np.float64), packed)
+    with pytest.raises(ValueError, match=r"bias must have shape \(20,\)"):
+        cso.pack_filters(w, x.shape, bias=b[:3], **params)
+
+
+def test_round_trip_is_exact(tmp_path, layer):
+    x, w, b, params = layer
+    layers = {
+        "first": cso.pack_filters(w, x.shape, bias=b, **params),
+        "second": cso.pack_filters(w.astype(np.float64), (1, 4, 9, 9), padding="same"),
+    }
+    path = tmp_path / "packed.npz"
+    cso.save_packed(path, layers)
+    loaded = cso.load_packed(path)
+    assert set(loaded) == set(layers)
+    for name, original in layers.items():
+        again = loaded[name]
+        assert np.array_equal(again.panels, original.panels)
+        assert again.panels.dtype == original.panels.dtype
+        assert (again.bias is None) == (original.bias is None)
+        if again.bias is not None:
+            assert np.array_equal(again.bias, original.bias)
+        assert again.plan == original.plan
+        assert again.conv_params == original.conv_params
+    assert np.array_equal(cso.conv2d(x, loaded["first"]), cso.conv2d(x, layers["first"]))
+
+
+def _rewrite(path, edit):
+    """Rewrite a saved file with ``edit(members)`` applied to its arrays."""
+    with np.load(path, allow_pickle=False) as archive:
+        members = {name: archive[name] for name in archive.files}
+    edit(members)
+    np.savez(path, **members)
+
+
+def _metadata_edit(change):
+    def edit(members):
+        metadata = json.loads(members["__metadata__"].tobytes().decode())
+        change(metadata)
+        members["__metadata__"] = np.frombuffer(json.dumps(metadata).encode(), np.uint8)
+
+    return edit
+
+
+@pytest.fixture
+def saved(tmp_path, layer):
+    x, w, b, params = layer
+    path = tmp_path / "packed.npz"
+    cso.save_packed(path, {"conv": cso.pack_filters(w, x.shape, bias=b, **params)})
+    return path
+
+
+def test_truncated_file(saved):
+    data = saved.read_bytes()
+    saved.write_bytes(data[: len(data) // 2])
+    with pytest.raises(PackedFormatError, match="not a readable packed-filters archive"):
+        cso.load_packed(saved)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(PackedFormatError, match="no such file"):
+        cso.load_packed(tmp_path / "absent.npz")
+
+
+def test_damaged_panels_fail_the_checksum(saved):
+    def flip(members):
+        members["conv/panels"] = members["conv/panels"].copy()
+        members["conv/panels"][5] += 1.0
+
+    _rewrite(saved, flip)
+    with pytest.raises(PackedFormatError, match="checksum"):
+        cso.load_packed(saved)
+
+
+def test_damaged_bytes_inside_the_zip(saved):
+    data = bytearray(saved.read_bytes())
+    with zipfile.ZipFile(saved) as archive:
+        info = archive.getinfo("conv/panels.npy")
+    middle = info.header_offset + 200
+    data[middle] ^= 0xFF
+    saved.write_bytes(bytes(data))
+    with pytest.raises(PackedFormatError):
+        cso.load_packed(saved)
+
+
+def test_unknown_format_version(saved):
+    _rewrite(saved, _metadata_edit(lambda m: m.update(format_version=99)))
+    with pytest.raises(PackedFormatError, match="format version 99 is not supported"):
+        cso.load_packed(saved)
+
+
+def test_panels_for_another_micro_kernel(saved):
+    avx2 = cso.Hardware(vector_bytes=32, vector_registers=16)
+    with pytest.raises(PackedFormatError, match="micro-kernel; this machine uses 6x16"):
+        cso.load_packed(saved, hardware=avx2)
+
+
+def test_metadata_that_is_not_json(saved):
+    _rewrite(saved, lambda m: m.update(__metadata__=np.frombuffer(b"{not json", np.uint8)))
+    with pytest.raises(PackedFormatError, match="not valid JSON"):
+        cso.load_packed(saved)
+
+
+def test_metadata_missing_or_malformed(saved):
+    _rewrite(saved, _metadata_edit(lambda m: m["layers"]["conv"].pop("plan")))
+    with pytest.raises(PackedFormatError, match="malformed metadata"):
+        cso.load_packed(saved)
+    _rewrite(saved, lambda m: m.pop("__metadata__"))
+    with pytest.raises(PackedFormatError, match="no __metadata__"):
+        cso.load_packed(saved)
+
+
+def test_panels_of_the_wrong_size(saved):
+    _rewrite(saved, lambda m: m.update({"conv/panels": m["conv/panels"][:-14]}))
+    with pytest.raises(PackedFormatError, match="panels are float32"):
+        cso.load_packed(saved)
+
+
+def test_save_checks_its_arguments(tmp_path, layer):
+    x, w, b, params = layer
+    packed = cso.pack_filters(w, x.shape, **params)
+    with pytest.raises(ValueError, match="layer names"):
+        cso.save_packed(tmp_path / "p.npz", {"a/b": packed})
+    with pytest.raises(TypeError, match="PackedFilters"):
+        cso.save_packed(tmp_path / "p.npz", {"a": w})
+    with pytest.raises(ValueError, match="non-empty dict"):
+        cso.save_packed(tmp_path / "p.npz", {})
