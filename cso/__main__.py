@@ -1,21 +1,27 @@
-"""Command line: ``python -m cso bench [options]``."""
+"""Command line: ``python -m cso bench|explain [options]``."""
 
 import sys
+
+USAGE = """usage: python -m cso bench [--model resnet50|vgg16] [--batch N] [--threads T] ...
+       python -m cso explain --input N,C,H,W --weight K,C,R,S [--stride S] [--padding P]
+                             [--l1 32K --l2 1M --l3 4M --line 64] ...
+Run either with --help for all options."""
 
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help"):
-        print(
-            "usage: python -m cso bench [--model resnet50|vgg16] [--batch N] [--threads T] "
-            "[--rounds R] [--csv FILE] [--peak GFLOPS]"
-        )
+        print(USAGE)
         return 0 if argv else 2
     if argv[0] == "bench":
         from .bench import main as bench_main
 
         return bench_main(argv[1:])
-    print(f"unknown command {argv[0]!r}; try: python -m cso bench", file=sys.stderr)
+    if argv[0] == "explain":
+        from .explain_cli import main as explain_main
+
+        return explain_main(argv[1:])
+    print(f"unknown command {argv[0]!r}\n{USAGE}", file=sys.stderr)
     return 2
 
 

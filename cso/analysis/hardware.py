@@ -99,8 +99,15 @@ class Hardware:
 
     @staticmethod
     def detect() -> "Hardware":
-        """Describe this machine (memoised: the probes run once per process)."""
-        return _detect()
+        """Describe this machine (memoised: the probes run once per process).
+
+        The environment variables ``CSO_L1``, ``CSO_L2``, ``CSO_L3``,
+        ``CSO_LINE``, ``CSO_VECTOR_BYTES``, ``CSO_VECTOR_REGISTERS`` and
+        ``CSO_CORES`` (sizes accept ``K``/``M``/``G`` suffixes) override what
+        was detected, so plans for another machine can be made here; they are
+        read at the first call.
+        """
+        return _with_environment(_detect(), os.environ)
 
     def with_changes(self, **changes) -> "Hardware":
         """A copy with some fields replaced (e.g. ``l2_bytes=1 << 20``)."""
@@ -271,3 +278,41 @@ _PROBED = (
     "cores",
     "source",
 )
+
+
+_ENVIRONMENT = {
+    "CSO_L1": "l1_bytes",
+    "CSO_L2": "l2_bytes",
+    "CSO_L3": "l3_bytes",
+    "CSO_LINE": "line_bytes",
+    "CSO_VECTOR_BYTES": "vector_bytes",
+    "CSO_VECTOR_REGISTERS": "vector_registers",
+    "CSO_CORES": "cores",
+}
+
+
+def parse_size(text: str, name: str) -> int:
+    """``"32K"``, ``"1M"``, ``"4096"`` as bytes; ValueError naming ``name`` otherwise."""
+    try:
+        value = _parse_size(str(text))
+    except ValueError:
+        raise ValueError(f"{name} must be a size like 32K, 1M or 4096, got {text!r}") from None
+    if value < 1:
+        raise ValueError(f"{name} must be positive, got {text!r}")
+    return value
+
+
+@functools.lru_cache(maxsize=8)
+def _with_environment_cached(hardware, overrides):
+    if not overrides:
+        return hardware
+    return replace(hardware, **dict(overrides), source=f"{hardware.source}+environment")
+
+
+def _with_environment(hardware: Hardware, environment) -> Hardware:
+    overrides = tuple(
+        (field, parse_size(environment[variable], variable))
+        for variable, field in _ENVIRONMENT.items()
+        if environment.get(variable)
+    )
+    return _with_environment_cached(hardware, overrides)

@@ -8,6 +8,7 @@ the schedule with the lower modelled cost.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import asdict, dataclass
 
@@ -73,6 +74,13 @@ class Plan:
     def cost_of(self, schedule: str):
         """The modelled :class:`~cso.analysis.cost.Traffic` of ``schedule``."""
         return dict(self.costs)[schedule]
+
+    def explain(self) -> str:
+        """The hardware, tiles, cache occupancy, modelled traffic of both
+        schedules, the choice and why, and the loop nest with its bounds."""
+        from .explain import explain
+
+        return explain(self)
 
     def to_dict(self) -> dict:
         """Plain JSON-able fields; :meth:`from_dict` rebuilds an equal plan."""
@@ -241,22 +249,7 @@ def plan_for_geometry(
         k3 = min(k3, tiles.parallel_cap(resident_count, share))
         by_schedule[name] = (k2, k3)
     costs = {
-        name: cost.schedule_traffic(
-            name,
-            channels=channels,
-            kernel_area=area,
-            height=geometry.height,
-            width=geometry.width,
-            filters=filters,
-            windows=geometry.windows,
-            channel_tile=nc,
-            filters_per_tile=nf,
-            windows_per_tile=nwin,
-            k2=k2,
-            k3=k3,
-            element_bytes=element_bytes,
-            hardware=hardware,
-        )
+        name: _traffic(geometry, hardware, name, nc, nf, nwin, k2, k3, element_bytes)
         for name, (k2, k3) in by_schedule.items()
     }
     chosen = schedule or min(SCHEDULES, key=lambda name: (costs[name].cost, name != "IS"))
@@ -275,4 +268,72 @@ def plan_for_geometry(
         tiles_by_schedule=tuple((name, by_schedule[name]) for name in SCHEDULES),
         geometry=geometry,
         hardware=hardware,
+    )
+
+
+def _traffic(geometry, hardware, schedule, nc, nf, nwin, k2, k3, element_bytes):
+    return cost.schedule_traffic(
+        schedule,
+        channels=geometry.channels_per_group,
+        kernel_area=geometry.kernel_height * geometry.kernel_width,
+        height=geometry.height,
+        width=geometry.width,
+        filters=geometry.filters_per_group,
+        windows=geometry.windows,
+        channel_tile=nc,
+        filters_per_tile=nf,
+        windows_per_tile=nwin,
+        k2=k2,
+        k3=k3,
+        element_bytes=element_bytes,
+        hardware=hardware,
+    )
+
+
+def with_tiles(
+    plan: Plan, *, schedule=None, channel_tile=None, l2_tiles=None, l3_tiles=None
+) -> Plan:
+    """``plan`` with some decisions replaced (as the autotuner tries them).
+
+    The schedule's ``K2``/``K3`` and the channel tile change as given; the
+    model's costs are recomputed for the new tiles, so ``plan.costs`` keeps
+    describing the plan it belongs to.  Values are bounded like the rules'
+    (``1 <= Nc <= C``, ``1 <= K2, K3``).
+    """
+    schedule = plan.schedule if schedule is None else schedule
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule must be 'IS' or 'WS', got {schedule!r}")
+    by_schedule = dict(plan.tiles_by_schedule)
+    k2, k3 = by_schedule[schedule]
+    k2 = max(1, int(l2_tiles if l2_tiles is not None else k2))
+    k3 = max(1, int(l3_tiles if l3_tiles is not None else k3))
+    by_schedule[schedule] = (k2, k3)
+    g = plan.geometry
+    nc = plan.channel_tile if channel_tile is None else channel_tile
+    nc = max(1, min(int(nc), g.channels_per_group))
+    element_bytes = np.dtype(plan.dtype).itemsize
+    costs = tuple(
+        (
+            name,
+            _traffic(
+                g,
+                plan.hardware,
+                name,
+                nc,
+                plan.filters_per_tile,
+                plan.windows_per_tile,
+                *by_schedule[name],
+                element_bytes,
+            ),
+        )
+        for name in SCHEDULES
+    )
+    return dataclasses.replace(
+        plan,
+        schedule=schedule,
+        channel_tile=nc,
+        l2_tiles=k2,
+        l3_tiles=k3,
+        costs=costs,
+        tiles_by_schedule=tuple((name, by_schedule[name]) for name in SCHEDULES),
     )

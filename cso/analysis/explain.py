@@ -1,0 +1,157 @@
+"""A plan in words: the machine, the tiles, the caches, the costs, the loop nest."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..geometry import ceil_div
+from . import tiles
+
+_LEVELS = ("dram", "l3", "l2")
+
+
+def _size(count: float) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if count >= scale:
+            return f"{count / scale:.1f} {unit}"
+    return f"{int(count)} B"
+
+
+def _occupancy(plan) -> list:
+    """(level, bytes the schedule keeps there, usable bytes, capacity) per cache level."""
+    g, hw = plan.geometry, plan.hardware
+    s = np.dtype(plan.dtype).itemsize
+    area = g.kernel_height * g.kernel_width
+    in_b = tiles.input_tile_bytes(plan.channel_tile, area, plan.windows_per_tile, s)
+    fs_b = tiles.filter_tile_bytes(plan.channel_tile, area, plan.filters_per_tile, s)
+    out_b = tiles.output_tile_bytes(plan.windows_per_tile, plan.filters_per_tile, s)
+    resident, streamed = (in_b, fs_b) if plan.schedule == "IS" else (fs_b, in_b)
+    k2, k3 = plan.l2_tiles, plan.l3_tiles
+    rows = [
+        ("L1", in_b + fs_b + out_b, hw.l1_bytes),
+        ("L2", resident + k2 * streamed + k2 * out_b, hw.l2_bytes),
+        ("L3", k3 * resident + k2 * streamed + k2 * k3 * out_b, hw.l3_bytes),
+    ]
+    return [
+        (name, used, tiles.usable_bytes(cap, hw.usable_fraction), cap) for name, used, cap in rows
+    ]
+
+
+def _loop_nest(plan) -> str:
+    g = plan.geometry
+    nf, nwin, k2, k3 = plan.filters_per_tile, plan.windows_per_tile, plan.l2_tiles, plan.l3_tiles
+    window_tiles = ceil_div(g.windows, nwin)
+    filter_tiles = ceil_div(g.filters_per_group, nf)
+    channel_tiles = ceil_div(g.channels_per_group, plan.channel_tile)
+    depth = f"{plan.channel_tile}*{g.kernel_height}*{g.kernel_width}"
+    if plan.schedule == "IS":
+        blocks = ceil_div(window_tiles, k3)
+        return "\n".join(
+            [
+                f"parallel for job in {g.groups} group(s) x {g.batch} image(s) x {blocks} window "
+                f"block(s) of {k3} tiles:",
+                f"  for c0 in {channel_tiles} channel tile(s) of <= {plan.channel_tile} channels "
+                f"(of {g.channels_per_group}):",
+                f"    pack {k3} input tiles [{depth}][{nwin}]      # the block, ~ L3",
+                f"    for f0 in {ceil_div(filter_tiles, k2)} block(s) of {k2} filter tiles "
+                f"(of {filter_tiles}):   # ~ L2",
+                f"      for w in the {k3} input tiles:                     # one in L1",
+                f"        for f in the {k2} filter tiles:",
+                f"          micro-kernel {nf}x{nwin}: y[f*{nf}:+{nf}, w*{nwin}:+{nwin}] "
+                f"(+)= FS(c0, f) x IN(c0, w)",
+            ]
+        )
+    blocks = ceil_div(filter_tiles, k3)
+    return "\n".join(
+        [
+            f"parallel for job in {g.groups} group(s) x {g.batch} image(s) x {blocks} filter "
+            f"block(s) of {k3} tiles:",
+            f"  for c0 in {channel_tiles} channel tile(s) of <= {plan.channel_tile} channels "
+            f"(of {g.channels_per_group}):",
+            f"    for w0 in {ceil_div(window_tiles, k2)} block(s) of {k2} window tiles "
+            f"(of {window_tiles}):",
+            f"      pack {k2} input tiles [{depth}][{nwin}]    # ~ L2",
+            f"      for f in the {k3} filter tiles:                    # one in L1, all in L3",
+            f"        for w in the {k2} input tiles:",
+            f"          micro-kernel {nf}x{nwin}: y[f*{nf}:+{nf}, w*{nwin}:+{nwin}] "
+            f"(+)= FS(c0, f) x IN(c0, w)",
+        ]
+    )
+
+
+def _why(plan) -> str:
+    costs = dict(plan.costs)
+    other = "WS" if plan.schedule == "IS" else "IS"
+    chosen, rival = costs[plan.schedule], costs[other]
+    if rival.cost == chosen.cost:
+        return f"{plan.schedule}: both schedules cost the same; IS is the tie-break."
+    hw = plan.hardware
+    terms = {
+        "DRAM": (rival.dram - chosen.dram) * hw.dram_cost,
+        "L3": (rival.l3 - chosen.l3) * hw.l3_cost,
+        "L2": (rival.l2 - chosen.l2) * hw.l2_cost,
+        "TLB": (rival.tlb_misses - chosen.tlb_misses) * hw.tlb_miss_cost,
+    }
+    biggest = max(terms, key=lambda name: terms[name])
+    share = 1 - chosen.cost / rival.cost if rival.cost else 0.0
+    forced = "" if share >= 0 else " (forced: the model prefers the other)"
+    return (
+        f"{plan.schedule}{forced}: modelled cost {chosen.cost:.3g} against {other}'s "
+        f"{rival.cost:.3g} ({share:+.1%}); the largest saving is in {biggest} traffic "
+        f"({terms[biggest]:.3g} cost units)."
+    )
+
+
+def explain(plan) -> str:
+    """Everything the analysis decided for ``plan``, as text."""
+    g, hw = plan.geometry, plan.hardware
+    s = np.dtype(plan.dtype).itemsize
+    area = g.kernel_height * g.kernel_width
+    x_shape = (g.batch, g.channels, g.height, g.width)
+    w_shape = (g.filters, g.channels_per_group, g.kernel_height, g.kernel_width)
+    nc, nf, nwin = plan.channel_tile, plan.filters_per_tile, plan.windows_per_tile
+    in_b = tiles.input_tile_bytes(nc, area, nwin, s)
+    fs_b = tiles.filter_tile_bytes(nc, area, nf, s)
+    out_b = tiles.output_tile_bytes(nwin, nf, s)
+    lines = [
+        "Hardware (" + hw.source + ")",
+        f"  L1 {_size(hw.l1_bytes)}, L2 {_size(hw.l2_bytes)} per core; L3 {_size(hw.l3_bytes)} "
+        f"shared; line {hw.line_bytes} B; {hw.vector_bytes * 8}-bit vectors x "
+        f"{hw.vector_registers} registers; {hw.cores} core(s); tiles may use "
+        f"{hw.usable_fraction:.0%} of each cache",
+        f"  cost per byte: L2 {hw.l2_cost:g}, L3 {hw.l3_cost:g}, DRAM {hw.dram_cost:g}; "
+        f"per TLB miss {hw.tlb_miss_cost:g} ({hw.tlb_entries} entries, {hw.page_bytes} B pages)",
+        "",
+        "Problem",
+        f"  x {x_shape}, w {w_shape} -> y {g.output_shape}, {plan.dtype}; "
+        f"stride {(g.stride_h, g.stride_w)}, padding "
+        f"{((g.pad_top, g.pad_bottom), (g.pad_left, g.pad_right))}, dilation "
+        f"{(g.dilation_h, g.dilation_w)}, groups {g.groups}; {g.flops / 1e9:.3f} GFLOP",
+        "",
+        "Tiles",
+        f"  micro-kernel Nf x Nwin = {plan.filters_per_tile} x {plan.windows_per_tile} "
+        f"({plan.filters_per_tile * plan.windows_per_tile // plan.vector_lanes} accumulator "
+        f"vectors of {plan.vector_lanes} lanes)",
+        f"  Nc = {nc} channels per tile; K2 = {plan.l2_tiles}; K3 = {plan.l3_tiles}; "
+        f"planned for {plan.threads} thread(s)",
+        f"  IN  = Nc*R*S*Nwin*s = {_size(in_b)}",
+        f"  FS  = Nc*R*S*Nf*s   = {_size(fs_b)}",
+        f"  OUT = Nwin*Nf*s     = {_size(out_b)}",
+        "",
+        f"Cache occupancy ({plan.schedule})",
+    ]
+    for name, used, usable, capacity in _occupancy(plan):
+        lines.append(
+            f"  {name}: {_size(used):>10} = {used / capacity:6.1%} of {_size(capacity)} "
+            f"(rule limit {_size(usable)})"
+        )
+    lines += ["", "Predicted traffic per (group, image)"]
+    lines.append(f"  {'':4} {'DRAM':>12} {'L3':>12} {'L2':>12} {'TLB misses':>11} {'cost':>12}")
+    for name, traffic in plan.costs:
+        lines.append(
+            f"  {name:4} {_size(traffic.dram):>12} {_size(traffic.l3):>12} "
+            f"{_size(traffic.l2):>12} {traffic.tlb_misses:>11} {traffic.cost:>12.4g}"
+        )
+    lines += ["", "Choice", "  " + _why(plan), "", "Loop nest"]
+    lines += ["  " + line for line in _loop_nest(plan).splitlines()]
+    return "\n".join(lines)
