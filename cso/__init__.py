@@ -26,6 +26,7 @@ from .packed import (  # noqa: E402
     pack_filters,
     save_packed,
 )
+from .tune import TunedPlans, TuneResult, tune  # noqa: E402
 
 __all__ = [
     "conv2d",
@@ -38,5 +39,8 @@ __all__ = [
     "PackedFormatError",
     "save_packed",
     "load_packed",
+    "tune",
+    "TuneResult",
+    "TunedPlans",
     "__version__",
 ]

@@ -40,7 +40,18 @@ def _check_threads(threads) -> int:
 
 
 def conv2d(
-    x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, *, out=None, threads=None, plan=None
+    x,
+    w,
+    bias=None,
+    stride=1,
+    padding=0,
+    dilation=1,
+    groups=1,
+    *,
+    out=None,
+    threads=None,
+    plan=None,
+    tuned=False,
 ) -> np.ndarray:
     """2-D convolution (cross-correlation, as in deep-learning frameworks).
 
@@ -66,6 +77,11 @@ def conv2d(
     plan : Plan, optional
         A plan from :func:`cso.plan_conv2d` for exactly this problem, used
         instead of the analysis' choice.
+    tuned : bool or path-like
+        Use the plan :func:`cso.tune` stored for this problem, machine and
+        cso version, if there is one (True: the default store, or a path to
+        another); otherwise the analysis' plan.  A damaged store is ignored
+        with a warning.
 
     Returns
     -------
@@ -81,6 +97,8 @@ def conv2d(
     from .packed import PackedFilters
 
     if isinstance(w, PackedFilters):
+        if tuned:
+            raise ValueError("tuned must be False with packed filters: they carry their own plan")
         return _conv2d_packed(x, w, bias, stride, padding, dilation, groups, out, threads, plan)
     x = _as_array(x, "x")
     w = _as_array(w, "w")
@@ -111,6 +129,10 @@ def conv2d(
     y = np.empty(geometry.output_shape, dtype=dtype) if out is None else out
     if geometry.batch == 0:
         return y
+    if plan is None and tuned:
+        from .tune import tuned_plan
+
+        plan = tuned_plan(geometry, dtype.name, threads, tuned)
     if plan is None:
         plan = plan_for_geometry(geometry, dtype.name, Hardware.detect(), None, None, None, threads)
     # Full filter tiles are read in place from KCRS; only the last, partial

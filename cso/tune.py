@@ -1,0 +1,343 @@
+"""The autotuner, and the on-disk store of tuned plans.
+
+``tune`` enumerates plans around the analysis' choice (both schedules,
+channel tiles, L2/L3 tile counts, micro-kernel shapes), ranks them by the
+cost model, and times them in that order on random data until the budget is
+spent; the analysis' own plan is always timed first, so the result is never
+worse than it.  ``TunedPlans`` keeps the winners in a JSON file keyed by the
+problem, the hardware and the cso version; ``cso.conv2d(..., tuned=True)``
+consults it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import pathlib
+import threading
+import time
+import warnings
+
+import numpy as np
+
+from ._version import __version__
+from .analysis.hardware import Hardware
+from .analysis.plan import SCHEDULES, Plan, plan_conv2d, plan_for_geometry, with_tiles
+from .geometry import ConvGeometry
+
+STORE_FORMAT = "cso-tuned-plans"
+STORE_VERSION = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+    """One plan the tuner considered: its modelled cost and, if timed, its best time."""
+
+    plan: Plan
+    modelled_cost: float
+    seconds: float | None
+    origin: str
+
+    def describe(self) -> str:
+        p = self.plan
+        return (
+            f"{p.schedule} Nc={p.channel_tile} K2={p.l2_tiles} K3={p.l3_tiles} "
+            f"{p.filters_per_tile}x{p.windows_per_tile}"
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class TuneResult:
+    """The best plan found, and every candidate with its time (None: not timed)."""
+
+    best: Plan
+    analysis: Plan
+    candidates: tuple
+
+    @property
+    def best_seconds(self) -> float:
+        return min(c.seconds for c in self.candidates if c.seconds is not None)
+
+    @property
+    def analysis_seconds(self) -> float:
+        return next(c.seconds for c in self.candidates if c.origin == "analysis")
+
+    def table(self) -> str:
+        """The candidates, timed ones first (fastest first), as text."""
+        rows = sorted(
+            self.candidates, key=lambda c: (c.seconds is None, c.seconds or 0.0, c.modelled_cost)
+        )
+        lines = [f"{'candidate':<36} {'origin':<10} {'model cost':>12} {'time ms':>9}"]
+        for c in rows:
+            timed = "-" if c.seconds is None else f"{c.seconds * 1e3:.3f}"
+            lines.append(f"{c.describe():<36} {c.origin:<10} {c.modelled_cost:>12.4g} {timed:>9}")
+        return "\n".join(lines)
+
+
+def _around(value: int, limit: int) -> list:
+    """``value`` and its neighbours by factors of two, within ``1 .. limit``."""
+    options = {value, value // 2, value * 2, limit}
+    return sorted(v for v in options if 1 <= v <= limit)
+
+
+def candidate_plans(analysis: Plan, micro_kernels) -> list:
+    """Every plan the tuner may try, with where it came from."""
+    g = analysis.geometry
+    found = {}
+    for nf, nwin in micro_kernels:
+        base = (
+            analysis
+            if (nf, nwin) == (analysis.filters_per_tile, analysis.windows_per_tile)
+            else plan_for_geometry(
+                g, analysis.dtype, analysis.hardware, nf, nwin, None, analysis.threads
+            )
+        )
+        window_tiles = -(-g.windows // nwin)
+        filter_tiles = -(-g.filters_per_group // nf)
+        for schedule in SCHEDULES:
+            k2_rule, k3_rule = dict(base.tiles_by_schedule)[schedule]
+            streamed, resident = (
+                (filter_tiles, window_tiles) if schedule == "IS" else (window_tiles, filter_tiles)
+            )
+            for nc in _around(base.channel_tile, g.channels_per_group):
+                for k2 in _around(k2_rule, streamed):
+                    for k3 in _around(k3_rule, resident):
+                        plan = with_tiles(
+                            base, schedule=schedule, channel_tile=nc, l2_tiles=k2, l3_tiles=k3
+                        )
+                        key = (schedule, nc, k2, k3, nf, nwin)
+                        origin = "analysis" if plan == analysis else "variant"
+                        if key not in found or origin == "analysis":
+                            found[key] = (plan, origin)
+    return list(found.values())
+
+
+def _interleaved(pool) -> list:
+    """The analysis' plan, then the others by modelled cost, taking turns between
+    (schedule, micro-kernel) families so that a short budget still samples each."""
+
+    def cost(item):
+        return item[0].cost_of(item[0].schedule).cost
+
+    first = [item for item in pool if item[1] == "analysis"]
+    families = {}
+    for item in sorted((item for item in pool if item[1] != "analysis"), key=cost):
+        plan = item[0]
+        family = (plan.schedule, plan.filters_per_tile, plan.windows_per_tile)
+        families.setdefault(family, []).append(item)
+    queues = sorted(families.values(), key=lambda queue: cost(queue[0]))
+    ordered = []
+    while any(queues):
+        for queue in queues:
+            if queue:
+                ordered.append(queue.pop(0))
+    return first + ordered
+
+
+def _time(run, minimum_seconds=0.05, repeats=3) -> float:
+    best = float("inf")
+    started = time.perf_counter()
+    count = 0
+    while count < repeats or time.perf_counter() - started < minimum_seconds:
+        start = time.perf_counter()
+        run()
+        best = min(best, time.perf_counter() - start)
+        count += 1
+        if count >= 50:
+            break
+    return best
+
+
+def tune(
+    x_shape,
+    w_shape,
+    *,
+    stride=1,
+    padding=0,
+    dilation=1,
+    groups=1,
+    dtype=np.float32,
+    threads=None,
+    budget_s=10.0,
+    hardware=None,
+    micro_kernels=None,
+    store=None,
+    seed=0,
+) -> TuneResult:
+    """Search plans for one convolution by timing them; return the best.
+
+    Parameters
+    ----------
+    x_shape, w_shape, stride, padding, dilation, groups, dtype
+        The problem, as for :func:`cso.plan_conv2d`.
+    threads : int, optional
+        Worker threads to time with (default: all).
+    budget_s : float
+        Wall-clock budget, compilation included.  Candidates are timed in the
+        order of their modelled cost; the analysis' plan always first.
+    hardware : Hardware, optional
+        The description the plans are made from (default: this machine).
+    micro_kernels : iterable of (Nf, Nwin), optional
+        Micro-kernel shapes to try (default: the register-file shape and its
+        narrower neighbours).  A new shape costs a compilation the first time.
+    store : bool, str or path-like, optional
+        Save the best plan to the tuned-plans store (True: the default file).
+    seed : int
+        Seed of the random data timed on.
+
+    Returns
+    -------
+    TuneResult
+    """
+    from .conv import _check_threads, conv2d
+
+    if budget_s is None or not budget_s > 0:
+        raise ValueError(f"budget_s must be a positive number of seconds, got {budget_s!r}")
+    threads = _check_threads(threads)
+    params = dict(stride=stride, padding=padding, dilation=dilation, groups=groups)
+    analysis = plan_conv2d(
+        x_shape, w_shape, dtype=dtype, hardware=hardware, threads=threads, **params
+    )
+    if micro_kernels is None:
+        nf, nwin = analysis.filters_per_tile, analysis.windows_per_tile
+        micro_kernels = [(nf, nwin), (max(1, nf // 2 + 1), nwin), (nf, 2 * analysis.vector_lanes)]
+    micro_kernels = list(dict.fromkeys((int(nf), int(nwin)) for nf, nwin in micro_kernels))
+    for nf, nwin in micro_kernels:
+        if nf < 1 or nwin < 1 or nwin % analysis.vector_lanes:
+            raise ValueError(
+                f"micro_kernels: ({nf}, {nwin}) needs Nf >= 1 and Nwin a multiple "
+                f"of {analysis.vector_lanes}"
+            )
+    ranked = _interleaved(candidate_plans(analysis, micro_kernels))
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(x_shape).astype(dtype)
+    w = rng.standard_normal(w_shape).astype(dtype)
+    deadline = time.perf_counter() + budget_s
+    candidates = []
+    for plan, origin in ranked:
+        seconds = None
+        if origin == "analysis" or time.perf_counter() < deadline:
+            conv2d(x, w, plan=plan, threads=threads, **params)  # compiles a new shape once
+            seconds = _time(lambda: conv2d(x, w, plan=plan, threads=threads, **params))
+        candidates.append(Candidate(plan, plan.cost_of(plan.schedule).cost, seconds, origin))
+    best = min((c for c in candidates if c.seconds is not None), key=lambda c: c.seconds).plan
+    if store:
+        TunedPlans(None if store is True else store).put(best)
+    return TuneResult(best=best, analysis=analysis, candidates=tuple(candidates))
+
+
+def hardware_fingerprint(hardware: Hardware) -> str:
+    fields = dataclasses.asdict(hardware)
+    fields.pop("source", None)
+    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _problem_key(geometry: ConvGeometry, dtype_name: str, threads: int) -> str:
+    return json.dumps([dataclasses.asdict(geometry), dtype_name, threads], sort_keys=True)
+
+
+class TunedPlans:
+    """A JSON file of tuned plans keyed by problem, hardware fingerprint and cso version.
+
+    A missing file is an empty store; an unreadable, damaged or foreign one is
+    ignored with a warning, and entries of another cso version or another
+    machine are never returned.
+    """
+
+    _lock = threading.Lock()
+
+    def __init__(self, path=None):
+        if path is None:
+            from .cachedir import cache_directory
+
+            path = cache_directory() / "tuned_plans.json"
+        self.path = pathlib.Path(os.fspath(path))
+
+    def _read(self) -> dict:
+        try:
+            text = self.path.read_text()
+        except FileNotFoundError:
+            return {}
+        except OSError as error:
+            warnings.warn(
+                f"tuned-plans store {self.path} is unreadable ({error}); ignored",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            return {}
+        try:
+            content = json.loads(text)
+            if content.get("format") != STORE_FORMAT or content.get("version") != STORE_VERSION:
+                raise ValueError("not a cso tuned-plans store of this version")
+            entries = content["entries"]
+            if not isinstance(entries, dict):
+                raise ValueError("entries is not an object")
+            return entries
+        except (ValueError, AttributeError, KeyError, TypeError) as error:
+            warnings.warn(
+                f"tuned-plans store {self.path} is damaged or stale ({error}); ignored",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            return {}
+
+    @staticmethod
+    def key(geometry, dtype_name, hardware, threads) -> str:
+        return "|".join(
+            (
+                __version__,
+                hardware_fingerprint(hardware),
+                _problem_key(geometry, dtype_name, threads),
+            )
+        )
+
+    def get(
+        self, geometry: ConvGeometry, dtype_name: str, hardware: Hardware, threads: int
+    ) -> Plan | None:
+        """The stored plan for this problem on this machine and version, or None."""
+        entry = self._read().get(self.key(geometry, dtype_name, hardware, threads))
+        if entry is None:
+            return None
+        try:
+            plan = Plan.from_dict(entry)
+        except (KeyError, TypeError, ValueError) as error:
+            warnings.warn(
+                f"tuned plan in {self.path} is malformed ({error!r}); ignored",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            return None
+        lanes = max(1, hardware.vector_bytes // np.dtype(dtype_name).itemsize)
+        if (
+            not plan.matches(geometry, dtype_name)
+            or plan.windows_per_tile % lanes
+            or plan.schedule not in SCHEDULES
+        ):
+            warnings.warn(
+                f"tuned plan in {self.path} does not fit its key; ignored",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            return None
+        return plan
+
+    def put(self, plan: Plan) -> None:
+        """Store ``plan`` under its own problem, hardware and thread count."""
+        with self._lock:
+            entries = self._read()
+            entries[self.key(plan.geometry, plan.dtype, plan.hardware, plan.threads)] = (
+                plan.to_dict()
+            )
+            content = {"format": STORE_FORMAT, "version": STORE_VERSION, "entries": entries}
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            temporary = self.path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+            temporary.write_text(json.dumps(content))
+            os.replace(temporary, self.path)
+
+
+def tuned_plan(geometry, dtype_name, threads, tuned) -> Plan | None:
+    """The stored plan ``cso.conv2d(..., tuned=...)`` should use, if any."""
+    store = TunedPlans(None if tuned is True else tuned)
+    return store.get(geometry, dtype_name, Hardware.detect(), threads)

@@ -1,0 +1,189 @@
+"""The analysis against the autotuner: how close is the model's plan to the best found?
+
+Over ResNet-50's and VGG-16's layers and a seeded sample of ConvBench shapes
+(``../shared/data/convbench_public.csv``, when present): tune each layer
+within a budget, then time the analysis' plan and the tuned best side by side
+in interleaved rounds (so that the comparison is not biased by the tuner's
+own minimum over noisy timings).  Also: for each layer, the best measured
+time of each schedule against the model's predicted order.
+
+Writes a CSV of everything and a PNG of predicted cost against measured
+time (needs matplotlib: pip install ".[plot]").
+
+Usage: python experiments/model_vs_tuned.py [--sample 50] [--budget 2]
+       [--threads 1] [--out experiments/results]
+"""
+
+import argparse
+import csv
+import os
+import pathlib
+import sys
+
+import numpy as np
+
+if os.environ.get("OPENBLAS_NUM_THREADS") is None:
+    os.environ["OPENBLAS_NUM_THREADS"] = "1"
+
+import cso  # noqa: E402
+from cso.bench import best_times  # noqa: E402
+from cso.models import MODELS  # noqa: E402
+
+DATA = (
+    pathlib.Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "convbench_public.csv"
+)
+
+
+def convbench_layers(count, seed, min_gflop=0.01, max_gflop=0.3):
+    if not DATA.exists() or count <= 0:
+        return []
+    with open(DATA) as handle:
+        rows = [
+            r
+            for r in csv.DictReader(handle)
+            if r["groups"] == "1" and min_gflop <= float(r["gflop"]) <= max_gflop
+        ]
+    rng = np.random.default_rng(seed)
+    layers = []
+    for index in sorted(rng.choice(len(rows), min(count, len(rows)), replace=False)):
+        r = rows[index]
+        x_shape = tuple(int(r[k]) for k in ("N", "C", "H", "W"))
+        w_shape = tuple(int(r[k]) for k in ("K", "C", "R", "S"))
+        params = dict(
+            stride=(int(r["stride_h"]), int(r["stride_w"])),
+            padding=(
+                (int(r["pad_top"]), int(r["pad_bottom"])),
+                (int(r["pad_left"]), int(r["pad_right"])),
+            ),
+            dilation=(int(r["dil_h"]), int(r["dil_w"])),
+        )
+        layers.append(("convbench " + r["key"][:40], x_shape, w_shape, params))
+    return layers
+
+
+def model_layers(name):
+    return [
+        (
+            f"{name} {layer.name}",
+            layer.x_shape,
+            layer.w_shape,
+            dict(stride=layer.stride, padding=layer.padding),
+        )
+        for layer in MODELS[name]()
+    ]
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sample", type=int, default=50)
+    parser.add_argument("--budget", type=float, default=2.0)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default="experiments/results")
+    args = parser.parse_args()
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    layers = (
+        model_layers("resnet50") + model_layers("vgg16") + convbench_layers(args.sample, args.seed)
+    )
+    rng = np.random.default_rng(args.seed)
+    rows = []
+    for index, (name, x_shape, w_shape, params) in enumerate(layers, 1):
+        result = cso.tune(x_shape, w_shape, threads=args.threads, budget_s=args.budget, **params)
+        x = rng.standard_normal(x_shape, dtype=np.float32)
+        w = rng.standard_normal(w_shape, dtype=np.float32)
+        plans = {"analysis": result.analysis, "tuned": result.best}
+        best = best_times(
+            {
+                k: (lambda p=p: cso.conv2d(x, w, plan=p, threads=args.threads, **params))
+                for k, p in plans.items()
+            },
+            rounds=7,
+        )
+        timed = [c for c in result.candidates if c.seconds is not None]
+        schedule_best = {
+            s: min((c.seconds for c in timed if c.plan.schedule == s), default=float("nan"))
+            for s in ("IS", "WS")
+        }
+        costs = dict(result.analysis.costs)
+        row = {
+            "layer": name,
+            "gflop": result.analysis.geometry.flops / 1e9,
+            "analysis_plan": f"{result.analysis.schedule} Nc={result.analysis.channel_tile} "
+            f"K2={result.analysis.l2_tiles} K3={result.analysis.l3_tiles}",
+            "tuned_plan": next(c.describe() for c in result.candidates if c.plan == result.best),
+            "analysis_ms": best["analysis"] * 1e3,
+            "tuned_ms": best["tuned"] * 1e3,
+            "ratio": best["analysis"] / min(best["tuned"], best["analysis"]),
+            "predicted_cost": costs[result.analysis.schedule].cost,
+            "cost_is": costs["IS"].cost,
+            "cost_ws": costs["WS"].cost,
+            "measured_is_ms": schedule_best["IS"] * 1e3,
+            "measured_ws_ms": schedule_best["WS"] * 1e3,
+            "candidates_timed": len(timed),
+            "candidates": len(result.candidates),
+        }
+        rows.append(row)
+        print(
+            f"[{index}/{len(layers)}] {name[:44]:<44} analysis {row['analysis_ms']:8.3f} ms "
+            f"tuned {row['tuned_ms']:8.3f} ms  x{row['ratio']:.3f}  "
+            f"({row['candidates_timed']}/{row['candidates']} timed)",
+            flush=True,
+        )
+    with open(out / "model_vs_tuned.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    ratios = np.array([r["ratio"] for r in rows])
+    decided = [
+        r
+        for r in rows
+        if np.isfinite(r["measured_is_ms"])
+        and np.isfinite(r["measured_ws_ms"])
+        and abs(r["measured_is_ms"] / r["measured_ws_ms"] - 1) > 0.05
+    ]
+    agree = sum(
+        (r["cost_is"] < r["cost_ws"]) == (r["measured_is_ms"] < r["measured_ws_ms"])
+        for r in decided
+    )
+    print(f"\n{len(rows)} layers, {args.threads} thread(s), tuning budget {args.budget} s each")
+    print(
+        f"analysis plan within 5% of the tuned best: {np.mean(ratios <= 1.05):.0%} of layers; "
+        f"median ratio {np.median(ratios):.3f}, worst {ratios.max():.3f}"
+    )
+    print(
+        f"IS/WS order predicted right on {agree}/{len(decided)} layers where the measured "
+        f"schedules differ by more than 5%"
+    )
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: no plot (pip install '.[plot]')", file=sys.stderr)
+        return
+    figure, axis = plt.subplots(figsize=(7, 5))
+    groups = {"resnet50": "tab:blue", "vgg16": "tab:orange", "convbench": "tab:green"}
+    for group, colour in groups.items():
+        chosen = [r for r in rows if r["layer"].startswith(group)]
+        axis.scatter(
+            [r["predicted_cost"] for r in chosen],
+            [r["analysis_ms"] for r in chosen],
+            s=14,
+            color=colour,
+            label=group,
+        )
+    axis.set_xscale("log")
+    axis.set_yscale("log")
+    axis.set_xlabel("predicted cost of the analysis' plan (model units, per group and image)")
+    axis.set_ylabel("measured time of that plan (ms)")
+    axis.set_title(f"cso cost model against measurement ({args.threads} thread)")
+    axis.legend()
+    figure.tight_layout()
+    figure.savefig(out / "model_vs_tuned.png", dpi=120)
+    print(f"wrote {out / 'model_vs_tuned.csv'} and {out / 'model_vs_tuned.png'}")
+
+
+if __name__ == "__main__":
+    main()
