@@ -47,14 +47,19 @@ def _torch_peer(threads):
 
 def best_times(programs, rounds=5, min_seconds=0.0):
     """Best time of each program over interleaved rounds (at least ``rounds``,
-    more until ``min_seconds`` have passed, 50 at most)."""
+    more until ``min_seconds`` have passed, 50 at most).
+
+    The order rotates every round: the program run first in a round meets the
+    caches as the previous one left them, and no program should always be it.
+    """
     best = {name: float("inf") for name in programs}
+    names = list(programs)
     started = time.perf_counter()
     done = 0
     while done < rounds or (time.perf_counter() - started < min_seconds and done < 50):
-        for name, program in programs.items():
+        for name in names[done % len(names) :] + names[: done % len(names)]:
             start = time.perf_counter()
-            program()
+            programs[name]()
             best[name] = min(best[name], time.perf_counter() - start)
         done += 1
     return best

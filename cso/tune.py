@@ -97,11 +97,11 @@ def candidate_plans(analysis: Plan, micro_kernels) -> list:
         window_tiles = -(-g.windows // nwin)
         filter_tiles = -(-g.filters_per_group // nf)
         for schedule in SCHEDULES:
-            k2_rule, k3_rule = dict(base.tiles_by_schedule)[schedule]
+            nc_model, k2_rule, k3_rule = dict(base.tiles_by_schedule)[schedule]
             streamed, resident = (
                 (filter_tiles, window_tiles) if schedule == "IS" else (window_tiles, filter_tiles)
             )
-            for nc in _around(base.channel_tile, g.channels_per_group):
+            for nc in _around(nc_model, g.channels_per_group):
                 for k2 in _around(k2_rule, streamed):
                     for k3 in _around(k3_rule, resident):
                         plan = with_tiles(

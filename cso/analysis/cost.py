@@ -22,8 +22,11 @@ Weight-stationary (WS)::
           for f in K3 tiles: for w in K2 tiles: kernel
 
 The register-level work (``Nf * Nwin`` FMAs per loaded pair) is the same in
-both, so only data movement is counted: bytes per level, and the data-TLB
-misses of the output writes.  The innermost loop of IS moves to another
+both, so only what surrounds it is counted: bytes per level, the data-TLB
+misses of the output writes, the micro-kernel calls (each has a fixed cost:
+the output tile's write-back, operand streams restarting) and the bytes of
+the stationary tile that must come from L2 on every call when it does not
+fit in L1 beside the output tile.  The innermost loop of IS moves to another
 filter tile at every call, so consecutive calls write ``Nf`` *other* output
 rows; when a row is a page or longer and the ``K2`` tiles' rows outnumber the
 TLB, every call misses on each of its rows.  WS's innermost loop walks along
@@ -47,6 +50,8 @@ class Traffic:
     l3: int
     l2: int
     tlb_misses: int
+    kernel_calls: int
+    l1_spill: int
     cost: float
 
     def as_dict(self) -> dict:
@@ -55,6 +60,8 @@ class Traffic:
             "l3": self.l3,
             "l2": self.l2,
             "tlb_misses": self.tlb_misses,
+            "kernel_calls": self.kernel_calls,
+            "l1_spill": self.l1_spill,
             "cost": self.cost,
         }
 
@@ -145,13 +152,41 @@ def output_tlb_misses(
     return channel_tiles * output_pages
 
 
-def weighted_cost(dram: int, l3: int, l2: int, tlb_misses: int, hardware) -> float:
-    """``dram*c_dram + l3*c_l3 + l2*c_l2 + misses*c_tlb`` with the hardware's costs."""
+def kernel_calls(channel_tiles: int, window_tiles: int, filter_tiles: int) -> int:
+    """``T_c * T_w * T_f``: one micro-kernel call per output tile and channel tile."""
+    return channel_tiles * window_tiles * filter_tiles
+
+
+def l1_spill_bytes(
+    stationary_tile: int,
+    streamed_tile: int,
+    out_tile: int,
+    l1_usable: int,
+    calls: int,
+    reuse: int,
+) -> int:
+    """``calls * stationary * (1 - 1/reuse)`` when ``IN + FS + OUT > L1``, else 0.
+
+    The innermost loop reuses one tile (IN in IS, FS in WS) across ``reuse``
+    consecutive calls while the other streams through L1.  When the two
+    and the output tile overflow L1 (the L1 rule broken), the stream evicts
+    the stationary tile, every one of those calls reads it again from L2
+    instead of only the first, and both operands come from L2 at once.
+    """
+    if stationary_tile + streamed_tile + out_tile <= l1_usable:
+        return 0
+    return calls * stationary_tile * (reuse - 1) // reuse
+
+
+def weighted_cost(dram, l3, l2, tlb_misses, calls, l1_spill, hardware) -> float:
+    """``dram*c_dram + l3*c_l3 + l2*c_l2 + misses*c_tlb + calls*c_call + spill*c_spill``."""
     return (
         dram * hardware.dram_cost
         + l3 * hardware.l3_cost
         + l2 * hardware.l2_cost
         + tlb_misses * hardware.tlb_miss_cost
+        + calls * hardware.call_cost
+        + l1_spill * hardware.l1_miss_cost
     )
 
 
@@ -217,10 +252,22 @@ def schedule_traffic(
         ceil_div(all_outputs, hardware.page_bytes),
         hardware.tlb_entries,
     )
+    calls = kernel_calls(channel_tiles, window_tiles, filter_tiles)
+    # The stationary tile of the innermost loop, for the largest channel tile.
+    depth = ceil_div(channels, channel_tiles) * kernel_area * s
+    stationary = depth * (windows_per_tile if schedule == "IS" else filters_per_tile)
+    streamed = depth * (filters_per_tile if schedule == "IS" else windows_per_tile)
+    l1_usable = int(hardware.l1_bytes * hardware.usable_fraction)
+    # The innermost loop runs over K2 tiles of the other operand (IS: filter
+    # tiles; WS: window tiles), the stationary tile's reuse.
+    reuse = min(k2, filter_tiles if schedule == "IS" else window_tiles)
+    spill = l1_spill_bytes(stationary, streamed, out_tile, l1_usable, calls, reuse)
     return Traffic(
         levels["dram"],
         levels["l3"],
         levels["l2"],
         misses,
-        weighted_cost(levels["dram"], levels["l3"], levels["l2"], misses, hardware),
+        calls,
+        spill,
+        weighted_cost(levels["dram"], levels["l3"], levels["l2"], misses, calls, spill, hardware),
     )

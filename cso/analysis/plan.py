@@ -31,7 +31,8 @@ class Plan:
     schedule : {"IS", "WS"}
         Input-stationary or weight-stationary loop nest.
     channel_tile : int
-        ``Nc``, channels per packed tile (L1 rule).
+        ``Nc``, channels per packed tile: among ``ceil(C / T_c)`` for ``T_c``
+        from the L1 rule's value halving down to one tile, the cheapest.
     l2_tiles : int
         ``K2``, streamed tiles kept in L2 (filter tiles for IS, window tiles for WS).
     l3_tiles : int
@@ -50,7 +51,7 @@ class Plan:
     costs : tuple
         ``(("IS", Traffic), ("WS", Traffic))``: the model's figures for both schedules.
     tiles_by_schedule : tuple
-        ``(("IS", (K2, K3)), ("WS", (K2, K3)))``: the CSA tile counts for each.
+        ``(("IS", (Nc, K2, K3)), ("WS", (Nc, K2, K3)))``: each schedule's tiles.
     geometry : ConvGeometry
         The problem this plan was made for.
     hardware : Hardware
@@ -115,7 +116,7 @@ class Plan:
             threads=int(fields["threads"]),
             costs=tuple((name, Traffic(**fields["costs"][name])) for name in SCHEDULES),
             tiles_by_schedule=tuple(
-                (name, tuple(int(k) for k in fields["tiles_by_schedule"][name]))
+                (name, tuple(int(k) for k in fields["tiles_by_schedule"][name][:3]))
                 for name in SCHEDULES
             ),
             geometry=ConvGeometry(**fields["geometry"]),
@@ -223,37 +224,19 @@ def plan_for_geometry(
         )
 
     channels = geometry.channels_per_group
-    filters = geometry.filters_per_group
     area = geometry.kernel_height * geometry.kernel_width
-    window_tiles = ceil_div(geometry.windows, nwin)
-    filter_tiles = ceil_div(filters, nf)
     l1 = tiles.usable_bytes(hardware.l1_bytes, hardware.usable_fraction)
-    l2 = tiles.usable_bytes(hardware.l2_bytes, hardware.usable_fraction)
-    l3 = tiles.usable_bytes(hardware.l3_bytes, hardware.usable_fraction)
-    nc = tiles.channel_tile(l1, channels, area, nf, nwin, element_bytes)
-    in_bytes = tiles.input_tile_bytes(nc, area, nwin, element_bytes)
-    fs_bytes = tiles.filter_tile_bytes(nc, area, nf, element_bytes)
-    out_bytes = tiles.output_tile_bytes(nwin, nf, element_bytes)
-    # Parallel work is split over (group, image, stationary block); only when
-    # those are fewer than the threads must K3 shrink to make more blocks.
-    outer_jobs = geometry.groups * geometry.batch
-    share = max(1, ceil_div(threads, outer_jobs))
-
-    by_schedule = {}
-    for name, resident, streamed, resident_count, streamed_count in (
-        ("IS", in_bytes, fs_bytes, window_tiles, filter_tiles),
-        ("WS", fs_bytes, in_bytes, filter_tiles, window_tiles),
-    ):
-        k2 = tiles.l2_tiles(l2, resident, streamed, out_bytes, streamed_count)
-        k3 = tiles.l3_tiles(l3, resident, streamed, out_bytes, k2, resident_count)
-        k3 = min(k3, tiles.parallel_cap(resident_count, share))
-        by_schedule[name] = (k2, k3)
-    costs = {
-        name: _traffic(geometry, hardware, name, nc, nf, nwin, k2, k3, element_bytes)
-        for name, (k2, k3) in by_schedule.items()
-    }
+    rule_nc = tiles.channel_tile(l1, channels, area, nf, nwin, element_bytes)
+    by_schedule, costs = {}, {}
+    for name in SCHEDULES:
+        # Each schedule takes the channel tile its modelled cost likes best.
+        for nc in tiles.channel_tile_candidates(rule_nc, channels):
+            k2, k3 = _cache_tiles(geometry, hardware, name, nc, nf, nwin, element_bytes, threads)
+            traffic = _traffic(geometry, hardware, name, nc, nf, nwin, k2, k3, element_bytes)
+            if name not in costs or traffic.cost < costs[name].cost:
+                costs[name], by_schedule[name] = traffic, (nc, k2, k3)
     chosen = schedule or min(SCHEDULES, key=lambda name: (costs[name].cost, name != "IS"))
-    k2, k3 = by_schedule[chosen]
+    nc, k2, k3 = by_schedule[chosen]
     return Plan(
         schedule=chosen,
         channel_tile=nc,
@@ -269,6 +252,40 @@ def plan_for_geometry(
         geometry=geometry,
         hardware=hardware,
     )
+
+
+def _cache_tiles(geometry, hardware, schedule, nc, nf, nwin, element_bytes, threads):
+    """``(K2, K3)`` of ``schedule`` for channel tile ``nc``: the L2 and L3 rules,
+    with K3 capped so that every thread gets a block."""
+    area = geometry.kernel_height * geometry.kernel_width
+    window_tiles = ceil_div(geometry.windows, nwin)
+    filter_tiles = ceil_div(geometry.filters_per_group, nf)
+    in_bytes = tiles.input_tile_bytes(nc, area, nwin, element_bytes)
+    fs_bytes = tiles.filter_tile_bytes(nc, area, nf, element_bytes)
+    out_bytes = tiles.output_tile_bytes(nwin, nf, element_bytes)
+    # The K2 and K3 blocks are swept cyclically: they get a share of the usable bytes.
+    l2 = tiles.usable_bytes(hardware.l2_bytes, hardware.usable_fraction * hardware.sweep_fraction)
+    l3 = tiles.usable_bytes(hardware.l3_bytes, hardware.usable_fraction * hardware.sweep_fraction)
+    if schedule == "IS":
+        resident, streamed, resident_count, streamed_count = (
+            in_bytes,
+            fs_bytes,
+            window_tiles,
+            filter_tiles,
+        )
+    else:
+        resident, streamed, resident_count, streamed_count = (
+            fs_bytes,
+            in_bytes,
+            filter_tiles,
+            window_tiles,
+        )
+    k2 = tiles.l2_tiles(l2, resident, streamed, out_bytes, streamed_count)
+    k3 = tiles.l3_tiles(l3, resident, streamed, out_bytes, k2, resident_count)
+    # Parallel work is split over (group, image, stationary block); only when
+    # those are fewer than the threads must K3 shrink to make more blocks.
+    share = max(1, ceil_div(threads, geometry.groups * geometry.batch))
+    return k2, min(k3, tiles.parallel_cap(resident_count, share))
 
 
 def _traffic(geometry, hardware, schedule, nc, nf, nwin, k2, k3, element_bytes):
@@ -295,22 +312,21 @@ def with_tiles(
 ) -> Plan:
     """``plan`` with some decisions replaced (as the autotuner tries them).
 
-    The schedule's ``K2``/``K3`` and the channel tile change as given; the
-    model's costs are recomputed for the new tiles, so ``plan.costs`` keeps
-    describing the plan it belongs to.  Values are bounded like the rules'
+    The schedule's ``Nc``, ``K2`` and ``K3`` change as given; the model's
+    costs are recomputed for the new tiles, so ``plan.costs`` keeps describing
+    the plan it belongs to.  Values are bounded like the rules'
     (``1 <= Nc <= C``, ``1 <= K2, K3``).
     """
     schedule = plan.schedule if schedule is None else schedule
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule must be 'IS' or 'WS', got {schedule!r}")
+    g = plan.geometry
     by_schedule = dict(plan.tiles_by_schedule)
-    k2, k3 = by_schedule[schedule]
+    nc, k2, k3 = by_schedule[schedule]
+    nc = max(1, min(int(channel_tile if channel_tile is not None else nc), g.channels_per_group))
     k2 = max(1, int(l2_tiles if l2_tiles is not None else k2))
     k3 = max(1, int(l3_tiles if l3_tiles is not None else k3))
-    by_schedule[schedule] = (k2, k3)
-    g = plan.geometry
-    nc = plan.channel_tile if channel_tile is None else channel_tile
-    nc = max(1, min(int(nc), g.channels_per_group))
+    by_schedule[schedule] = (nc, k2, k3)
     element_bytes = np.dtype(plan.dtype).itemsize
     costs = tuple(
         (
@@ -319,10 +335,10 @@ def with_tiles(
                 g,
                 plan.hardware,
                 name,
-                nc,
+                by_schedule[name][0],
                 plan.filters_per_tile,
                 plan.windows_per_tile,
-                *by_schedule[name],
+                *by_schedule[name][1:],
                 element_bytes,
             ),
         )

@@ -72,6 +72,24 @@ def channel_tile(
     return max(1, min(channels, room // per_channel))
 
 
+def channel_tile_candidates(rule_value: int, channels: int) -> list:
+    """The channel tiles the cost model chooses among: ``Nc = ceil(C / T_c)``
+    for ``T_c`` from the L1 rule's ``ceil(C / Nc_rule)`` halving down to 1.
+
+    The L1 rule keeps both operand tiles in L1; a deeper tile spills the
+    stationary one to L2 but makes fewer, longer micro-kernel calls and fewer
+    partial-sum passes, which the cost model weighs.
+    """
+    counts = []
+    count = ceil_div(channels, max(1, rule_value))
+    while True:
+        counts.append(count)
+        if count == 1:
+            break
+        count = ceil_div(count, 2)
+    return sorted({ceil_div(channels, c) for c in counts})
+
+
 def l2_tiles(
     l2_usable: int, resident_tile: int, streamed_tile: int, out_tile: int, available: int
 ) -> int:

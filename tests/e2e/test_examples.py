@@ -50,12 +50,19 @@ def test_named_example(rng, name, x_shape, w_shape, params, dtype):
 
 
 def test_channels_split_into_several_tiles(rng):
+    from cso.analysis.plan import with_tiles
+
     x = rng.standard_normal((1, 300, 9, 9)).astype(np.float32)
     w = rng.standard_normal((20, 300, 3, 3)).astype(np.float32)
     for schedule in ("IS", "WS"):
-        plan = cso.plan_conv2d(x.shape, w.shape, padding=1, schedule=schedule, hardware=AVX512_LIKE)
-        assert plan.channel_tile < 300  # C is split
-        assert_matches_reference(cso.conv2d(x, w, padding=1, plan=plan), x, w, padding=1)
+        for channel_tile in (7, 64, 151):  # 43, 5 and 2 channel tiles, uneven splits
+            plan = with_tiles(
+                cso.plan_conv2d(x.shape, w.shape, padding=1, hardware=AVX512_LIKE),
+                schedule=schedule,
+                channel_tile=channel_tile,
+            )
+            assert plan.channel_tile == channel_tile
+            assert_matches_reference(cso.conv2d(x, w, padding=1, plan=plan), x, w, padding=1)
 
 
 def test_result_dtype_and_mixed_inputs(rng):

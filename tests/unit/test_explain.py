@@ -55,7 +55,7 @@ def test_with_tiles_recomputes_costs():
     plan = cso.plan_conv2d((1, 32, 20, 20), (48, 32, 3, 3), padding=1, hardware=MACHINE)
     changed = with_tiles(plan, schedule="IS", channel_tile=4, l2_tiles=1, l3_tiles=1)
     assert (changed.channel_tile, changed.l2_tiles, changed.l3_tiles) == (4, 1, 1)
-    assert dict(changed.tiles_by_schedule)["IS"] == (1, 1)
+    assert dict(changed.tiles_by_schedule)["IS"] == (4, 1, 1)
     assert changed.cost_of("IS").cost > plan.cost_of("IS").cost  # smaller tiles move more
     assert with_tiles(plan, channel_tile=10_000).channel_tile == 32
 

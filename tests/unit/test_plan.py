@@ -36,19 +36,21 @@ LAYERS = [
 ]
 
 
-def _sizes(plan, channel_tile=None):
+def _sizes(plan, channel_tile):
     g, s = plan.geometry, np.dtype(plan.dtype).itemsize
-    nc = plan.channel_tile if channel_tile is None else channel_tile
     area = g.kernel_height * g.kernel_width
     return (
-        tiles.input_tile_bytes(nc, area, plan.windows_per_tile, s),
-        tiles.filter_tile_bytes(nc, area, plan.filters_per_tile, s),
+        tiles.input_tile_bytes(channel_tile, area, plan.windows_per_tile, s),
+        tiles.filter_tile_bytes(channel_tile, area, plan.filters_per_tile, s),
         tiles.output_tile_bytes(plan.windows_per_tile, plan.filters_per_tile, s),
     )
 
 
 def _usable(hardware, level):
-    return int(getattr(hardware, f"{level}_bytes") * hardware.usable_fraction)
+    fraction = hardware.usable_fraction
+    if level != "l1":  # the K2 and K3 blocks are swept: a share of the usable bytes
+        fraction *= hardware.sweep_fraction
+    return int(getattr(hardware, f"{level}_bytes") * fraction)
 
 
 @pytest.mark.parametrize("hardware", [SMALL, AVX512])
@@ -60,14 +62,21 @@ def test_each_rule_holds_and_is_tight(hardware, x_shape, w_shape, stride, paddin
     )
     g = plan.geometry
     l1, l2, l3 = (_usable(hardware, level) for level in ("l1", "l2", "l3"))
-    # L1: IN + FS + OUT <= L1, and Nc + 1 breaks it unless Nc == C.
-    assert sum(_sizes(plan)) <= l1 or plan.channel_tile == 1
-    if plan.channel_tile < g.channels_per_group:
-        assert sum(_sizes(plan, plan.channel_tile + 1)) > l1
-    in_b, fs_b, out_b = _sizes(plan)
+    area = g.kernel_height * g.kernel_width
+    s = np.dtype(dtype).itemsize
+    # L1: IN + FS + OUT <= L1 for the rule's Nc, and Nc + 1 breaks it unless Nc == C.
+    rule = tiles.channel_tile(
+        l1, g.channels_per_group, area, plan.filters_per_tile, plan.windows_per_tile, s
+    )
+    assert sum(_sizes(plan, rule)) <= l1 or rule == 1
+    if rule < g.channels_per_group:
+        assert sum(_sizes(plan, rule + 1)) > l1
     window_tiles = ceil_div(g.windows, plan.windows_per_tile)
     filter_tiles = ceil_div(g.filters_per_group, plan.filters_per_tile)
-    for name, (k2, k3) in plan.tiles_by_schedule:
+    for name, (nc, k2, k3) in plan.tiles_by_schedule:
+        # The schedule's channel tile is one of the candidates the rule starts.
+        assert nc in tiles.channel_tile_candidates(rule, g.channels_per_group)
+        in_b, fs_b, out_b = _sizes(plan, nc)
         resident, streamed = (in_b, fs_b) if name == "IS" else (fs_b, in_b)
         resident_count, streamed_count = (
             (window_tiles, filter_tiles) if name == "IS" else (filter_tiles, window_tiles)
@@ -85,12 +94,48 @@ def test_each_rule_holds_and_is_tight(hardware, x_shape, w_shape, stride, paddin
         assert k3 == resident_count or not l3_rule(k3 + 1)
 
 
+def test_channel_tile_is_the_cheapest_candidate():
+    from cso.analysis.plan import _cache_tiles, _traffic
+
+    plan = plan_conv2d((1, 512, 7, 7), (512, 512, 3, 3), padding=1, hardware=AVX512, threads=1)
+    g = plan.geometry
+    rule = tiles.channel_tile(
+        _usable(AVX512, "l1"), 512, 9, plan.filters_per_tile, plan.windows_per_tile, 4
+    )
+    for name, (nc, k2, k3) in plan.tiles_by_schedule:
+        chosen = dict(plan.costs)[name].cost
+        for candidate in tiles.channel_tile_candidates(rule, 512):
+            ck2, ck3 = _cache_tiles(
+                g, AVX512, name, candidate, plan.filters_per_tile, plan.windows_per_tile, 4, 1
+            )
+            other = _traffic(
+                g,
+                AVX512,
+                name,
+                candidate,
+                plan.filters_per_tile,
+                plan.windows_per_tile,
+                ck2,
+                ck3,
+                4,
+            )
+            assert chosen <= other.cost
+    # Few windows: deeper tiles than the L1 rule's pay for themselves (fewer calls).
+    assert plan.channel_tile > rule
+
+
+def test_channel_tile_candidates():
+    assert tiles.channel_tile_candidates(25, 64) == [22, 32, 64]
+    assert tiles.channel_tile_candidates(64, 64) == [64]
+    assert tiles.channel_tile_candidates(1, 5) == [1, 2, 3, 5]
+
+
 def test_l3_tiles_capped_so_every_thread_has_work():
     plan = plan_conv2d(
         (1, 64, 56, 56), (64, 64, 3, 3), padding=1, hardware=AVX512, threads=2, schedule="IS"
     )
     window_tiles = ceil_div(56 * 56, plan.windows_per_tile)
-    assert plan.l3_tiles == ceil_div(window_tiles, 2)
+    assert plan.l3_tiles <= ceil_div(window_tiles, 2)
 
 
 def test_register_block_matches_the_register_file():
@@ -167,12 +212,25 @@ def test_cost_model_counts_by_hand():
     )
     # The whole output (2 KiB) is one page, entered once: one TLB miss each.
     assert is_traffic.tlb_misses == ws_traffic.tlb_misses == 1
+    # One channel tile, 4 window tiles, 2 filter tiles: 8 calls; tiles fit L1.
+    assert is_traffic.kernel_calls == ws_traffic.kernel_calls == 8
+    assert is_traffic.l1_spill == ws_traffic.l1_spill == 0
     assert is_traffic.cost == (
         is_traffic.dram * AVX512.dram_cost
         + is_traffic.l3 * AVX512.l3_cost
         + is_traffic.l2 * AVX512.l2_cost
         + AVX512.tlb_miss_cost
+        + 8 * AVX512.call_cost
     )
+
+
+def test_l1_spill_by_hand():
+    from cso.analysis.cost import l1_spill_bytes
+
+    assert l1_spill_bytes(20_000, 20_000, 2_000, 44_000, 10, 5) == 0
+    # Reused by 5 consecutive calls: 4 of every 5 reads are the spill's.
+    assert l1_spill_bytes(23_000, 20_000, 2_000, 44_000, 10, 5) == 184_000
+    assert l1_spill_bytes(23_000, 20_000, 2_000, 44_000, 10, 1) == 0
 
 
 def test_output_tlb_misses_by_hand():
