@@ -33,7 +33,15 @@ def _occupancy(plan) -> list:
         ("L3", k3 * resident + k2 * streamed + k2 * k3 * out_b, hw.l3_bytes),
     ]
     return [
-        (name, used, tiles.usable_bytes(cap, hw.usable_fraction), cap) for name, used, cap in rows
+        (
+            name,
+            used,
+            tiles.usable_bytes(
+                cap, hw.usable_fraction * (1.0 if name == "L1" else hw.sweep_fraction)
+            ),
+            cap,
+        )
+        for name, used, cap in rows
     ]
 
 
@@ -87,17 +95,19 @@ def _why(plan) -> str:
         return f"{plan.schedule}: both schedules cost the same; IS is the tie-break."
     hw = plan.hardware
     terms = {
-        "DRAM": (rival.dram - chosen.dram) * hw.dram_cost,
-        "L3": (rival.l3 - chosen.l3) * hw.l3_cost,
-        "L2": (rival.l2 - chosen.l2) * hw.l2_cost,
-        "TLB": (rival.tlb_misses - chosen.tlb_misses) * hw.tlb_miss_cost,
+        "DRAM traffic": (rival.dram - chosen.dram) * hw.dram_cost,
+        "L3 traffic": (rival.l3 - chosen.l3) * hw.l3_cost,
+        "L2 traffic": (rival.l2 - chosen.l2) * hw.l2_cost,
+        "TLB misses": (rival.tlb_misses - chosen.tlb_misses) * hw.tlb_miss_cost,
+        "micro-kernel calls": (rival.kernel_calls - chosen.kernel_calls) * hw.call_cost,
+        "L1 spill": (rival.l1_spill - chosen.l1_spill) * hw.l1_miss_cost,
     }
     biggest = max(terms, key=lambda name: terms[name])
     share = 1 - chosen.cost / rival.cost if rival.cost else 0.0
     forced = "" if share >= 0 else " (forced: the model prefers the other)"
     return (
         f"{plan.schedule}{forced}: modelled cost {chosen.cost:.3g} against {other}'s "
-        f"{rival.cost:.3g} ({share:+.1%}); the largest saving is in {biggest} traffic "
+        f"{rival.cost:.3g} ({share:+.1%}); the largest saving is in {biggest} "
         f"({terms[biggest]:.3g} cost units)."
     )
 
@@ -118,9 +128,11 @@ def explain(plan) -> str:
         f"  L1 {_size(hw.l1_bytes)}, L2 {_size(hw.l2_bytes)} per core; L3 {_size(hw.l3_bytes)} "
         f"shared; line {hw.line_bytes} B; {hw.vector_bytes * 8}-bit vectors x "
         f"{hw.vector_registers} registers; {hw.cores} core(s); tiles may use "
-        f"{hw.usable_fraction:.0%} of each cache",
+        f"{hw.usable_fraction:.0%} of each cache ({hw.sweep_fraction:.0%} of that for the "
+        f"swept K2/K3 blocks)",
         f"  cost per byte: L2 {hw.l2_cost:g}, L3 {hw.l3_cost:g}, DRAM {hw.dram_cost:g}; "
-        f"per TLB miss {hw.tlb_miss_cost:g} ({hw.tlb_entries} entries, {hw.page_bytes} B pages)",
+        f"per TLB miss {hw.tlb_miss_cost:g} ({hw.tlb_entries} entries, {hw.page_bytes} B pages); "
+        f"per micro-kernel call {hw.call_cost:g}; per L1-spilled byte {hw.l1_miss_cost:g}",
         "",
         "Problem",
         f"  x {x_shape}, w {w_shape} -> y {g.output_shape}, {plan.dtype}; "
@@ -145,12 +157,18 @@ def explain(plan) -> str:
             f"  {name}: {_size(used):>10} = {used / capacity:6.1%} of {_size(capacity)} "
             f"(rule limit {_size(usable)})"
         )
-    lines += ["", "Predicted traffic per (group, image)"]
-    lines.append(f"  {'':4} {'DRAM':>12} {'L3':>12} {'L2':>12} {'TLB misses':>11} {'cost':>12}")
+    lines += ["", "Predicted traffic per (group, image), each schedule with its own tiles"]
+    lines.append(
+        f"  {'':4} {'Nc,K2,K3':>14} {'DRAM':>10} {'L3':>10} {'L2':>10} {'L1 spill':>10} "
+        f"{'TLB miss':>9} {'calls':>7} {'cost':>10}"
+    )
+    tiles_of = dict(plan.tiles_by_schedule)
     for name, traffic in plan.costs:
+        nc_k2_k3 = ",".join(str(v) for v in tiles_of[name])
         lines.append(
-            f"  {name:4} {_size(traffic.dram):>12} {_size(traffic.l3):>12} "
-            f"{_size(traffic.l2):>12} {traffic.tlb_misses:>11} {traffic.cost:>12.4g}"
+            f"  {name:4} {nc_k2_k3:>14} {_size(traffic.dram):>10} {_size(traffic.l3):>10} "
+            f"{_size(traffic.l2):>10} {_size(traffic.l1_spill):>10} {traffic.tlb_misses:>9} "
+            f"{traffic.kernel_calls:>7} {traffic.cost:>10.4g}"
         )
     lines += ["", "Choice", "  " + _why(plan), "", "Loop nest"]
     lines += ["  " + line for line in _loop_nest(plan).splitlines()]
