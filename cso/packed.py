@@ -10,8 +10,8 @@ An ``.npz`` archive read with ``allow_pickle=False``.  Member
 ``__metadata__`` is a UTF-8 JSON document (as a ``uint8`` array)::
 
     {"format": "cso-packed-filters", "format_version": 1, "cso_version": ...,
-     "micro_kernel": {"filters_per_tile": Nf, "windows_per_tile": Nwin,
-                      "dtype": ..., "vector_lanes": ...},   # per dtype present
+     "micro_kernels": [{"filters_per_tile": Nf, "windows_per_tile": Nwin,
+                        "dtype": ..., "vector_lanes": ...}, ...],   # the shapes used
      "hardware": {...},                                     # what the plans assumed
      "layers": {name: {"w_shape", "input_shape", "stride", "padding",
                        "dilation", "groups", "dtype", "has_bias",
@@ -206,7 +206,7 @@ def save_packed(path, layers: dict) -> None:
             raise TypeError(
                 f"layers[{name!r}] must be a PackedFilters, got {type(packed).__name__}"
             )
-        kernels[packed.plan.dtype] = _micro_kernel(packed.plan)
+        kernels[json.dumps(_micro_kernel(packed.plan), sort_keys=True)] = _micro_kernel(packed.plan)
         hardware = hardware or packed.plan.hardware
         arrays[f"{name}/panels"] = packed.panels
         if packed.bias is not None:
@@ -227,7 +227,7 @@ def save_packed(path, layers: dict) -> None:
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
         "cso_version": __version__,
-        "micro_kernel": kernels,
+        "micro_kernels": list(kernels.values()),
         "hardware": asdict(hardware),
         "layers": described,
     }
@@ -290,17 +290,20 @@ def load_packed(path, *, hardware=None) -> dict:
 
 
 def _layers(path, metadata, members, hardware) -> dict:
-    for dtype_name, kernel in metadata["micro_kernel"].items():
-        element_bytes = np.dtype(dtype_name).itemsize
-        expected = tiles.register_block(
-            hardware.vector_bytes, hardware.vector_registers, element_bytes
+    listed = set()
+    for kernel in metadata["micro_kernels"]:
+        dtype_name = str(kernel["dtype"])
+        shape = (int(kernel["filters_per_tile"]), int(kernel["windows_per_tile"]))
+        usable = tiles.register_blocks(
+            hardware.vector_bytes, hardware.vector_registers, np.dtype(dtype_name).itemsize
         )
-        found = (kernel["filters_per_tile"], kernel["windows_per_tile"])
-        if found != expected:
+        if shape not in usable:
+            here = ", ".join(f"{nf}x{nwin}" for nf, nwin in usable)
             raise PackedFormatError(
-                f"{path}: {dtype_name} panels were packed for a {found[0]}x{found[1]} "
-                f"micro-kernel; this machine uses {expected[0]}x{expected[1]}: pack them again here"
+                f"{path}: {dtype_name} panels were packed for a {shape[0]}x{shape[1]} "
+                f"micro-kernel; this machine uses {here}: pack them again here"
             )
+        listed.add((dtype_name, shape))
     layers = {}
     expected_members = set()
     for name, entry in metadata["layers"].items():
@@ -315,13 +318,9 @@ def _layers(path, metadata, members, hardware) -> dict:
             bias = members.get(f"{name}/bias")
             if bias is None:
                 raise PackedFormatError(f"{path}: layer {name!r} has no bias member")
-        kernel = metadata["micro_kernel"][plan.dtype]
-        if (plan.filters_per_tile, plan.windows_per_tile) != (
-            kernel["filters_per_tile"],
-            kernel["windows_per_tile"],
-        ):
+        if (plan.dtype, (plan.filters_per_tile, plan.windows_per_tile)) not in listed:
             raise PackedFormatError(
-                f"{path}: layer {name!r} disagrees with the file's micro-kernel"
+                f"{path}: layer {name!r} uses a micro-kernel the file does not list"
             )
         w_shape = tuple(int(d) for d in entry["w_shape"])
         groups = int(entry["groups"])

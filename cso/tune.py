@@ -23,6 +23,7 @@ import warnings
 import numpy as np
 
 from ._version import __version__
+from .analysis import tiles
 from .analysis.hardware import Hardware
 from .analysis.plan import SCHEDULES, Plan, plan_conv2d, plan_for_geometry, with_tiles
 from .geometry import ConvGeometry
@@ -180,8 +181,8 @@ def tune(
     hardware : Hardware, optional
         The description the plans are made from (default: this machine).
     micro_kernels : iterable of (Nf, Nwin), optional
-        Micro-kernel shapes to try (default: the register-file shape and its
-        narrower neighbours).  A new shape costs a compilation the first time.
+        Micro-kernel shapes to try (default: those the analysis chooses
+        among).  A new shape costs a compilation the first time.
     store : bool, str or path-like, optional
         Save the best plan to the tuned-plans store (True: the default file).
     seed : int
@@ -201,8 +202,10 @@ def tune(
         x_shape, w_shape, dtype=dtype, hardware=hardware, threads=threads, **params
     )
     if micro_kernels is None:
-        nf, nwin = analysis.filters_per_tile, analysis.windows_per_tile
-        micro_kernels = [(nf, nwin), (max(1, nf // 2 + 1), nwin), (nf, 2 * analysis.vector_lanes)]
+        hw = analysis.hardware
+        micro_kernels = [(analysis.filters_per_tile, analysis.windows_per_tile)] + (
+            tiles.register_blocks(hw.vector_bytes, hw.vector_registers, np.dtype(dtype).itemsize)
+        )
     micro_kernels = list(dict.fromkeys((int(nf), int(nwin)) for nf, nwin in micro_kernels))
     for nf, nwin in micro_kernels:
         if nf < 1 or nwin < 1 or nwin % analysis.vector_lanes:

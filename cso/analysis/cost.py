@@ -21,15 +21,17 @@ Weight-stationary (WS)::
         for wb in B_w = ceil(T_w/K2) blocks: pack K2 input tiles    (L2-resident)
           for f in K3 tiles: for w in K2 tiles: kernel
 
-The register-level work (``Nf * Nwin`` FMAs per loaded pair) is the same in
-both, so only what surrounds it is counted: bytes per level, the data-TLB
-misses of the output writes, the micro-kernel calls (each has a fixed cost:
-the output tile's write-back, operand streams restarting) and the bytes of
-the stationary tile that must come from L2 on every call when it does not
-fit in L1 beside the output tile.  The innermost loop of IS moves to another
-filter tile at every call, so consecutive calls write ``Nf`` *other* output
-rows; when a row is a page or longer and the ``K2`` tiles' rows outnumber the
-TLB, every call misses on each of its rows.  WS's innermost loop walks along
+The register-level work is the padded multiply-adds (equal for both
+schedules; it tells micro-kernel shapes apart).  Around it are counted: bytes
+per level, the data-TLB misses of the output writes, the micro-kernel calls
+(each has a fixed cost: the output tile's write-back, operand streams
+restarting) and the bytes of the stationary tile that must come from L2 on
+every call when it does not fit in L1 beside the output tile.
+
+The innermost loop of IS moves to another filter tile at every call, so
+consecutive calls write ``Nf`` *other* output rows; when a row is a page or
+longer and the ``K2`` tiles' rows outnumber the TLB, every call misses on
+each of its rows.  WS's innermost loop walks along
 the same ``Nf`` rows, missing only where a row crosses into a new page.
 (Measured here on ResNet-50's 56x56 layers: IS up to 25% slower than WS with
 equal byte counts, and not at all on 7x7 and 14x14 layers.)
@@ -52,6 +54,7 @@ class Traffic:
     tlb_misses: int
     kernel_calls: int
     l1_spill: int
+    padded_macs: int
     cost: float
 
     def as_dict(self) -> dict:
@@ -62,6 +65,7 @@ class Traffic:
             "tlb_misses": self.tlb_misses,
             "kernel_calls": self.kernel_calls,
             "l1_spill": self.l1_spill,
+            "padded_macs": self.padded_macs,
             "cost": self.cost,
         }
 
@@ -178,8 +182,15 @@ def l1_spill_bytes(
     return calls * stationary_tile * (reuse - 1) // reuse
 
 
-def weighted_cost(dram, l3, l2, tlb_misses, calls, l1_spill, hardware) -> float:
-    """``dram*c_dram + l3*c_l3 + l2*c_l2 + misses*c_tlb + calls*c_call + spill*c_spill``."""
+def padded_macs(window_tiles, windows_per_tile, filter_tiles, filters_per_tile, reduction) -> int:
+    """``T_w*Nwin * T_f*Nf * C*R*S``: the multiply-adds the micro-kernels do,
+    edge tiles' padding included (what a micro-kernel shape costs in compute)."""
+    return window_tiles * windows_per_tile * filter_tiles * filters_per_tile * reduction
+
+
+def weighted_cost(dram, l3, l2, tlb_misses, calls, l1_spill, macs, element_bytes, hardware):
+    """``dram*c_dram + l3*c_l3 + l2*c_l2 + misses*c_tlb + calls*c_call
+    + spill*c_spill + macs*c_mac*s/4`` (a float64 MAC takes two float32 lanes)."""
     return (
         dram * hardware.dram_cost
         + l3 * hardware.l3_cost
@@ -187,6 +198,7 @@ def weighted_cost(dram, l3, l2, tlb_misses, calls, l1_spill, hardware) -> float:
         + tlb_misses * hardware.tlb_miss_cost
         + calls * hardware.call_cost
         + l1_spill * hardware.l1_miss_cost
+        + macs * hardware.mac_cost * element_bytes / 4
     )
 
 
@@ -262,12 +274,10 @@ def schedule_traffic(
     # tiles; WS: window tiles), the stationary tile's reuse.
     reuse = min(k2, filter_tiles if schedule == "IS" else window_tiles)
     spill = l1_spill_bytes(stationary, streamed, out_tile, l1_usable, calls, reuse)
-    return Traffic(
-        levels["dram"],
-        levels["l3"],
-        levels["l2"],
-        misses,
-        calls,
-        spill,
-        weighted_cost(levels["dram"], levels["l3"], levels["l2"], misses, calls, spill, hardware),
+    macs = padded_macs(
+        window_tiles, windows_per_tile, filter_tiles, filters_per_tile, channels * kernel_area
     )
+    cost = weighted_cost(
+        levels["dram"], levels["l3"], levels["l2"], misses, calls, spill, macs, s, hardware
+    )
+    return Traffic(levels["dram"], levels["l3"], levels["l2"], misses, calls, spill, macs, cost)

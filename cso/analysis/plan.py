@@ -210,19 +210,34 @@ def plan_for_geometry(
     schedule,
     threads: int,
 ) -> Plan:
-    """:func:`plan_conv2d` on validated arguments (memoised: plans are pure and frozen)."""
+    """:func:`plan_conv2d` on validated arguments (memoised: plans are pure and frozen).
+
+    Every micro-kernel shape of :func:`~cso.analysis.tiles.register_blocks`
+    (or the one asked for) is planned, and the cheapest plan is returned.
+    """
     element_bytes = np.dtype(dtype_name).itemsize
     lanes = max(1, hardware.vector_bytes // element_bytes)
-    default_nf, default_nwin = tiles.register_block(
-        hardware.vector_bytes, hardware.vector_registers, element_bytes
+    shapes = tiles.register_blocks(hardware.vector_bytes, hardware.vector_registers, element_bytes)
+    shapes = list(
+        dict.fromkeys((filters_per_tile or nf, windows_per_tile or nwin) for nf, nwin in shapes)
     )
-    nf = filters_per_tile or default_nf
-    nwin = windows_per_tile or default_nwin
-    if nwin % lanes:
-        raise ValueError(
-            f"windows_per_tile must be a multiple of the vector lanes ({lanes}), got {nwin}"
-        )
+    for _, nwin in shapes:
+        if nwin % lanes:
+            raise ValueError(
+                f"windows_per_tile must be a multiple of the vector lanes ({lanes}), got {nwin}"
+            )
+    plans = [
+        _plan_for_shape(geometry, dtype_name, hardware, nf, nwin, schedule, threads)
+        for nf, nwin in shapes
+    ]
+    return min(plans, key=lambda plan: plan.cost_of(plan.schedule).cost)
 
+
+def _plan_for_shape(geometry, dtype_name, hardware, nf, nwin, schedule, threads) -> Plan:
+    """The plan for one micro-kernel shape: each schedule with its cheapest
+    channel tile, then the cheaper schedule (or the forced one)."""
+    element_bytes = np.dtype(dtype_name).itemsize
+    lanes = max(1, hardware.vector_bytes // element_bytes)
     channels = geometry.channels_per_group
     area = geometry.kernel_height * geometry.kernel_width
     l1 = tiles.usable_bytes(hardware.l1_bytes, hardware.usable_fraction)

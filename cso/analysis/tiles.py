@@ -16,6 +16,18 @@ from __future__ import annotations
 from ..geometry import ceil_div
 
 
+def register_blocks(vector_bytes: int, vector_registers: int, element_bytes: int) -> list:
+    """The micro-kernel shapes the analysis chooses among for a register file.
+
+    The widest, :func:`register_block`, and one with about half its rows
+    (``Nf // 2 + 1``: 8 x 32 beside 14 x 32 with AVX-512), which tiles a
+    filter count that is a multiple of 8 with no padded rows; the cost model
+    weighs padding against the narrower block's extra calls and streams.
+    """
+    nf, nwin = register_block(vector_bytes, vector_registers, element_bytes)
+    return list(dict.fromkeys([(nf, nwin), (max(1, nf // 2 + 1), nwin)]))
+
+
 def register_block(vector_bytes: int, vector_registers: int, element_bytes: int) -> tuple:
     """The micro-kernel shape ``(Nf, Nwin)`` for a register file.
 

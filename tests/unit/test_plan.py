@@ -139,6 +139,8 @@ def test_l3_tiles_capped_so_every_thread_has_work():
 
 
 def test_register_block_matches_the_register_file():
+    assert tiles.register_blocks(64, 32, 4) == [(14, 32), (8, 32)]
+    assert tiles.register_blocks(32, 16, 4) == [(6, 16), (4, 16)]
     assert tiles.register_block(64, 32, 4) == (14, 32)
     assert tiles.register_block(64, 32, 8) == (14, 16)
     assert tiles.register_block(32, 16, 4) == (6, 16)
@@ -221,7 +223,10 @@ def test_cost_model_counts_by_hand():
         + is_traffic.l2 * AVX512.l2_cost
         + AVX512.tlb_miss_cost
         + 8 * AVX512.call_cost
+        + is_traffic.padded_macs * AVX512.mac_cost
     )
+    # 4 window tiles of 16 x 2 filter tiles of 4, over C*R*S = 36.
+    assert is_traffic.padded_macs == ws_traffic.padded_macs == 64 * 8 * 36
 
 
 def test_l1_spill_by_hand():
