@@ -79,9 +79,16 @@ def run_benchmark(
     min_seconds=0.3,
     csv_path=None,
     peak=None,
-    out=sys.stdout,
+    breakdown=False,
+    png_path=None,
+    out=None,
 ):
-    """Time every distinct layer of ``model``; print the table; return the rows."""
+    """Time every distinct layer of ``model``; print the table; return the rows.
+
+    With ``breakdown``, also time the stages of cso's call (see
+    :func:`stage_times`) and print where each layer's time goes.
+    """
+    out = sys.stdout if out is None else out
     import cso
     from .microkernels.peak import fma_peak_gflops
     from .models import MODELS
@@ -126,11 +133,16 @@ def run_benchmark(
             row[f"{name}_ms"] = seconds * 1e3
             row[f"{name}_gflops"] = layer.flops / seconds / 1e9
             row[f"{name}_peak_share"] = row[f"{name}_gflops"] / peak_total
+        if breakdown:
+            for stage, seconds in stage_times(x, w, kwargs, threads, rounds).items():
+                row[f"stage_{stage}_ms"] = seconds * 1e3
         rows.append(row)
     _progress(len(layers), len(layers), "done")
     sys.stderr.write("\n")
     peers = [name for name in ("im2col", "torch") if f"{name}_ms" in rows[0]]
     _print_table(rows, peers, out)
+    if breakdown:
+        _print_breakdown(rows, out)
     totals = {name: sum(r[f"{name}_ms"] * r["count"] for r in rows) for name in ["cso"] + peers}
     flops = sum(r["gflop"] * r["count"] for r in rows)
     print(
@@ -158,7 +170,100 @@ def run_benchmark(
             writer.writeheader()
             writer.writerows(rows)
         print(f"wrote {csv_path}", file=out)
+    if png_path:
+        _chart(rows, peers, png_path, f"{model}, batch {batch}, {threads} thread(s)", out)
     return rows
+
+
+def stage_times(x, w, params, threads, rounds=5) -> dict:
+    """Where one call's time goes, by difference between variants of the loop nest.
+
+    ``total``: the call's loop nest with its filter preparation.  ``filters``:
+    packing the edge filter tiles and the bias (per call).  ``kernel``: total
+    minus the same program with a no-op micro-kernel.  ``input packing``: total
+    minus the program that never packs.  ``rest``: the skeleton (neither
+    kernel nor packing) less the filter preparation: the loops, edge-tile
+    copies, thread launch and Python around them.
+    """
+    from .analysis.plan import plan_conv2d
+    from .conv import _prepare_filters, _run
+
+    plan = plan_conv2d(x.shape, w.shape, threads=threads, **params)
+    y = np.empty(plan.geometry.output_shape, np.float32)
+
+    def program(variant):
+        def run():
+            filters, bias = _prepare_filters(w, None, plan)
+            _run(x, filters, bias, False, y, plan, threads, variant)
+
+        return run
+
+    programs = {
+        name: program(variant)
+        for name, variant in (
+            ("total", None),
+            ("no-kernel", "no-kernel"),
+            ("no-pack", "no-pack"),
+            ("skeleton", "skeleton"),
+        )
+    }
+    programs["filters"] = lambda: _prepare_filters(w, None, plan)
+    for run in programs.values():
+        run()
+    best = best_times(programs, rounds)
+    return {
+        "total": best["total"],
+        "kernel": max(0.0, best["total"] - best["no-kernel"]),
+        "input packing": max(0.0, best["total"] - best["no-pack"]),
+        "filters": best["filters"],
+        "rest": max(0.0, best["skeleton"] - best["filters"]),
+    }
+
+
+def _print_breakdown(rows, out):
+    stages = ("kernel", "input packing", "filters", "rest")
+    print(
+        "\nwhere cso's time goes (share of each layer's total; by difference of variants)", file=out
+    )
+    print(f"{'layer':<28} {'total ms':>9} " + " ".join(f"{s:>14}" for s in stages), file=out)
+    for r in rows:
+        total = r["stage_total_ms"]
+        shares = " ".join(f"{r[f'stage_{s}_ms'] / total:>14.0%}" for s in stages)
+        print(f"{r['layer']:<28} {total:>9.3f} {shares}", file=out)
+
+
+def _chart(rows, peers, path, title, out):
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: no chart (pip install '.[plot]')", file=sys.stderr)
+        return
+    names = [r["layer"] for r in rows]
+    positions = np.arange(len(rows))
+    figure, (speed, share) = plt.subplots(2, 1, figsize=(11, 8), sharex=True)
+    width = 0.8 / max(1, len(peers))
+    for index, peer in enumerate(peers):
+        ratios = [r[f"{peer}_ms"] / r["cso_ms"] for r in rows]
+        speed.bar(positions + index * width - 0.4 + width / 2, ratios, width, label=f"vs {peer}")
+    speed.axhline(1.0, color="black", linewidth=0.8)
+    speed.set_ylabel("speedup of cso (peer time / cso time)")
+    speed.legend()
+    speed.set_title(title)
+    for name in ["cso"] + peers:
+        share.plot(positions, [100 * r[f"{name}_peak_share"] for r in rows], marker="o", label=name)
+    share.set_ylabel("% of the FMA peak")
+    top = max(100 * r[f"{name}_peak_share"] for r in rows for name in ["cso"] + peers)
+    share.set_ylim(0, max(100, top * 1.05))
+    share.axhline(100, color="black", linewidth=0.8)
+    share.legend()
+    share.set_xticks(positions)
+    share.set_xticklabels(names, rotation=75, fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    print(f"wrote {path}", file=out)
 
 
 def _print_table(rows, peers, out):
@@ -186,6 +291,14 @@ def main(argv=None):
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--csv", default=None, help="write the per-layer rows to this CSV")
     parser.add_argument(
+        "--png", default=None, help="write a chart (speedups, share of peak) here; needs matplotlib"
+    )
+    parser.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="also time the stages of each call: kernel, packing, the rest",
+    )
+    parser.add_argument(
         "--peak",
         type=float,
         default=None,
@@ -205,6 +318,13 @@ def main(argv=None):
         )
         return subprocess.call(command, env=env)
     run_benchmark(
-        args.model, args.batch, args.threads, args.rounds, csv_path=args.csv, peak=args.peak
+        args.model,
+        args.batch,
+        args.threads,
+        args.rounds,
+        csv_path=args.csv,
+        peak=args.peak,
+        breakdown=args.breakdown,
+        png_path=args.png,
     )
     return 0

@@ -135,15 +135,24 @@ def conv2d(
         plan = tuned_plan(geometry, dtype.name, threads, tuned)
     if plan is None:
         plan = plan_for_geometry(geometry, dtype.name, Hardware.detect(), None, None, None, threads)
-    # Full filter tiles are read in place from KCRS; only the last, partial
-    # tile of each group is packed (zero rows past K), a few kilobytes.
+    filters, packed_bias = _prepare_filters(w, bias, plan)
+    return _run(x, filters, packed_bias, bias is not None, y, plan, threads)
+
+
+def _prepare_filters(w, bias, plan: Plan):
+    """``((w_flat, edge_panels, False), packed_bias)`` for :func:`_run`.
+
+    Full filter tiles are read in place from KCRS; only the last, partial
+    tile of each group is packed (zero rows past K), a few kilobytes.
+    """
     g = plan.geometry
+    dtype = np.dtype(plan.dtype)
     w_flat = _writeable(np.ascontiguousarray(w, dtype=dtype)).reshape(-1)
     edge_filters = pack_edge_filters(
         w_flat, g.groups, g.filters_per_group, g.reduction_length, plan.filters_per_tile
     )
     packed_bias = pack_bias(bias, g.filters, g.groups, plan.filters_per_tile, dtype)
-    return _run(x, (w_flat, edge_filters, False), packed_bias, bias is not None, y, plan, threads)
+    return (w_flat, edge_filters, False), packed_bias
 
 
 def _check_out(out, shape, dtype, inputs):
@@ -219,7 +228,7 @@ def _conv2d_packed(x, packed, bias, stride, padding, dilation, groups, out, thre
     return _run(x, filters, bias_panel, has_bias, y, plan, threads)
 
 
-def _run(x, filters, packed_bias, has_bias, y, plan: Plan, threads: int) -> np.ndarray:
+def _run(x, filters, packed_bias, has_bias, y, plan: Plan, threads: int, variant=None):
     """Drive the plan's loop nest; ``y`` is overwritten.
 
     ``filters`` is ``(array, edge_panels, packed)``: the KCRS filters read in
@@ -270,7 +279,7 @@ def _run(x, filters, packed_bias, has_bias, y, plan: Plan, threads: int) -> np.n
         filters_packed=filters_packed,
     )
     module = loop_module(
-        plan.filters_per_tile, plan.windows_per_tile, plan.dtype, plan.vector_lanes
+        plan.filters_per_tile, plan.windows_per_tile, plan.dtype, plan.vector_lanes, variant
     )
     loop_nest = (
         module.convolve_input_stationary

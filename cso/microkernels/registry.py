@@ -53,7 +53,24 @@ def _source_hash() -> str:
     return digest.hexdigest()[:16]
 
 
-def _module_source(filters_per_tile, windows_per_tile, dtype_name, vector_lanes) -> str:
+# Measurement variants (for the benchmark's time breakdown only): the same
+# loop nests with a stage replaced by a no-op, so that the time of a stage is
+# the difference between the full program and the one without it.
+_VARIANTS = {
+    None: "",
+    "no-kernel": ("\n@njit(nogil=True)\ndef microkernel(*args):\n    return\n"),
+    "no-pack": (
+        "\n@njit(nogil=True)\ndef _pack_tile(*args):\n    return\n"
+        "\n@njit(nogil=True)\ndef _aligned_buffer(size, like):\n"
+        "    return np.zeros(size, dtype=like.dtype)  # finite operands, never packed\n"
+    ),
+}
+_VARIANTS["skeleton"] = _VARIANTS["no-kernel"] + _VARIANTS["no-pack"]
+
+
+def _module_source(
+    filters_per_tile, windows_per_tile, dtype_name, vector_lanes, variant=None
+) -> str:
     template = pathlib.Path(_loops_module.__file__).read_text()
     binding = (
         "\n\n# ---- specialisation written by cso.microkernels.registry ----\n"
@@ -61,11 +78,23 @@ def _module_source(filters_per_tile, windows_per_tile, dtype_name, vector_lanes)
         f"microkernel = build_outer_product_kernel({filters_per_tile}, {windows_per_tile}, "
         f"{dtype_name!r}, {vector_lanes})\n"
     )
-    return template + binding
+    return template + binding + _VARIANTS[variant]
 
 
-def loop_module(filters_per_tile: int, windows_per_tile: int, dtype_name: str, vector_lanes: int):
+def loop_module(
+    filters_per_tile: int, windows_per_tile: int, dtype_name: str, vector_lanes: int, variant=None
+):
     """The macro-kernel module specialised for one micro-kernel, memoised by its key.
+
+    Parameters
+    ----------
+    filters_per_tile, windows_per_tile, dtype_name, vector_lanes
+        The micro-kernel: ``Nf x Nwin`` of ``dtype_name`` with vectors of
+        ``vector_lanes`` elements.
+    variant : {None, "no-kernel", "no-pack", "skeleton"}
+        None for the real thing; the others drop the micro-kernel, the input
+        packing, or both, to time the rest (see ``python -m cso bench
+        --breakdown``).  Their results are meaningless.
 
     Returns
     -------
@@ -73,12 +102,21 @@ def loop_module(filters_per_tile: int, windows_per_tile: int, dtype_name: str, v
         With ``convolve_input_stationary`` and ``convolve_weight_stationary``
         bound to the ``Nf x Nwin`` micro-kernel for ``dtype_name``.
     """
-    key = (int(filters_per_tile), int(windows_per_tile), str(dtype_name), int(vector_lanes))
+    if variant not in _VARIANTS:
+        raise ValueError(f"variant must be one of {sorted(map(str, _VARIANTS))}, got {variant!r}")
+    key = (
+        int(filters_per_tile),
+        int(windows_per_tile),
+        str(dtype_name),
+        int(vector_lanes),
+        variant,
+    )
     with _lock:
         module = _modules.get(key)
         if module is not None:
             return module
-        name = f"cso_loops_f{key[0]}_w{key[1]}_{key[2]}_l{key[3]}_{_source_hash()}"
+        suffix = "" if variant is None else "_" + variant.replace("-", "_")
+        name = f"cso_loops_f{key[0]}_w{key[1]}_{key[2]}_l{key[3]}{suffix}_{_source_hash()}"
         path = cache_directory() / f"{name}.py"
         source = _module_source(*key)
         if not path.exists() or path.read_text() != source:
