@@ -60,3 +60,25 @@ def test_module_file_names_carry_the_sources_hash():
     module = registry.loop_module(3, 16, "float32", 16)
     assert registry._source_hash() in module.__file__
     assert np.dtype("float32").name in module.__file__
+
+
+def test_measurement_variants():
+    import pytest
+
+    with pytest.raises(ValueError, match="variant"):
+        registry.loop_module(3, 16, "float32", 16, "fast")
+    skeleton = registry.loop_module(3, 16, "float32", 16, "skeleton")
+    assert skeleton is not registry.loop_module(3, 16, "float32", 16)
+    assert "_skeleton_" in skeleton.__file__
+
+
+def test_stage_times_add_up():
+    from cso.bench import stage_times
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 16, 20, 20)).astype(np.float32)
+    w = rng.standard_normal((32, 16, 3, 3)).astype(np.float32)
+    stages = stage_times(x, w, {"padding": 1}, threads=1, rounds=3)
+    assert set(stages) == {"total", "kernel", "input packing", "filters", "rest"}
+    assert all(seconds >= 0 for seconds in stages.values())
+    assert stages["kernel"] <= stages["total"] and stages["filters"] <= stages["total"]
