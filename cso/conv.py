@@ -277,6 +277,7 @@ def _run(x, filters, packed_bias, has_bias, y, plan: Plan, threads: int, variant
         windows_per_tile=plan.windows_per_tile,
         input_in_place=pointwise and unpadded and x_ready.shape[2:] == (g.out_height, g.out_width),
         filters_packed=filters_packed,
+        window_parts=plan.window_parts,
     )
     module = loop_module(
         plan.filters_per_tile, plan.windows_per_tile, plan.dtype, plan.vector_lanes, variant

@@ -73,11 +73,11 @@ def _loop_nest(plan) -> str:
     return "\n".join(
         [
             f"parallel for job in {g.groups} group(s) x {g.batch} image(s) x {blocks} filter "
-            f"block(s) of {k3} tiles:",
+            f"block(s) of {k3} tiles x {plan.window_parts} window part(s):",
             f"  for c0 in {channel_tiles} channel tile(s) of <= {plan.channel_tile} channels "
             f"(of {g.channels_per_group}):",
-            f"    for w0 in {ceil_div(window_tiles, k2)} block(s) of {k2} window tiles "
-            f"(of {window_tiles}):",
+            f"    for w0 in the part's {ceil_div(window_tiles, plan.window_parts)} window "
+            f"tiles (of {window_tiles}), {k2} at a time:",
             f"      pack {k2} input tiles [{depth}][{nwin}]    # ~ L2",
             f"      for f in the {k3} filter tiles:                    # one in L1, all in L3",
             f"        for w in the {k2} input tiles:",

@@ -47,7 +47,12 @@ class Plan:
     vector_lanes : int
         Elements per vector register.
     threads : int
-        Workers the tile counts were capped for.
+        Workers the plan is for.
+    window_parts : int
+        WS only: the window tiles are split into this many contiguous parts,
+        each a parallel job with each filter block, so that every thread has
+        an equal share without re-packing the input (1 for IS, whose K3 is
+        capped instead).
     costs : tuple
         ``(("IS", Traffic), ("WS", Traffic))``: the model's figures for both schedules.
     tiles_by_schedule : tuple
@@ -67,6 +72,7 @@ class Plan:
     dtype: str
     vector_lanes: int
     threads: int
+    window_parts: int
     costs: tuple
     tiles_by_schedule: tuple
     geometry: ConvGeometry
@@ -95,6 +101,7 @@ class Plan:
             "dtype": self.dtype,
             "vector_lanes": self.vector_lanes,
             "threads": self.threads,
+            "window_parts": self.window_parts,
             "costs": {name: traffic.as_dict() for name, traffic in self.costs},
             "tiles_by_schedule": {name: list(ks) for name, ks in self.tiles_by_schedule},
             "geometry": asdict(self.geometry),
@@ -114,6 +121,7 @@ class Plan:
             dtype=str(fields["dtype"]),
             vector_lanes=int(fields["vector_lanes"]),
             threads=int(fields["threads"]),
+            window_parts=int(fields["window_parts"]),
             costs=tuple((name, Traffic(**fields["costs"][name])) for name in SCHEDULES),
             tiles_by_schedule=tuple(
                 (name, tuple(int(k) for k in fields["tiles_by_schedule"][name][:3]))
@@ -252,6 +260,14 @@ def _plan_for_shape(geometry, dtype_name, hardware, nf, nwin, schedule, threads)
                 costs[name], by_schedule[name] = traffic, (nc, k2, k3)
     chosen = schedule or min(SCHEDULES, key=lambda name: (costs[name].cost, name != "IS"))
     nc, k2, k3 = by_schedule[chosen]
+    window_parts = 1
+    if chosen == "WS":
+        window_parts = tiles.window_parts(
+            threads,
+            geometry.groups * geometry.batch,
+            ceil_div(ceil_div(geometry.filters_per_group, nf), k3),
+            ceil_div(geometry.windows, nwin),
+        )
     return Plan(
         schedule=chosen,
         channel_tile=nc,
@@ -262,6 +278,7 @@ def _plan_for_shape(geometry, dtype_name, hardware, nf, nwin, schedule, threads)
         dtype=dtype_name,
         vector_lanes=lanes,
         threads=int(threads),
+        window_parts=window_parts,
         costs=tuple((name, costs[name]) for name in SCHEDULES),
         tiles_by_schedule=tuple((name, by_schedule[name]) for name in SCHEDULES),
         geometry=geometry,
@@ -297,10 +314,13 @@ def _cache_tiles(geometry, hardware, schedule, nc, nf, nwin, element_bytes, thre
         )
     k2 = tiles.l2_tiles(l2, resident, streamed, out_bytes, streamed_count)
     k3 = tiles.l3_tiles(l3, resident, streamed, out_bytes, k2, resident_count)
-    # Parallel work is split over (group, image, stationary block); only when
-    # those are fewer than the threads must K3 shrink to make more blocks.
-    share = max(1, ceil_div(threads, geometry.groups * geometry.batch))
-    return k2, min(k3, tiles.parallel_cap(resident_count, share))
+    if schedule == "IS":
+        # IS's parallel jobs are (group, image, window block): when those are
+        # fewer than the threads, K3 shrinks to make more blocks.  (WS splits
+        # its windows into parts instead: see window_parts.)
+        share = max(1, ceil_div(threads, geometry.groups * geometry.batch))
+        k3 = min(k3, tiles.parallel_cap(resident_count, share))
+    return k2, k3
 
 
 def _traffic(geometry, hardware, schedule, nc, nf, nwin, k2, k3, element_bytes):
@@ -359,12 +379,21 @@ def with_tiles(
         )
         for name in SCHEDULES
     )
+    window_parts = 1
+    if schedule == "WS":
+        window_parts = tiles.window_parts(
+            plan.threads,
+            g.groups * g.batch,
+            ceil_div(ceil_div(g.filters_per_group, plan.filters_per_tile), k3),
+            ceil_div(g.windows, plan.windows_per_tile),
+        )
     return dataclasses.replace(
         plan,
         schedule=schedule,
         channel_tile=nc,
         l2_tiles=k2,
         l3_tiles=k3,
+        window_parts=window_parts,
         costs=costs,
         tiles_by_schedule=tuple((name, by_schedule[name]) for name in SCHEDULES),
     )

@@ -134,3 +134,14 @@ def parallel_cap(tiles: int, threads: int) -> int:
     capped to give each of the ``threads`` workers at least one block.
     """
     return max(1, ceil_div(tiles, max(1, threads)))
+
+
+def window_parts(threads: int, outer_jobs: int, filter_blocks: int, window_tiles: int) -> int:
+    """WS: into how many contiguous parts to split the window tiles.
+
+    The parallel jobs are ``(group, image, filter block, window part)``; the
+    parts make at least ``threads`` jobs of nearly equal size when the outer
+    jobs alone are too few (``ceil(threads / (G*N*blocks))``, at most one
+    part per window tile).  Splitting windows re-packs nothing.
+    """
+    return max(1, min(window_tiles, ceil_div(threads, max(1, outer_jobs * filter_blocks))))

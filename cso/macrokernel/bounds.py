@@ -32,5 +32,6 @@ LoopBounds = namedtuple(
         "windows_per_tile",  # Nwin
         "input_in_place",  # 1x1, stride 1, unpadded: full tiles read x directly
         "filters_packed",  # filters are full panels; else KCRS in place + edge panels
+        "window_parts",  # WS: contiguous parts the window tiles are split into
     ],
 )

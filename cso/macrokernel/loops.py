@@ -99,9 +99,10 @@ def convolve_weight_stationary(x_flat, filters, edge_filters, bias, has_bias, y_
 
     ::
 
-        for job = (group, image, filter block of K3 tiles)     # parallel
+        for job = (group, image, filter block of K3 tiles,     # parallel
+                   window part)                                 # (plan.window_parts)
           for c0 in ceil(C/Nc) even channel tiles (<= Nc each) # partial sums in y
-            for w0 in blocks of K2 window tiles
+            for w0 in the part's blocks of K2 window tiles
               pack the K2 input tiles                           # ~ L2
               for f in the K3 filter tiles                      # one in L1, all in L3
                 for w in the K2 input tiles
@@ -111,8 +112,12 @@ def convolve_weight_stationary(x_flat, filters, edge_filters, bias, has_bias, y_
     area = b.kernel_height * b.kernel_width
     window_tiles, filter_tiles, channel_tiles = _tile_counts(b)
     blocks = (filter_tiles + b.l3_tiles - 1) // b.l3_tiles
-    for job in prange(b.groups * b.batch * blocks):
-        group, image, block = _job(b, job, blocks)
+    parts = b.window_parts
+    for job in prange(b.groups * b.batch * blocks * parts):
+        group, image, block_part = _job(b, job, blocks * parts)
+        block, part = block_part // parts, block_part % parts
+        first_window = part * window_tiles // parts
+        last_window = (part + 1) * window_tiles // parts
         first_filter = block * b.l3_tiles
         last_filter = min(first_filter + b.l3_tiles, filter_tiles)
         panels = _aligned_buffer(b.l2_tiles * b.channel_tile * area * nwin, y_flat)
@@ -121,8 +126,8 @@ def convolve_weight_stationary(x_flat, filters, edge_filters, bias, has_bias, y_
         for channel_index in range(channel_tiles):
             c0, channels = _channel_range(b, channel_index, channel_tiles)
             panel_size = channels * area * nwin
-            for w0 in range(0, window_tiles, b.l2_tiles):
-                tiles = min(b.l2_tiles, window_tiles - w0)
+            for w0 in range(first_window, last_window, b.l2_tiles):
+                tiles = min(b.l2_tiles, last_window - w0)
                 for t in range(tiles):
                     _pack_tile(
                         operands, b, image, group, c0, channels, (w0 + t) * nwin, t * panel_size

@@ -250,3 +250,21 @@ def test_output_tlb_misses_by_hand():
     assert output_tlb_misses("WS", 1, 98, 19, 98, 14, 784, 64) == 784
     # IS with few filter tiles fits the TLB.
     assert output_tlb_misses("IS", 2, 98, 4, 4, 14, 200, 64) == 2 * 200
+
+
+def test_window_parts_balance_the_threads():
+    # One job per filter block is too few for 4 threads: split the windows.
+    assert tiles.window_parts(4, 1, 1, 98) == 4
+    assert tiles.window_parts(2, 1, 2, 98) == 1
+    assert tiles.window_parts(8, 1, 1, 3) == 3  # never more parts than tiles
+    plan = plan_conv2d(
+        (1, 64, 56, 56), (64, 64, 3, 3), padding=1, hardware=AVX512, threads=2, schedule="WS"
+    )
+    blocks = ceil_div(ceil_div(64, plan.filters_per_tile), plan.l3_tiles)
+    assert blocks * plan.window_parts >= 2
+    assert (
+        plan_conv2d(
+            (1, 64, 56, 56), (64, 64, 3, 3), padding=1, hardware=AVX512, schedule="IS"
+        ).window_parts
+        == 1
+    )
