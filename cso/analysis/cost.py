@@ -218,8 +218,13 @@ def schedule_traffic(
     k3: int,
     element_bytes: int,
     hardware,
+    window_parts: int = 1,
 ) -> Traffic:
-    """Bytes per level and cost of one schedule, per (group, image)."""
+    """Bytes per level and cost of one schedule, per (group, image).
+
+    ``window_parts`` (WS) splits the window tiles into parallel parts; each
+    part sweeps its own window blocks past every filter tile.
+    """
     l2_usable = int(hardware.l2_bytes * hardware.usable_fraction)
     l3_usable = int(hardware.l3_bytes * hardware.usable_fraction)
     s = element_bytes
@@ -245,7 +250,7 @@ def schedule_traffic(
         levels["l2"] += kernel_operand_bytes(window_tiles, filter_tiles, filter_all)
     elif schedule == "WS":
         filter_blocks = ceil_div(filter_tiles, k3)
-        window_blocks = ceil_div(window_tiles, k2)
+        window_blocks = window_parts * ceil_div(ceil_div(window_tiles, window_parts), k2)
         input_level = "l3" if raw_input <= l3_usable else "dram"
         levels[input_level] += ws_raw_input_bytes(filter_blocks, raw_input) - raw_input
         levels[filters_level] += ws_filter_reload_bytes(window_blocks, filter_tiles, filter_all)

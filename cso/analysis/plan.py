@@ -251,23 +251,23 @@ def _plan_for_shape(geometry, dtype_name, hardware, nf, nwin, schedule, threads)
     l1 = tiles.usable_bytes(hardware.l1_bytes, hardware.usable_fraction)
     rule_nc = tiles.channel_tile(l1, channels, area, nf, nwin, element_bytes)
     by_schedule, costs = {}, {}
+    parts_of = {}
     for name in SCHEDULES:
-        # Each schedule takes the channel tile its modelled cost likes best.
+        # Each schedule takes the channel tile (and, for WS, the way of
+        # sharing work between threads) its modelled cost likes best.
         for nc in tiles.channel_tile_candidates(rule_nc, channels):
-            k2, k3 = _cache_tiles(geometry, hardware, name, nc, nf, nwin, element_bytes, threads)
-            traffic = _traffic(geometry, hardware, name, nc, nf, nwin, k2, k3, element_bytes)
-            if name not in costs or traffic.cost < costs[name].cost:
-                costs[name], by_schedule[name] = traffic, (nc, k2, k3)
+            for k2, k3, parts in _parallel_options(
+                geometry, hardware, name, nc, nf, nwin, element_bytes, threads
+            ):
+                traffic = _traffic(
+                    geometry, hardware, name, nc, nf, nwin, k2, k3, element_bytes, parts
+                )
+                if name not in costs or traffic.cost < costs[name].cost:
+                    costs[name], by_schedule[name] = traffic, (nc, k2, k3)
+                    parts_of[name] = parts
     chosen = schedule or min(SCHEDULES, key=lambda name: (costs[name].cost, name != "IS"))
     nc, k2, k3 = by_schedule[chosen]
-    window_parts = 1
-    if chosen == "WS":
-        window_parts = tiles.window_parts(
-            threads,
-            geometry.groups * geometry.batch,
-            ceil_div(ceil_div(geometry.filters_per_group, nf), k3),
-            ceil_div(geometry.windows, nwin),
-        )
+    window_parts = parts_of[chosen]
     return Plan(
         schedule=chosen,
         channel_tile=nc,
@@ -314,16 +314,32 @@ def _cache_tiles(geometry, hardware, schedule, nc, nf, nwin, element_bytes, thre
         )
     k2 = tiles.l2_tiles(l2, resident, streamed, out_bytes, streamed_count)
     k3 = tiles.l3_tiles(l3, resident, streamed, out_bytes, k2, resident_count)
-    if schedule == "IS":
-        # IS's parallel jobs are (group, image, window block): when those are
-        # fewer than the threads, K3 shrinks to make more blocks.  (WS splits
-        # its windows into parts instead: see window_parts.)
-        share = max(1, ceil_div(threads, geometry.groups * geometry.batch))
-        k3 = min(k3, tiles.parallel_cap(resident_count, share))
     return k2, k3
 
 
-def _traffic(geometry, hardware, schedule, nc, nf, nwin, k2, k3, element_bytes):
+def _parallel_options(geometry, hardware, schedule, nc, nf, nwin, element_bytes, threads):
+    """``(K2, K3, window_parts)`` ways to give every thread a job.
+
+    The jobs are (group, image, stationary block[, window part]).  When the
+    outer jobs are fewer than the threads, K3 shrinks to make more blocks;
+    WS may instead keep K3 and split its windows into parts (no re-packing,
+    but every part streams all of its filter block).  The cost model chooses.
+    """
+    k2, k3 = _cache_tiles(geometry, hardware, schedule, nc, nf, nwin, element_bytes, threads)
+    outer = geometry.groups * geometry.batch
+    share = max(1, ceil_div(threads, outer))
+    window_tiles = ceil_div(geometry.windows, nwin)
+    filter_tiles = ceil_div(geometry.filters_per_group, nf)
+    resident_count = window_tiles if schedule == "IS" else filter_tiles
+    options = [(k2, min(k3, tiles.parallel_cap(resident_count, share)), 1)]
+    if schedule == "WS":
+        parts = tiles.window_parts(threads, outer, ceil_div(filter_tiles, k3), window_tiles)
+        if parts > 1:
+            options.append((k2, k3, parts))
+    return options
+
+
+def _traffic(geometry, hardware, schedule, nc, nf, nwin, k2, k3, element_bytes, window_parts=1):
     return cost.schedule_traffic(
         schedule,
         channels=geometry.channels_per_group,
@@ -339,6 +355,7 @@ def _traffic(geometry, hardware, schedule, nc, nf, nwin, k2, k3, element_bytes):
         k3=k3,
         element_bytes=element_bytes,
         hardware=hardware,
+        window_parts=window_parts,
     )
 
 
@@ -363,6 +380,14 @@ def with_tiles(
     k3 = max(1, int(l3_tiles if l3_tiles is not None else k3))
     by_schedule[schedule] = (nc, k2, k3)
     element_bytes = np.dtype(plan.dtype).itemsize
+    window_parts = 1
+    if schedule == "WS":
+        window_parts = tiles.window_parts(
+            plan.threads,
+            g.groups * g.batch,
+            ceil_div(ceil_div(g.filters_per_group, plan.filters_per_tile), k3),
+            ceil_div(g.windows, plan.windows_per_tile),
+        )
     costs = tuple(
         (
             name,
@@ -375,18 +400,11 @@ def with_tiles(
                 plan.windows_per_tile,
                 *by_schedule[name][1:],
                 element_bytes,
+                window_parts if name == schedule else 1,
             ),
         )
         for name in SCHEDULES
     )
-    window_parts = 1
-    if schedule == "WS":
-        window_parts = tiles.window_parts(
-            plan.threads,
-            g.groups * g.batch,
-            ceil_div(ceil_div(g.filters_per_group, plan.filters_per_tile), k3),
-            ceil_div(g.windows, plan.windows_per_tile),
-        )
     return dataclasses.replace(
         plan,
         schedule=schedule,
