@@ -275,7 +275,8 @@ def _run(x, filters, packed_bias, has_bias, y, plan: Plan, threads: int, variant
         l3_tiles=plan.l3_tiles,
         filters_per_tile=plan.filters_per_tile,
         windows_per_tile=plan.windows_per_tile,
-        input_in_place=pointwise and unpadded and x_ready.shape[2:] == (g.out_height, g.out_width),
+        # Only where the layout allows it, whatever a hand-made plan says.
+        input_in_place=plan.input_in_place and pointwise and unpadded,
         filters_packed=filters_packed,
         window_parts=plan.window_parts,
     )

@@ -53,6 +53,9 @@ class Plan:
         each a parallel job with each filter block, so that every thread has
         an equal share without re-packing the input (1 for IS, whose K3 is
         capped instead).
+    input_in_place : bool
+        A 1x1 convolution whose micro-kernel reads the input unpacked
+        (:func:`~cso.analysis.tiles.reads_input_in_place`).
     costs : tuple
         ``(("IS", Traffic), ("WS", Traffic))``: the model's figures for both schedules.
     tiles_by_schedule : tuple
@@ -73,6 +76,7 @@ class Plan:
     vector_lanes: int
     threads: int
     window_parts: int
+    input_in_place: bool
     costs: tuple
     tiles_by_schedule: tuple
     geometry: ConvGeometry
@@ -102,6 +106,7 @@ class Plan:
             "vector_lanes": self.vector_lanes,
             "threads": self.threads,
             "window_parts": self.window_parts,
+            "input_in_place": self.input_in_place,
             "costs": {name: traffic.as_dict() for name, traffic in self.costs},
             "tiles_by_schedule": {name: list(ks) for name, ks in self.tiles_by_schedule},
             "geometry": asdict(self.geometry),
@@ -122,6 +127,7 @@ class Plan:
             vector_lanes=int(fields["vector_lanes"]),
             threads=int(fields["threads"]),
             window_parts=int(fields["window_parts"]),
+            input_in_place=bool(fields["input_in_place"]),
             costs=tuple((name, Traffic(**fields["costs"][name])) for name in SCHEDULES),
             tiles_by_schedule=tuple(
                 (name, tuple(int(k) for k in fields["tiles_by_schedule"][name][:3]))
@@ -279,6 +285,7 @@ def _plan_for_shape(geometry, dtype_name, hardware, nf, nwin, schedule, threads)
         vector_lanes=lanes,
         threads=int(threads),
         window_parts=window_parts,
+        input_in_place=_input_in_place(geometry, element_bytes, hardware),
         costs=tuple((name, costs[name]) for name in SCHEDULES),
         tiles_by_schedule=tuple((name, by_schedule[name]) for name in SCHEDULES),
         geometry=geometry,
@@ -315,6 +322,19 @@ def _cache_tiles(geometry, hardware, schedule, nc, nf, nwin, element_bytes, thre
     k2 = tiles.l2_tiles(l2, resident, streamed, out_bytes, streamed_count)
     k3 = tiles.l3_tiles(l3, resident, streamed, out_bytes, k2, resident_count)
     return k2, k3
+
+
+def _input_in_place(geometry, element_bytes, hardware) -> bool:
+    # A strided 1x1 convolution is subsampled first (see cso.conv): its plane is P*Q.
+    padded = geometry.pad_top or geometry.pad_bottom or geometry.pad_left or geometry.pad_right
+    return tiles.reads_input_in_place(
+        geometry.kernel_height,
+        geometry.kernel_width,
+        (geometry.stride_h, geometry.stride_w),
+        padded,
+        geometry.windows * element_bytes,
+        hardware.page_bytes,
+    )
 
 
 def _parallel_options(geometry, hardware, schedule, nc, nf, nwin, element_bytes, threads):
