@@ -12,9 +12,9 @@ or ``w0 + j >= P*Q``: the micro-kernel always sees a full tile and never
 tests an edge.  The input itself is never copied to add its padding.
 
 A tile may span several output rows; it is packed one output-row run at a
-time, and each ``(c, r)`` of a run is one call of
-:func:`~cso.packing.vector_copy.pack_row_runs`, which writes the ``S``
-panel rows ``s = 0 .. S-1``:
+time, and each kernel row ``r`` of a run is one call of
+:func:`~cso.packing.vector_copy.pack_row_runs`, which writes the ``S`` panel
+rows ``s = 0 .. S-1`` of every channel of the tile:
 
 * stride 1 (vector-based packing): the ``S`` rows are the same input row
   segment shifted by ``s*dw`` elements, each one masked vector load per
@@ -65,15 +65,17 @@ def pack_input_panel(
     ``image_offset`` the start of image ``n``'s group.
     """
     row_stride = kernel_width * windows_per_tile
+    channel_stride = kernel_height * row_stride
+    plane = height * width
     column = 0
     while column < windows_per_tile:
         window = window_start + column
         if window >= windows:
             # Windows past P*Q: zero columns, so the kernel's extra outputs are harmless.
-            for k in range(channels * kernel_height):
+            for r in range(kernel_height):
                 pack_row_runs(
                     panel,
-                    panel_offset + k * row_stride + column,
+                    panel_offset + r * row_stride + column,
                     windows_per_tile,
                     x_flat,
                     0,
@@ -83,29 +85,35 @@ def pack_input_panel(
                     kernel_width,
                     windows_per_tile - column,
                     0,
+                    channels,
+                    channel_stride,
+                    0,
                 )
             return
         p = window // out_width
         q = window - p * out_width
         run = min(windows_per_tile - column, out_width - q)
         first_column = q * stride_w - pad_left
-        for c in range(channels):
-            plane = image_offset + (channel_start + c) * height * width
-            for r in range(kernel_height):
-                input_row = p * stride_h + r * dilation_h - pad_top
-                # A row in the padding reads nothing: width 0 masks every lane.
-                inside = 0 <= input_row < height
-                pack_row_runs(
-                    panel,
-                    panel_offset + (c * kernel_height + r) * row_stride + column,
-                    windows_per_tile,
-                    x_flat,
-                    plane + input_row * width if inside else 0,
-                    first_column,
-                    stride_w,
-                    dilation_w,
-                    kernel_width,
-                    run,
-                    width if inside else 0,
-                )
+        first_plane = image_offset + channel_start * plane
+        for r in range(kernel_height):
+            input_row = p * stride_h + r * dilation_h - pad_top
+            # A row in the padding reads nothing: width 0 masks every lane.
+            inside = 0 <= input_row < height
+            # Kernel row r of every channel of the tile, in one call.
+            pack_row_runs(
+                panel,
+                panel_offset + r * row_stride + column,
+                windows_per_tile,
+                x_flat,
+                first_plane + input_row * width if inside else 0,
+                first_column,
+                stride_w,
+                dilation_w,
+                kernel_width,
+                run,
+                width if inside else 0,
+                channels,
+                channel_stride,
+                plane,
+            )
         column += run

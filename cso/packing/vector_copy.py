@@ -106,14 +106,21 @@ def pack_row_runs(
     copies,
     count,
     row_width,
+    channels,
+    dst_channel_stride,
+    src_channel_stride,
 ):
-    """Pack ``copies`` panel rows from one input row, zeros where it has none.
+    """Pack ``copies`` panel rows from one input row of each of ``channels``
+    channels, zeros where it has none.
 
     Row ``s`` (``0 <= s < copies``) of the result, ``dst[dst_offset +
     s*dst_stride + t]`` for ``t < count``, is the input element at column
     ``col = first_column + s*shift + t*column_step`` of the row starting at
     ``src[src_row]``, or zero when ``col`` is outside ``[0, row_width)``
     (padding; ``row_width = 0`` zeroes whole rows that lie in the padding).
+    Channel ``c`` repeats this with ``dst`` and ``src`` moved on by
+    ``c*dst_channel_stride`` and ``c*src_channel_stride``: one call packs a
+    kernel row ``r`` for a whole channel tile.
 
     With ``column_step == 1`` each row is a masked vector load at a shifted
     start: the same input segment shifted by ``shift`` elements per row, the
@@ -142,6 +149,9 @@ def pack_row_runs(
         types.intp,
         types.intp,
         types.intp,
+        types.intp,
+        types.intp,
+        types.intp,
     )
 
     def codegen(context, builder, signature, args):
@@ -157,6 +167,9 @@ def pack_row_runs(
             copies_v,
             count_v,
             width_v,
+            channels_v,
+            dst_channel_stride,
+            src_channel_stride,
         ) = args
         element = context.get_value_type(float_type)
         element_bytes = 4 if float_type == types.float32 else 8
@@ -222,19 +235,28 @@ def pack_row_runs(
         count_splat = splat(count_v)
 
         def emit_rows(name, fetch, lane_range):
-            """Loop over the copies and their vectors.  ``lane_range(row_start)``
-            gives the lanes ``[low, high)`` that read the input (None: all of
-            them); ``fetch(row_start, start, read)`` loads those lanes."""
+            """Loop over the channels, the copies and their vectors.
+            ``lane_range(row_start)`` gives the lanes ``[low, high)`` that read
+            the input (None: all of them); ``fetch(source, row_start, start,
+            read)`` loads those lanes from the channel's row ``source``."""
             head = builder.basic_block
+            channel_loop = builder.append_basic_block(f"{name}.channel")
             outer = builder.append_basic_block(f"{name}.row")
             inner = builder.append_basic_block(f"{name}.vector")
             next_row = builder.append_basic_block(f"{name}.next")
+            next_channel = builder.append_basic_block(f"{name}.next_channel")
             end = builder.append_basic_block(f"{name}.end")
+            builder.branch(channel_loop)
+            builder.position_at_end(channel_loop)
+            channel = builder.phi(intp)
+            channel.add_incoming(zero, head)
+            source = builder.gep(row_ptr, [builder.mul(channel, src_channel_stride)])
+            target = builder.gep(dst_ptr, [builder.mul(channel, dst_channel_stride)])
             builder.branch(outer)
             builder.position_at_end(outer)
             copy = builder.phi(intp)
-            copy.add_incoming(zero, head)
-            target_row = builder.gep(dst_ptr, [builder.mul(copy, dst_stride)])
+            copy.add_incoming(zero, channel_loop)
+            target_row = builder.gep(target, [builder.mul(copy, dst_stride)])
             row_start = builder.add(first_column_v, builder.mul(copy, shift_v))
             bounds = lane_range(row_start)
             if bounds is not None:
@@ -254,7 +276,7 @@ def pack_row_runs(
                     builder.icmp_signed("<", lanes_t, high_splat),
                 )
             )
-            values = fetch(row_start, start, read)
+            values = fetch(source, row_start, start, read)
             builder.call(
                 store,
                 [values, builder.bitcast(builder.gep(target_row, [start]), pointer), align, in_run],
@@ -265,11 +287,17 @@ def pack_row_runs(
             builder.position_at_end(next_row)
             after = builder.add(copy, one)
             copy.add_incoming(after, next_row)
-            builder.cbranch(builder.icmp_signed("<", after, copies_v), outer, end)
+            builder.cbranch(builder.icmp_signed("<", after, copies_v), outer, next_channel)
+            builder.position_at_end(next_channel)
+            following_channel = builder.add(channel, one)
+            channel.add_incoming(following_channel, next_channel)
+            builder.cbranch(
+                builder.icmp_signed("<", following_channel, channels_v), channel_loop, end
+            )
             builder.position_at_end(end)
 
-        def shifted_load(row_start, start, read):
-            first = builder.gep(row_ptr, [builder.add(row_start, start)])
+        def shifted_load(source, row_start, start, read):
+            first = builder.gep(source, [builder.add(row_start, start)])
             return builder.call(load, [builder.bitcast(first, pointer), align, read, zero_vector])
 
         def unit_range(row_start):
@@ -285,14 +313,13 @@ def pack_row_runs(
 
         index_vector = ir.VectorType(intp, lanes)
         wide_lanes = ir.Constant(index_vector, list(range(lanes)))
-        base = builder.ptrtoint(row_ptr, intp)
 
-        def strided_gather(row_start, start, read):
+        def strided_gather(source, row_start, start, read):
             # Addresses of masked-off lanes may lie outside the input: computed
             # as integers, never dereferenced.
             step_bytes = builder.mul(step_v, ir.Constant(intp, element_bytes))
             first = builder.add(
-                base,
+                builder.ptrtoint(source, intp),
                 builder.add(
                     builder.mul(row_start, ir.Constant(intp, element_bytes)),
                     builder.mul(start, step_bytes),
@@ -316,7 +343,7 @@ def pack_row_runs(
                 single, undef, ir.Constant(ir.VectorType(i32, 2 * lanes), [0] * 2 * lanes)
             )
 
-        def deinterleaved_load(row_start, start, read):
+        def deinterleaved_load(source, row_start, start, read):
             # Stride 2: two contiguous masked loads cover the 2*lanes columns
             # from row_start + 2*start; the even ones are this vector's lanes.
             # Columns outside the row load as zero, so lanes that read padding
@@ -336,9 +363,7 @@ def pack_row_runs(
                         ir.VectorType(i32, lanes), list(range(half * lanes, (half + 1) * lanes))
                     ),
                 )
-                address = builder.gep(
-                    row_ptr, [builder.add(first, ir.Constant(intp, half * lanes))]
-                )
+                address = builder.gep(source, [builder.add(first, ir.Constant(intp, half * lanes))])
                 halves.append(
                     builder.call(
                         load, [builder.bitcast(address, pointer), align, mask, zero_vector]
@@ -347,7 +372,10 @@ def pack_row_runs(
             return builder.shuffle_vector(halves[0], halves[1], even_lanes)
 
         work = builder.and_(
-            builder.icmp_signed(">", count_v, zero), builder.icmp_signed(">", copies_v, zero)
+            builder.and_(
+                builder.icmp_signed(">", count_v, zero), builder.icmp_signed(">", copies_v, zero)
+            ),
+            builder.icmp_signed(">", channels_v, zero),
         )
         last_column = builder.add(
             first_column_v,

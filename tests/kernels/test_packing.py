@@ -16,10 +16,36 @@ def _copy(dst, dst_offset, src, src_offset, count):
 
 @numba.njit
 def _pack_rows(
-    dst, dst_offset, dst_stride, src, src_row, first_column, step, shift, copies, count, width
+    dst,
+    dst_offset,
+    dst_stride,
+    src,
+    src_row,
+    first_column,
+    step,
+    shift,
+    copies,
+    count,
+    width,
+    channels=1,
+    dst_channel_stride=0,
+    src_channel_stride=0,
 ):
     pack_row_runs(
-        dst, dst_offset, dst_stride, src, src_row, first_column, step, shift, copies, count, width
+        dst,
+        dst_offset,
+        dst_stride,
+        src,
+        src_row,
+        first_column,
+        step,
+        shift,
+        copies,
+        count,
+        width,
+        channels,
+        dst_channel_stride,
+        src_channel_stride,
     )
 
 
@@ -57,6 +83,27 @@ def test_pack_row_runs_against_the_definition(dtype, step):
     zeroed = np.full(10, -1, dtype)
     _pack_rows(zeroed, 0, 5, source, 0, 0, step, 1, 2, 4, 0)  # a row in the padding
     assert np.array_equal(zeroed, [0, 0, 0, 0, -1] * 2)
+
+
+@pytest.mark.parametrize("step", [1, 2, 3])
+def test_pack_row_runs_over_channels(step):
+    width, plane, channels = 19, 40, 3
+    source = np.full(channels * plane + 20, np.nan, np.float32)
+    for c in range(channels):
+        source[c * plane + 5 : c * plane + 5 + width] = np.arange(width) + 100 * c
+    stride, channel_stride = 24, 60
+    target = np.full(channels * channel_stride, -1, np.float32)
+    _pack_rows(
+        target, 1, stride, source, 5, -2, step, 1, 2, 17, width, channels, channel_stride, plane
+    )
+    expected = np.full_like(target, -1)
+    for c in range(channels):
+        for s in range(2):
+            for t in range(17):
+                column = -2 + s + t * step
+                value = column + 100 * c if 0 <= column < width else 0
+                expected[c * channel_stride + 1 + s * stride + t] = value
+    assert np.array_equal(target, expected)
 
 
 def _expected_panel(x, image, c0, nc, R, S, sh, sw, dh, dw, padding, P, Q, w0, nwin):
