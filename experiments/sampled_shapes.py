@@ -6,7 +6,7 @@ the error bound the tests use), then cso and im2col + NumPy matmul (float32)
 timed in interleaved rounds, one thread.  Prints a line per shape and a
 summary; writes a CSV with --csv.
 
-Usage: python experiments/convbench_sample.py [--count 100] [--min-gflop 0.02]
+Usage: python experiments/sampled_shapes.py [--count 100] [--min-gflop 0.02]
        [--max-gflop 0.5] [--groups any|none] [--seed 0] [--csv FILE]
 """
 
