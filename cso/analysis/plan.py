@@ -330,7 +330,6 @@ def _input_in_place(geometry, element_bytes, hardware) -> bool:
     return tiles.reads_input_in_place(
         geometry.kernel_height,
         geometry.kernel_width,
-        (geometry.stride_h, geometry.stride_w),
         padded,
         geometry.windows * element_bytes,
         hardware.page_bytes,

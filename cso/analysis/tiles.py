@@ -147,10 +147,11 @@ def window_parts(threads: int, outer_jobs: int, filter_blocks: int, window_tiles
     return max(1, min(window_tiles, ceil_div(threads, max(1, outer_jobs * filter_blocks))))
 
 
-def reads_input_in_place(
-    kernel_height, kernel_width, stride, padded, plane_bytes, page_bytes
-) -> bool:
+def reads_input_in_place(kernel_height, kernel_width, padded, plane_bytes, page_bytes) -> bool:
     """Whether a 1x1 convolution's micro-kernel should read the input unpacked.
+
+    (A strided 1x1 convolution is subsampled first, so any stride qualifies,
+    with ``plane_bytes`` the subsampled plane's.)
 
     A 1x1, stride-1 (or subsampled), unpadded convolution's input panel is the
     input itself, one row per channel at a stride of one plane (``H*W*s``).

@@ -271,10 +271,10 @@ def test_window_parts_balance_the_threads():
 
 
 def test_input_read_in_place_only_for_small_planes():
-    assert tiles.reads_input_in_place(1, 1, (1, 1), False, 14 * 14 * 4, 4096)
-    assert not tiles.reads_input_in_place(1, 1, (1, 1), False, 56 * 56 * 4, 4096)
-    assert not tiles.reads_input_in_place(3, 3, (1, 1), False, 14 * 14 * 4, 4096)
-    assert not tiles.reads_input_in_place(1, 1, (1, 1), True, 14 * 14 * 4, 4096)
+    assert tiles.reads_input_in_place(1, 1, False, 14 * 14 * 4, 4096)
+    assert not tiles.reads_input_in_place(1, 1, False, 56 * 56 * 4, 4096)
+    assert not tiles.reads_input_in_place(3, 3, False, 14 * 14 * 4, 4096)
+    assert not tiles.reads_input_in_place(1, 1, True, 14 * 14 * 4, 4096)
     assert plan_conv2d((1, 256, 14, 14), (64, 256, 1, 1), hardware=AVX512).input_in_place
     assert not plan_conv2d((1, 64, 56, 56), (64, 64, 1, 1), hardware=AVX512).input_in_place
     # Stride 2 subsamples first: the plane read is 14x14.
