@@ -20,13 +20,15 @@ Contracts relied on
 * ``bias``: ``[G][T_f*Nf]``, zero past ``K_g``.
 * ``x_flat``: the input ``[N][C][H][W]`` flattened, unpadded: packing
   writes the padding's zeros into the panels.  When
-  ``b.input_in_place`` (1x1, stride 1, no padding) a full window tile's
+  ``b.input_in_place`` (1x1, stride 1 or subsampled, no padding, small
+  planes: see the plan) a full window tile's
   panel *is* ``x_flat`` from ``image + c0*H*W + w0`` with row stride ``H*W``,
   and only edge tiles are packed into ``[nc*R*S][Nwin]`` panels.
 * ``y_flat``: the output ``[N][K][P*Q]`` flattened; every element is
   written at the first channel tile and accumulated into after it.
-* Work is split into jobs ``(group, image, stationary block)`` that own
-  disjoint parts of ``y``, so the parallel loop needs no synchronisation.
+* Work is split into jobs ``(group, image, stationary block)``, and for WS
+  also window part, that own disjoint parts of ``y``, so the parallel loop
+  needs no synchronisation.
 * ``filters``, ``edge_filters``, ``x_flat`` and the panels share one Numba
   type (writeable, C-contiguous, 1-D), so a branch may pick either.
 """
