@@ -137,20 +137,6 @@ def _interleaved(pool) -> list:
     return first + ordered
 
 
-def _time(run, minimum_seconds=0.05, repeats=3) -> float:
-    best = float("inf")
-    started = time.perf_counter()
-    count = 0
-    while count < repeats or time.perf_counter() - started < minimum_seconds:
-        start = time.perf_counter()
-        run()
-        best = min(best, time.perf_counter() - start)
-        count += 1
-        if count >= 50:
-            break
-    return best
-
-
 def tune(
     x_shape,
     w_shape,
@@ -192,6 +178,7 @@ def tune(
     -------
     TuneResult
     """
+    from .bench import best_times
     from .conv import _check_threads, conv2d
 
     if budget_s is None or not budget_s > 0:
@@ -223,7 +210,8 @@ def tune(
         seconds = None
         if origin == "analysis" or time.perf_counter() < deadline:
             conv2d(x, w, plan=plan, threads=threads, **params)  # compiles a new shape once
-            seconds = _time(lambda: conv2d(x, w, plan=plan, threads=threads, **params))
+            program = {"plan": lambda: conv2d(x, w, plan=plan, threads=threads, **params)}
+            seconds = best_times(program, rounds=3, min_seconds=0.05)["plan"]
         candidates.append(Candidate(plan, plan.cost_of(plan.schedule).cost, seconds, origin))
     best = min((c for c in candidates if c.seconds is not None), key=lambda c: c.seconds).plan
     if store:

@@ -352,10 +352,20 @@ def _parallel_options(geometry, hardware, schedule, nc, nf, nwin, element_bytes,
     resident_count = window_tiles if schedule == "IS" else filter_tiles
     options = [(k2, min(k3, tiles.parallel_cap(resident_count, share)), 1)]
     if schedule == "WS":
-        parts = tiles.window_parts(threads, outer, ceil_div(filter_tiles, k3), window_tiles)
+        parts = _ws_window_parts(geometry, nf, nwin, k3, threads)
         if parts > 1:
             options.append((k2, k3, parts))
     return options
+
+
+def _ws_window_parts(geometry, nf, nwin, k3, threads) -> int:
+    """WS's window parts for filter blocks of ``k3`` tiles (:func:`tiles.window_parts`)."""
+    return tiles.window_parts(
+        threads,
+        geometry.groups * geometry.batch,
+        ceil_div(ceil_div(geometry.filters_per_group, nf), k3),
+        ceil_div(geometry.windows, nwin),
+    )
 
 
 def _traffic(geometry, hardware, schedule, nc, nf, nwin, k2, k3, element_bytes, window_parts=1):
@@ -401,11 +411,8 @@ def with_tiles(
     element_bytes = np.dtype(plan.dtype).itemsize
     window_parts = 1
     if schedule == "WS":
-        window_parts = tiles.window_parts(
-            plan.threads,
-            g.groups * g.batch,
-            ceil_div(ceil_div(g.filters_per_group, plan.filters_per_tile), k3),
-            ceil_div(g.windows, plan.windows_per_tile),
+        window_parts = _ws_window_parts(
+            g, plan.filters_per_tile, plan.windows_per_tile, k3, plan.threads
         )
     costs = tuple(
         (
