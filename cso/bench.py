@@ -2,8 +2,13 @@
 
 Every layer is timed for each program in turn, round after round, inside
 one process, so that the machine's noise hits all of them alike; the table
-gives each program's best round, and the ratios compare those.  Peers:
-im2col + NumPy matmul (the BLAS NumPy links) and, when installed, torch.
+gives each program's best round, and the ratios compare those.  cso is
+timed twice: ``cso.conv2d(x, w)`` (filters prepared in the call) and
+``packed``, ``cso.conv2d(x, cso.pack_filters(w, ...))`` with the filters packed
+ahead of time, as a deployed model would hold them (which also lets the
+analysis use filter-vectorised micro-kernels).  Peers: im2col + NumPy matmul
+(the BLAS NumPy links) and, when installed, torch (given the weights as they
+are, on every call).
 """
 
 from __future__ import annotations
@@ -110,8 +115,10 @@ def run_benchmark(
         if index == 0:
             cso.conv2d(x, w, threads=threads, **kwargs)
             first_call = time.perf_counter() - compile_started
+        packed = cso.pack_filters(w, x.shape, threads=threads, **kwargs)
         programs = {
             "cso": lambda: cso.conv2d(x, w, threads=threads, **kwargs),
+            "packed": lambda: cso.conv2d(x, packed, threads=threads),
             "im2col": lambda: _im2col_gemm(x, w, layer.stride, layer.padding),
         }
         if torch_run is not None:
@@ -119,7 +126,13 @@ def run_benchmark(
         for program in programs.values():  # warm-up, and a correctness guard
             program()
         expected = cso.reference.conv2d(x, w, **kwargs)
-        error = float(np.max(np.abs(cso.conv2d(x, w, threads=threads, **kwargs) - expected)))
+        error = max(
+            float(np.max(np.abs(result - expected)))
+            for result in (
+                cso.conv2d(x, w, threads=threads, **kwargs),
+                cso.conv2d(x, packed, threads=threads),
+            )
+        )
         best = best_times(programs, rounds, min_seconds)
         plan = cso.plan_conv2d(x.shape, w.shape, threads=threads, **kwargs)
         row = {
@@ -127,6 +140,8 @@ def run_benchmark(
             "count": layer.count,
             "gflop": layer.flops / 1e9,
             "schedule": plan.schedule,
+            "kernel": _kernel_name(plan),
+            "packed_kernel": _kernel_name(packed.plan),
             "max_abs_error": error,
         }
         for name, seconds in best.items():
@@ -143,7 +158,8 @@ def run_benchmark(
     _print_table(rows, peers, out)
     if breakdown:
         _print_breakdown(rows, out)
-    totals = {name: sum(r[f"{name}_ms"] * r["count"] for r in rows) for name in ["cso"] + peers}
+    ours = ["cso", "packed"]
+    totals = {name: sum(r[f"{name}_ms"] * r["count"] for r in rows) for name in ours + peers}
     flops = sum(r["gflop"] * r["count"] for r in rows)
     print(
         f"\nmodel {model}, batch {batch}, {threads} thread(s), float32; FMA peak "
@@ -157,12 +173,13 @@ def run_benchmark(
             f"{rate / peak_total:6.1%} of peak",
             file=out,
         )
-    for peer in peers:
-        print(
-            f"speedup of cso over {peer}: {totals[peer] / totals['cso']:.2f}x "
-            f"({peer}'s total time / cso's; above 1 means cso is faster)",
-            file=out,
-        )
+    for name in ours:
+        for peer in peers:
+            print(
+                f"speedup of {name} over {peer}: {totals[peer] / totals[name]:.2f}x "
+                f"({peer}'s total time / {name}'s; above 1 means {name} is faster)",
+                file=out,
+            )
     print(f"first call (layer 1, compile or cache load included): {first_call:.2f} s", file=out)
     if csv_path:
         with open(csv_path, "w", newline="") as handle:
@@ -252,10 +269,10 @@ def _chart(rows, peers, path, title, out):
     speed.set_ylabel("speedup of cso (peer time / cso time)")
     speed.legend()
     speed.set_title(title)
-    for name in ["cso"] + peers:
+    for name in ["cso", "packed"] + peers:
         share.plot(positions, [100 * r[f"{name}_peak_share"] for r in rows], marker="o", label=name)
     share.set_ylabel("% of the FMA peak")
-    top = max(100 * r[f"{name}_peak_share"] for r in rows for name in ["cso"] + peers)
+    top = max(100 * r[f"{name}_peak_share"] for r in rows for name in ["cso", "packed"] + peers)
     share.set_ylim(0, max(100, top * 1.05))
     share.axhline(100, color="black", linewidth=0.8)
     share.legend()
@@ -266,18 +283,30 @@ def _chart(rows, peers, path, title, out):
     print(f"wrote {path}", file=out)
 
 
+def _kernel_name(plan) -> str:
+    """``14x32w``: ``Nf x Nwin``, and w or f for the vectorised operand."""
+    return f"{plan.filters_per_tile}x{plan.windows_per_tile}{plan.vector_operand[0]}"
+
+
 def _print_table(rows, peers, out):
-    header = f"{'layer':<28} {'n':>2} {'GFLOP':>6} {'sch':>3} {'cso GF/s':>9} {'peak':>5}"
+    header = (
+        f"{'layer':<28} {'n':>2} {'GFLOP':>6} {'sch':>3} {'cso GF/s':>9} {'peak':>5}"
+        f" {'kernel':>7} {'packed':>7} {'peak':>5}"
+    )
     for peer in peers:
-        header += f" {peer + ' GF/s':>12} {'x ' + peer:>9}"
+        header += f" {peer + ' GF/s':>12} {'x ' + peer:>9} {'packed x':>9}"
     print(header, file=out)
     for r in rows:
         line = (
             f"{r['layer']:<28} {r['count']:>2} {r['gflop']:>6.3f} {r['schedule']:>3} "
-            f"{r['cso_gflops']:>9.1f} {r['cso_peak_share']:>5.0%}"
+            f"{r['cso_gflops']:>9.1f} {r['cso_peak_share']:>5.0%} {r['packed_kernel']:>7} "
+            f"{r['packed_gflops']:>7.1f} {r['packed_peak_share']:>5.0%}"
         )
         for peer in peers:
-            line += f" {r[peer + '_gflops']:>12.1f} {r[peer + '_ms'] / r['cso_ms']:>9.2f}"
+            line += (
+                f" {r[peer + '_gflops']:>12.1f} {r[peer + '_ms'] / r['cso_ms']:>9.2f}"
+                f" {r[peer + '_ms'] / r['packed_ms']:>9.2f}"
+            )
         print(line, file=out)
 
 

@@ -10,7 +10,7 @@ from .analysis.plan import Plan, plan_for_geometry
 from .geometry import make_geometry, result_dtype
 from .macrokernel.bounds import LoopBounds
 from .microkernels.registry import loop_module
-from .packing.filters import pack_bias, pack_edge_filters
+from .packing.filters import pack_bias, pack_edge_filters, pack_filters_panels
 
 
 def _as_array(value, name: str) -> np.ndarray:
@@ -140,13 +140,20 @@ def conv2d(
 
 
 def _prepare_filters(w, bias, plan: Plan):
-    """``((w_flat, edge_panels, False), packed_bias)`` for :func:`_run`.
+    """``((filters, edge_panels, packed), packed_bias)`` for :func:`_run`.
 
-    Full filter tiles are read in place from KCRS; only the last, partial
-    tile of each group is packed (zero rows past K), a few kilobytes.
+    Window-vectorised kernels read full filter tiles in place from KCRS; only
+    the last, partial tile of each group is packed (zero rows past K), a few
+    kilobytes.  A filter-vectorised kernel loads vectors along the filters,
+    so every tile is packed (this plan is normally made only for filters
+    packed ahead of time, see :func:`cso.pack_filters`).
     """
     g = plan.geometry
     dtype = np.dtype(plan.dtype)
+    if plan.vector_operand == "filters":
+        panels = pack_filters_panels(np.asarray(w), g.groups, plan.filters_per_tile, dtype)
+        packed_bias = pack_bias(bias, g.filters, g.groups, plan.filters_per_tile, dtype)
+        return (panels, panels[: plan.filters_per_tile], True), packed_bias
     w_flat = _writeable(np.ascontiguousarray(w, dtype=dtype)).reshape(-1)
     edge_filters = pack_edge_filters(
         w_flat, g.groups, g.filters_per_group, g.reduction_length, plan.filters_per_tile
@@ -221,6 +228,7 @@ def _conv2d_packed(x, packed, bias, stride, padding, dilation, groups, out, thre
             plan.windows_per_tile,
             None,
             threads,
+            vector_operand=plan.vector_operand,
         )
     has_bias = packed.bias is not None
     bias_panel = packed.bias if has_bias else np.zeros(plan.filters_per_tile, dtype)
@@ -281,7 +289,12 @@ def _run(x, filters, packed_bias, has_bias, y, plan: Plan, threads: int, variant
         window_parts=plan.window_parts,
     )
     module = loop_module(
-        plan.filters_per_tile, plan.windows_per_tile, plan.dtype, plan.vector_lanes, variant
+        plan.filters_per_tile,
+        plan.windows_per_tile,
+        plan.dtype,
+        plan.vector_lanes,
+        variant,
+        vector_operand=plan.vector_operand,
     )
     loop_nest = (
         module.convolve_input_stationary

@@ -163,7 +163,13 @@ def pack_filters(
         if bias.shape != (geometry.filters,):
             raise ValueError(f"bias must have shape ({geometry.filters},) (K), got {bias.shape}")
     plan = plan_conv2d(
-        input_shape, w.shape, dtype=dtype, hardware=hardware, threads=threads, **params
+        input_shape,
+        w.shape,
+        dtype=dtype,
+        hardware=hardware,
+        threads=threads,
+        filters_prepacked=True,
+        **params,
     )
     panels = pack_filters_panels(w, geometry.groups, plan.filters_per_tile, dtype)
     packed_bias = (
@@ -294,8 +300,11 @@ def _layers(path, metadata, members, hardware) -> dict:
     for kernel in metadata["micro_kernels"]:
         dtype_name = str(kernel["dtype"])
         shape = (int(kernel["filters_per_tile"]), int(kernel["windows_per_tile"]))
+        element_bytes = np.dtype(dtype_name).itemsize
         usable = tiles.register_blocks(
-            hardware.vector_bytes, hardware.vector_registers, np.dtype(dtype_name).itemsize
+            hardware.vector_bytes, hardware.vector_registers, element_bytes
+        ) + tiles.filter_vector_blocks(
+            hardware.vector_bytes, hardware.vector_registers, element_bytes
         )
         if shape not in usable:
             here = ", ".join(f"{nf}x{nwin}" for nf, nwin in usable)

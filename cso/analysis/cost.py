@@ -56,6 +56,7 @@ class Traffic:
     l1_spill: int
     padded_macs: int
     cost: float
+    transposed_stores: int = 0
 
     def as_dict(self) -> dict:
         return {
@@ -67,6 +68,7 @@ class Traffic:
             "l1_spill": self.l1_spill,
             "padded_macs": self.padded_macs,
             "cost": self.cost,
+            "transposed_stores": self.transposed_stores,
         }
 
 
@@ -188,11 +190,22 @@ def padded_macs(window_tiles, windows_per_tile, filter_tiles, filters_per_tile, 
     return window_tiles * windows_per_tile * filter_tiles * filters_per_tile * reduction
 
 
-def weighted_cost(dram, l3, l2, tlb_misses, calls, l1_spill, macs, element_bytes, hardware):
+def transposed_stores(vector_operand: str, calls: int, out_tile_elements: int) -> int:
+    """``calls * Nf * Nwin`` for a filter-vectorised micro-kernel (it stores
+    its tile element by element), 0 for the window-vectorised one (vector stores,
+    in ``c_call``)."""
+    return calls * out_tile_elements if vector_operand == "filters" else 0
+
+
+def weighted_cost(
+    dram, l3, l2, tlb_misses, calls, l1_spill, macs, element_bytes, hardware, stores=0
+):
     """``dram*c_dram + l3*c_l3 + l2*c_l2 + misses*c_tlb + calls*c_call
-    + spill*c_spill + macs*c_mac*s/4`` (a float64 MAC takes two float32 lanes)."""
+    + spill*c_spill + macs*c_mac*s/4 + stores*c_store`` (a float64 MAC takes
+    two float32 lanes; ``stores`` are transposed element stores)."""
     return (
-        dram * hardware.dram_cost
+        stores * hardware.transposed_store_cost
+        + dram * hardware.dram_cost
         + l3 * hardware.l3_cost
         + l2 * hardware.l2_cost
         + tlb_misses * hardware.tlb_miss_cost
@@ -219,11 +232,14 @@ def schedule_traffic(
     element_bytes: int,
     hardware,
     window_parts: int = 1,
+    vector_operand: str = "windows",
 ) -> Traffic:
     """Bytes per level and cost of one schedule, per (group, image).
 
     ``window_parts`` (WS) splits the window tiles into parallel parts; each
     part sweeps its own window blocks past every filter tile.
+    ``vector_operand`` is the micro-kernel's orientation: the bytes are the
+    same either way, the filter-vectorised kernel adds its transposed stores.
     """
     l2_usable = int(hardware.l2_bytes * hardware.usable_fraction)
     l3_usable = int(hardware.l3_bytes * hardware.usable_fraction)
@@ -282,7 +298,10 @@ def schedule_traffic(
     macs = padded_macs(
         window_tiles, windows_per_tile, filter_tiles, filters_per_tile, channels * kernel_area
     )
+    stores = transposed_stores(vector_operand, calls, filters_per_tile * windows_per_tile)
     cost = weighted_cost(
-        levels["dram"], levels["l3"], levels["l2"], misses, calls, spill, macs, s, hardware
+        levels["dram"], levels["l3"], levels["l2"], misses, calls, spill, macs, s, hardware, stores
     )
-    return Traffic(levels["dram"], levels["l3"], levels["l2"], misses, calls, spill, macs, cost)
+    return Traffic(
+        levels["dram"], levels["l3"], levels["l2"], misses, calls, spill, macs, cost, stores
+    )

@@ -59,7 +59,8 @@ class Hardware:
     call_cost : float
         Fixed cost of one micro-kernel call (output write-back, operand
         streams restarting): about 300 cycles, measured here as 50-210 ns per
-        call by ``experiments/call_overhead.py``.
+        call by timing one layer with its channel tile varied (more tiles,
+        more calls of shorter depth, the same multiply-adds).
     sweep_fraction : float
         Share of a level's usable bytes that a block swept over and over
         (the K2 block in L2, the K3 block in L3) may take.  An LRU-like cache
@@ -75,6 +76,10 @@ class Hardware:
         Cost per byte of a stationary tile that does not fit in L1 and is
         read from L2 on every call, with the other operand streaming from L2
         too: unlike a single L2 stream, this is not hidden behind the FMAs.
+    transposed_store_cost : float
+        Cost of storing one output element from a filter-vectorised
+        micro-kernel, which writes its tile lane by lane (an extract and a
+        scalar store, about one cycle: 128 units).
     source : str
         Where the figures came from ("py-cpuinfo", "sysfs", "defaults", "user").
     """
@@ -98,6 +103,7 @@ class Hardware:
     mac_cost: float = 4.0
     sweep_fraction: float = 2 / 3
     l1_miss_cost: float = 2.0
+    transposed_store_cost: float = 128.0
     source: str = "user"
 
     def __post_init__(self):

@@ -19,6 +19,8 @@ from . import cost, tiles
 from .cost import Traffic
 from .hardware import Hardware
 
+VECTOR_OPERANDS = ("windows", "filters")
+
 SCHEDULES = ("IS", "WS")
 
 
@@ -39,9 +41,9 @@ class Plan:
         ``K3``, stationary tiles kept in L3 (window tiles for IS, filter tiles
         for WS); also the unit of work of one thread.
     filters_per_tile : int
-        ``Nf``, micro-kernel rows.
+        ``Nf``, micro-kernel rows (output filters per tile).
     windows_per_tile : int
-        ``Nwin``, micro-kernel columns (the vector dimension).
+        ``Nwin``, micro-kernel columns (output windows per tile).
     dtype : str
         "float32" or "float64".
     vector_lanes : int
@@ -64,6 +66,11 @@ class Plan:
         The problem this plan was made for.
     hardware : Hardware
         The machine it was made for.
+    vector_operand : {"windows", "filters"}
+        The micro-kernel's vector dimension: windows (the SConv kernel,
+        ``Nwin`` a multiple of the lanes) or filters (``Nf`` a multiple of the
+        lanes, any ``Nwin``; needs packed filters, so the analysis offers it
+        only for filters packed ahead of time, :func:`cso.pack_filters`).
     """
 
     schedule: str
@@ -81,6 +88,7 @@ class Plan:
     tiles_by_schedule: tuple
     geometry: ConvGeometry
     hardware: Hardware
+    vector_operand: str = "windows"
 
     def cost_of(self, schedule: str):
         """The modelled :class:`~cso.analysis.cost.Traffic` of ``schedule``."""
@@ -111,6 +119,7 @@ class Plan:
             "tiles_by_schedule": {name: list(ks) for name, ks in self.tiles_by_schedule},
             "geometry": asdict(self.geometry),
             "hardware": asdict(self.hardware),
+            "vector_operand": self.vector_operand,
         }
 
     @staticmethod
@@ -135,6 +144,7 @@ class Plan:
             ),
             geometry=ConvGeometry(**fields["geometry"]),
             hardware=Hardware(**fields["hardware"]),
+            vector_operand=str(fields.get("vector_operand", "windows")),
         )
 
     def matches(self, geometry: ConvGeometry, dtype) -> bool:
@@ -164,6 +174,8 @@ def plan_conv2d(
     windows_per_tile=None,
     schedule=None,
     threads=None,
+    vector_operand=None,
+    filters_prepacked=False,
 ) -> Plan:
     """Plan a convolution: tiles, their cache distribution and the schedule.
 
@@ -178,12 +190,19 @@ def plan_conv2d(
     hardware : Hardware, optional
         The machine to plan for; ``Hardware.detect()`` by default.
     filters_per_tile, windows_per_tile : int, optional
-        Override the micro-kernel shape ``Nf x Nwin`` (``Nwin`` must be a
-        multiple of the vector lanes).
+        Override the micro-kernel shape ``Nf x Nwin`` (the vectorised one
+        must be a multiple of the vector lanes).
     schedule : {"IS", "WS"}, optional
         Force a schedule instead of the cost model's choice.
     threads : int, optional
         Workers to plan for (default: ``hardware.cores``).
+    vector_operand : {"windows", "filters"}, optional
+        Force the micro-kernel's vector dimension (see :class:`Plan`).
+    filters_prepacked : bool, default False
+        Whether the filters will be packed ahead of time
+        (:func:`cso.pack_filters` says so).  Only then does the analysis
+        consider filter-vectorised kernels: they need every filter packed,
+        which per call costs more than it saves (measured 4-6 GB/s).
 
     Returns
     -------
@@ -200,6 +219,10 @@ def plan_conv2d(
         raise TypeError(f"dtype must be float32 or float64, got {dtype}")
     if schedule is not None and schedule not in SCHEDULES:
         raise ValueError(f"schedule must be 'IS', 'WS' or None, got {schedule!r}")
+    if vector_operand is not None and vector_operand not in VECTOR_OPERANDS:
+        raise ValueError(
+            f"vector_operand must be 'windows', 'filters' or None, got {vector_operand!r}"
+        )
     threads = hardware.cores if threads is None else threads
     if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1:
         raise ValueError(f"threads must be a positive int or None, got {threads!r}")
@@ -211,6 +234,8 @@ def plan_conv2d(
         _check_tile_override(windows_per_tile, "windows_per_tile"),
         schedule,
         int(threads),
+        vector_operand=vector_operand,
+        filters_prepacked=bool(filters_prepacked),
     )
 
 
@@ -223,31 +248,54 @@ def plan_for_geometry(
     windows_per_tile,
     schedule,
     threads: int,
+    *,
+    vector_operand=None,
+    filters_prepacked=False,
 ) -> Plan:
     """:func:`plan_conv2d` on validated arguments (memoised: plans are pure and frozen).
 
     Every micro-kernel shape of :func:`~cso.analysis.tiles.register_blocks`
-    (or the one asked for) is planned, and the cheapest plan is returned.
+    (and, for prepacked filters, of :func:`~cso.analysis.tiles.filter_vector_blocks`),
+    or the one asked for, is planned, and the cheapest plan is returned.
     """
     element_bytes = np.dtype(dtype_name).itemsize
     lanes = max(1, hardware.vector_bytes // element_bytes)
-    shapes = tiles.register_blocks(hardware.vector_bytes, hardware.vector_registers, element_bytes)
+    blocks = {
+        "windows": tiles.register_blocks,
+        "filters": tiles.filter_vector_blocks,
+    }
+    operands = [vector_operand] if vector_operand else ["windows"]
+    if vector_operand is None and filters_prepacked:
+        operands.append("filters")
     shapes = list(
-        dict.fromkeys((filters_per_tile or nf, windows_per_tile or nwin) for nf, nwin in shapes)
+        dict.fromkeys(
+            (filters_per_tile or nf, windows_per_tile or nwin, operand)
+            for operand in operands
+            for nf, nwin in blocks[operand](
+                hardware.vector_bytes, hardware.vector_registers, element_bytes
+            )
+        )
     )
-    for _, nwin in shapes:
-        if nwin % lanes:
+    for nf, nwin, operand in shapes:
+        name, size = (
+            ("windows_per_tile", nwin) if operand == "windows" else ("filters_per_tile", nf)
+        )
+        if size % lanes and (vector_operand or operand == "windows"):
             raise ValueError(
-                f"windows_per_tile must be a multiple of the vector lanes ({lanes}), got {nwin}"
+                f"{name} must be a multiple of the vector lanes ({lanes}) when the "
+                f"micro-kernel's vectors hold {operand}, got {size}"
             )
     plans = [
-        _plan_for_shape(geometry, dtype_name, hardware, nf, nwin, schedule, threads)
-        for nf, nwin in shapes
+        _plan_for_shape(geometry, dtype_name, hardware, nf, nwin, schedule, threads, operand)
+        for nf, nwin, operand in shapes
+        if (nf if operand == "filters" else nwin) % lanes == 0
     ]
     return min(plans, key=lambda plan: plan.cost_of(plan.schedule).cost)
 
 
-def _plan_for_shape(geometry, dtype_name, hardware, nf, nwin, schedule, threads) -> Plan:
+def _plan_for_shape(
+    geometry, dtype_name, hardware, nf, nwin, schedule, threads, vector_operand="windows"
+) -> Plan:
     """The plan for one micro-kernel shape: each schedule with its cheapest
     channel tile, then the cheaper schedule (or the forced one)."""
     element_bytes = np.dtype(dtype_name).itemsize
@@ -266,7 +314,17 @@ def _plan_for_shape(geometry, dtype_name, hardware, nf, nwin, schedule, threads)
                 geometry, hardware, name, nc, nf, nwin, element_bytes, threads
             ):
                 traffic = _traffic(
-                    geometry, hardware, name, nc, nf, nwin, k2, k3, element_bytes, parts
+                    geometry,
+                    hardware,
+                    name,
+                    nc,
+                    nf,
+                    nwin,
+                    k2,
+                    k3,
+                    element_bytes,
+                    parts,
+                    vector_operand,
                 )
                 if name not in costs or traffic.cost < costs[name].cost:
                     costs[name], by_schedule[name] = traffic, (nc, k2, k3)
@@ -290,6 +348,7 @@ def _plan_for_shape(geometry, dtype_name, hardware, nf, nwin, schedule, threads)
         tiles_by_schedule=tuple((name, by_schedule[name]) for name in SCHEDULES),
         geometry=geometry,
         hardware=hardware,
+        vector_operand=vector_operand,
     )
 
 
@@ -368,7 +427,19 @@ def _ws_window_parts(geometry, nf, nwin, k3, threads) -> int:
     )
 
 
-def _traffic(geometry, hardware, schedule, nc, nf, nwin, k2, k3, element_bytes, window_parts=1):
+def _traffic(
+    geometry,
+    hardware,
+    schedule,
+    nc,
+    nf,
+    nwin,
+    k2,
+    k3,
+    element_bytes,
+    window_parts=1,
+    vector_operand="windows",
+):
     return cost.schedule_traffic(
         schedule,
         channels=geometry.channels_per_group,
@@ -385,6 +456,7 @@ def _traffic(geometry, hardware, schedule, nc, nf, nwin, k2, k3, element_bytes, 
         element_bytes=element_bytes,
         hardware=hardware,
         window_parts=window_parts,
+        vector_operand=vector_operand,
     )
 
 
@@ -427,6 +499,7 @@ def with_tiles(
                 *by_schedule[name][1:],
                 element_bytes,
                 window_parts if name == schedule else 1,
+                plan.vector_operand,
             ),
         )
         for name in SCHEDULES

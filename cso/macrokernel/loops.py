@@ -17,6 +17,9 @@ Contracts relied on
     ``(1, C_g*R*S)``, and ``edge_filters`` holds the packed last tile
     ``[G][C_g*R*S][Nf]`` of each group when ``K_g % Nf`` (zero rows past K).
 
+  A filter-vectorised micro-kernel (``vector_operand="filters"``) loads
+  vectors along ``Nf`` and is only bound to a module whose callers pass
+  packed filters.
 * ``bias``: ``[G][T_f*Nf]``, zero past ``K_g``.
 * ``x_flat``: the input ``[N][C][H][W]`` flattened, unpadded: packing
   writes the padding's zeros into the panels.  When

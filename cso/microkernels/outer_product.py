@@ -25,6 +25,22 @@ The kernel computes, for ``k`` in ``0 .. depth-1``, the rank-1 update
     out[i, j] = (0 if overwrite else out[i, j]) + (acc[i, j] + (bias[i] if add_bias else 0))
 
 Nothing here branches on edges: the packing routines guarantee full tiles.
+
+Two orientations, one contract
+------------------------------
+* ``vector_operand="windows"`` (the SConv kernel): ``acc[i]`` is
+  ``Nwin / VL`` vectors of windows; each step loads the input row as
+  vectors and broadcasts one filter value per row ``i``.  ``Nwin`` must be
+  a multiple of ``VL``; the filters may have any strides.
+* ``vector_operand="filters"``: ``acc[j]`` is ``Nf / VL`` vectors of
+  filters; each step loads the filter row as vectors (so
+  ``filters_i_stride`` must be 1: packed panels only) and broadcasts one
+  input value per window ``j``.  ``Nf`` must be a multiple of ``VL`` and
+  ``Nwin`` may be anything, which is the point: a layer with 49 or 196
+  windows wastes lanes when windows are the vector dimension (49 in 64
+  lanes), none when 32 filters are.  The tile is stored transposed, one
+  element at a time: that costs ``O(Nf*Nwin)`` against the reduction's
+  ``O(Nf*Nwin*depth)``.
 """
 
 from __future__ import annotations
@@ -37,23 +53,31 @@ from numba.extending import intrinsic
 _LLVM_FLOAT = {"float32": ir.FloatType, "float64": ir.DoubleType}
 _NUMBA_FLOAT = {"float32": types.float32, "float64": types.float64}
 _LLVM_SUFFIX = {"float32": "f32", "float64": "f64"}
+VECTOR_OPERANDS = ("windows", "filters")
 
 
 def build_outer_product_kernel(
-    filters_per_tile: int, windows_per_tile: int, dtype_name: str, vector_lanes: int
+    filters_per_tile: int,
+    windows_per_tile: int,
+    dtype_name: str,
+    vector_lanes: int,
+    vector_operand: str = "windows",
 ):
     """Return a Numba intrinsic computing one ``Nf x Nwin`` output tile.
 
     Parameters
     ----------
     filters_per_tile : int
-        ``Nf``, the rows of the register block (one broadcast scalar each).
+        ``Nf``, the rows of the output tile.
     windows_per_tile : int
-        ``Nwin``, the columns; a multiple of ``vector_lanes``.
+        ``Nwin``, its columns.
     dtype_name : {"float32", "float64"}
         Element type of every operand.
     vector_lanes : int
         ``VL``, elements per vector register (16 for float32 with AVX-512).
+    vector_operand : {"windows", "filters"}
+        Which operand fills the vectors (see the module docstring); its
+        tile size must be a multiple of ``vector_lanes``.
 
     Returns
     -------
@@ -65,18 +89,21 @@ def build_outer_product_kernel(
     """
     if dtype_name not in _LLVM_FLOAT:
         raise ValueError(f"dtype_name must be 'float32' or 'float64', got {dtype_name!r}")
-    if windows_per_tile % vector_lanes:
+    if vector_operand not in VECTOR_OPERANDS:
+        raise ValueError(f"vector_operand must be 'windows' or 'filters', got {vector_operand!r}")
+    vectorised = windows_per_tile if vector_operand == "windows" else filters_per_tile
+    name = "windows_per_tile" if vector_operand == "windows" else "filters_per_tile"
+    if vectorised % vector_lanes:
         raise ValueError(
-            f"windows_per_tile ({windows_per_tile}) must be a multiple of "
-            f"vector_lanes ({vector_lanes})"
+            f"{name} ({vectorised}) must be a multiple of vector_lanes ({vector_lanes}) "
+            f"when vector_operand={vector_operand!r}"
         )
-    rows = filters_per_tile
-    vectors_per_row = windows_per_tile // vector_lanes
-    element_type = _LLVM_FLOAT[dtype_name]()
+    # acc[a][v]: a runs over the broadcast operand, v over the vectors of the other.
+    if vector_operand == "windows":
+        broadcasts, vectors = filters_per_tile, windows_per_tile // vector_lanes
+    else:
+        broadcasts, vectors = windows_per_tile, filters_per_tile // vector_lanes
     numba_type = _NUMBA_FLOAT[dtype_name]
-    element_bytes = 4 if dtype_name == "float32" else 8
-    vector_type = ir.VectorType(element_type, vector_lanes)
-    fma_name = f"llvm.fma.v{vector_lanes}{_LLVM_SUFFIX[dtype_name]}"
 
     @intrinsic
     def outer_product_kernel(
@@ -97,14 +124,14 @@ def build_outer_product_kernel(
         overwrite,
         add_bias,
     ):
-        for name, arg in (("filters", filters), ("inputs", inputs), ("out", out), ("bias", bias)):
+        for label, arg in (("filters", filters), ("inputs", inputs), ("out", out), ("bias", bias)):
             if not (
                 isinstance(arg, types.Array)
                 and arg.dtype == numba_type
                 and arg.ndim == 1
                 and arg.layout == "C"
             ):
-                raise TypeError(f"{name} must be a 1-D C-contiguous {dtype_name} array, got {arg}")
+                raise TypeError(f"{label} must be a 1-D C-contiguous {dtype_name} array, got {arg}")
         sig = types.void(
             types.intp,
             filters,
@@ -124,137 +151,178 @@ def build_outer_product_kernel(
         )
 
         def codegen(context, builder, signature, args):
-            (
-                depth_v,
-                filters_a,
-                filters_off,
-                filters_k_stride_v,
-                filters_i_stride_v,
-                inputs_a,
-                inputs_off,
-                inputs_stride_v,
-                out_a,
-                out_off,
-                out_stride_v,
-                bias_a,
-                bias_off,
-                overwrite_v,
-                add_bias_v,
-            ) = args
-            arrays = signature.args
-
-            def base(index, value, offset):
-                data = context.make_array(arrays[index])(context, builder, value).data
-                return builder.gep(data, [offset])
-
-            filters_ptr = base(1, filters_a, filters_off)
-            inputs_ptr = base(5, inputs_a, inputs_off)
-            out_ptr = base(8, out_a, out_off)
-            bias_ptr = base(11, bias_a, bias_off)
-
-            intp = context.get_value_type(types.intp)
-            fma = cgutils.get_or_insert_function(
-                builder.module, ir.FunctionType(vector_type, [vector_type] * 3), fma_name
-            )
-            zero_vector = ir.Constant(vector_type, [0.0] * vector_lanes)
-            broadcast_mask = ir.Constant(
-                ir.VectorType(ir.IntType(32), vector_lanes), [0] * vector_lanes
-            )
-            undef_vector = ir.Constant(vector_type, ir.Undefined)
-            vector_ptr_type = vector_type.as_pointer()
-
-            def broadcast(scalar):
-                one = builder.insert_element(undef_vector, scalar, ir.Constant(ir.IntType(32), 0))
-                return builder.shuffle_vector(one, undef_vector, broadcast_mask)
-
-            entry = builder.basic_block
-            loop = builder.append_basic_block("outer_product.loop")
-            done = builder.append_basic_block("outer_product.done")
-            has_work = builder.icmp_signed(">", depth_v, ir.Constant(intp, 0))
-            builder.cbranch(has_work, loop, done)
-
-            # The loop: one rank-1 update per reduction index, accumulators as phis
-            # so that LLVM keeps them in registers for the whole reduction.
-            builder.position_at_end(loop)
-            k = builder.phi(intp, name="k")
-            k.add_incoming(ir.Constant(intp, 0), entry)
-            accumulators = []
-            for i in range(rows):
-                row = []
-                for v in range(vectors_per_row):
-                    phi = builder.phi(vector_type, name=f"acc_{i}_{v}")
-                    phi.add_incoming(zero_vector, entry)
-                    row.append(phi)
-                accumulators.append(row)
-            input_row = builder.gep(inputs_ptr, [builder.mul(k, inputs_stride_v)])
-            input_vectors = []
-            for v in range(vectors_per_row):
-                pointer = builder.bitcast(
-                    builder.gep(input_row, [ir.Constant(intp, v * vector_lanes)]), vector_ptr_type
-                )
-                input_vectors.append(builder.load(pointer, align=element_bytes))
-            filter_row = builder.gep(filters_ptr, [builder.mul(k, filters_k_stride_v)])
-            updated = []
-            for i in range(rows):
-                scalar = builder.load(
-                    builder.gep(filter_row, [builder.mul(ir.Constant(intp, i), filters_i_stride_v)])
-                )
-                splat = broadcast(scalar)
-                updated.append(
-                    [
-                        builder.call(fma, [splat, input_vectors[v], accumulators[i][v]])
-                        for v in range(vectors_per_row)
-                    ]
-                )
-            next_k = builder.add(k, ir.Constant(intp, 1))
-            loop_end = builder.basic_block
-            k.add_incoming(next_k, loop_end)
-            for i in range(rows):
-                for v in range(vectors_per_row):
-                    accumulators[i][v].add_incoming(updated[i][v], loop_end)
-            builder.cbranch(builder.icmp_signed("<", next_k, depth_v), loop, done)
-
-            # The write-back: the epilogue (accumulate or overwrite, bias) happens
-            # here, while the tile is still in registers.
-            builder.position_at_end(done)
-            finals = []
-            for i in range(rows):
-                row = []
-                for v in range(vectors_per_row):
-                    phi = builder.phi(vector_type, name=f"final_{i}_{v}")
-                    phi.add_incoming(zero_vector, entry)
-                    phi.add_incoming(updated[i][v], loop_end)
-                    row.append(phi)
-                finals.append(row)
-            bias_terms = []
-            for i in range(rows):
-                bias_splat = broadcast(builder.load(builder.gep(bias_ptr, [ir.Constant(intp, i)])))
-                bias_terms.append(builder.select(add_bias_v, bias_splat, zero_vector))
-
-            def write_back(accumulate):
-                for i in range(rows):
-                    out_row = builder.gep(
-                        out_ptr, [builder.mul(ir.Constant(intp, i), out_stride_v)]
-                    )
-                    for v in range(vectors_per_row):
-                        pointer = builder.bitcast(
-                            builder.gep(out_row, [ir.Constant(intp, v * vector_lanes)]),
-                            vector_ptr_type,
-                        )
-                        value = builder.fadd(finals[i][v], bias_terms[i])
-                        if accumulate:
-                            value = builder.fadd(builder.load(pointer, align=element_bytes), value)
-                        builder.store(value, pointer, align=element_bytes)
-
-            # Overwriting never reads the old tile: no load on the first channel
-            # tile, and stale memory (even NaN) cannot leak in.
-            with builder.if_else(overwrite_v) as (overwrite_block, accumulate_block):
-                with overwrite_block:
-                    write_back(accumulate=False)
-                with accumulate_block:
-                    write_back(accumulate=True)
+            emitter = _Emitter(context, builder, signature, args, dtype_name, vector_lanes)
+            emitter.emit(vector_operand, broadcasts, vectors)
             return context.get_dummy_value()
 
         return sig, codegen
 
     return outer_product_kernel
+
+
+class _Emitter:
+    """The IR of one kernel call: the operands' base pointers, then
+    :meth:`emit` writes the reduction loop and the write-back."""
+
+    def __init__(self, context, builder, signature, args, dtype_name, lanes):
+        (
+            self.depth,
+            filters_a,
+            filters_off,
+            self.filters_k_stride,
+            self.filters_i_stride,
+            inputs_a,
+            inputs_off,
+            self.inputs_stride,
+            out_a,
+            out_off,
+            self.out_stride,
+            bias_a,
+            bias_off,
+            self.overwrite,
+            self.add_bias,
+        ) = args
+        arrays = signature.args
+
+        def base(index, value, offset):
+            data = context.make_array(arrays[index])(context, builder, value).data
+            return builder.gep(data, [offset])
+
+        self.builder = builder
+        self.filters = base(1, filters_a, filters_off)
+        self.inputs = base(5, inputs_a, inputs_off)
+        self.out = base(8, out_a, out_off)
+        self.bias = base(11, bias_a, bias_off)
+        self.intp = context.get_value_type(types.intp)
+        self.lanes = lanes
+        self.element_bytes = 4 if dtype_name == "float32" else 8
+        self.vector_type = ir.VectorType(_LLVM_FLOAT[dtype_name](), lanes)
+        self.fma = cgutils.get_or_insert_function(
+            builder.module,
+            ir.FunctionType(self.vector_type, [self.vector_type] * 3),
+            f"llvm.fma.v{lanes}{_LLVM_SUFFIX[dtype_name]}",
+        )
+        self.zero = ir.Constant(self.vector_type, [0.0] * lanes)
+        self.undef = ir.Constant(self.vector_type, ir.Undefined)
+
+    def constant(self, value):
+        return ir.Constant(self.intp, value)
+
+    def broadcast(self, scalar):
+        builder = self.builder
+        one = builder.insert_element(self.undef, scalar, ir.Constant(ir.IntType(32), 0))
+        mask = ir.Constant(ir.VectorType(ir.IntType(32), self.lanes), [0] * self.lanes)
+        return builder.shuffle_vector(one, self.undef, mask)
+
+    def vector_pointer(self, pointer, element_offset):
+        gep = self.builder.gep(pointer, [self.constant(element_offset)])
+        return self.builder.bitcast(gep, self.vector_type.as_pointer())
+
+    def load_vector(self, pointer, element_offset):
+        return self.builder.load(
+            self.vector_pointer(pointer, element_offset), align=self.element_bytes
+        )
+
+    def emit(self, vector_operand, broadcasts, vectors):
+        """The loop over the reduction, accumulators as phis so that LLVM keeps
+        them in registers throughout, then the write-back of the tile."""
+        builder = self.builder
+        entry = builder.basic_block
+        loop = builder.append_basic_block("outer_product.loop")
+        done = builder.append_basic_block("outer_product.done")
+        builder.cbranch(builder.icmp_signed(">", self.depth, self.constant(0)), loop, done)
+
+        builder.position_at_end(loop)
+        k = builder.phi(self.intp, name="k")
+        k.add_incoming(self.constant(0), entry)
+        accumulators = []
+        for a in range(broadcasts):
+            row = []
+            for v in range(vectors):
+                phi = builder.phi(self.vector_type, name=f"acc_{a}_{v}")
+                phi.add_incoming(self.zero, entry)
+                row.append(phi)
+            accumulators.append(row)
+        filter_row = builder.gep(self.filters, [builder.mul(k, self.filters_k_stride)])
+        input_row = builder.gep(self.inputs, [builder.mul(k, self.inputs_stride)])
+        if vector_operand == "windows":
+            vector_row, scalar_row, scalar_stride = input_row, filter_row, self.filters_i_stride
+        else:
+            # Filter i of the row is at i * filters_i_stride, and the contract
+            # makes that stride 1 here: the row is Nf contiguous elements.
+            vector_row, scalar_row, scalar_stride = filter_row, input_row, self.constant(1)
+        loaded = [self.load_vector(vector_row, v * self.lanes) for v in range(vectors)]
+        updated = []
+        for a in range(broadcasts):
+            offset = builder.mul(self.constant(a), scalar_stride)
+            splat = self.broadcast(builder.load(builder.gep(scalar_row, [offset])))
+            updated.append(
+                [
+                    builder.call(self.fma, [splat, loaded[v], accumulators[a][v]])
+                    for v in range(vectors)
+                ]
+            )
+        next_k = builder.add(k, self.constant(1))
+        loop_end = builder.basic_block
+        k.add_incoming(next_k, loop_end)
+        for a in range(broadcasts):
+            for v in range(vectors):
+                accumulators[a][v].add_incoming(updated[a][v], loop_end)
+        builder.cbranch(builder.icmp_signed("<", next_k, self.depth), loop, done)
+
+        builder.position_at_end(done)
+        finals = []
+        for a in range(broadcasts):
+            row = []
+            for v in range(vectors):
+                phi = builder.phi(self.vector_type, name=f"final_{a}_{v}")
+                phi.add_incoming(self.zero, entry)
+                phi.add_incoming(updated[a][v], loop_end)
+                row.append(phi)
+            finals.append(row)
+        write_back = self._write_rows if vector_operand == "windows" else self._write_columns
+        # Overwriting never reads the old tile: no load on the first channel
+        # tile, and stale memory (even NaN) cannot leak in.
+        with builder.if_else(self.overwrite) as (overwrite_block, accumulate_block):
+            with overwrite_block:
+                write_back(finals, accumulate=False)
+            with accumulate_block:
+                write_back(finals, accumulate=True)
+
+    def _write_rows(self, finals, accumulate):
+        """Windows orientation: ``finals[i][v]`` is filter ``i``'s windows
+        ``v*VL ..``, stored as vectors along output row ``i``."""
+        builder = self.builder
+        for i, row in enumerate(finals):
+            bias_value = builder.load(builder.gep(self.bias, [self.constant(i)]))
+            bias_term = builder.select(self.add_bias, self.broadcast(bias_value), self.zero)
+            out_row = builder.gep(self.out, [builder.mul(self.constant(i), self.out_stride)])
+            for v, final in enumerate(row):
+                pointer = self.vector_pointer(out_row, v * self.lanes)
+                value = builder.fadd(final, bias_term)
+                if accumulate:
+                    value = builder.fadd(builder.load(pointer, align=self.element_bytes), value)
+                builder.store(value, pointer, align=self.element_bytes)
+
+    def _write_columns(self, finals, accumulate):
+        """Filters orientation: ``finals[j][v]`` is window ``j`` of filters
+        ``v*VL ..``: each lane goes to its own output row (a transposed store)."""
+        builder = self.builder
+        vectors = len(finals[0])
+        bias_terms = [
+            builder.select(self.add_bias, self.load_vector(self.bias, v * self.lanes), self.zero)
+            for v in range(vectors)
+        ]
+        rows = [
+            builder.gep(self.out, [builder.mul(self.constant(i), self.out_stride)])
+            for i in range(vectors * self.lanes)
+        ]
+        for j, column in enumerate(finals):
+            for v, final in enumerate(column):
+                value = builder.fadd(final, bias_terms[v])
+                for lane in range(self.lanes):
+                    element = builder.extract_element(value, ir.Constant(ir.IntType(32), lane))
+                    pointer = builder.gep(rows[v * self.lanes + lane], [self.constant(j)])
+                    if accumulate:
+                        element = builder.fadd(builder.load(pointer), element)
+                    builder.store(element, pointer)

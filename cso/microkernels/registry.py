@@ -1,6 +1,7 @@
 """Specialised kernels, generated once per key and memoised.
 
-A specialisation is keyed by ``(Nf, Nwin, dtype, vector lanes)``.  For each
+A specialisation is keyed by ``(Nf, Nwin, dtype, vector lanes, vector
+operand)``.  For each
 key this module writes a real file: the macro-kernel template
 (:mod:`cso.macrokernel.loops`) followed by one line binding its
 ``microkernel`` to the generated outer-product intrinsic.  The file's name
@@ -33,6 +34,7 @@ from ..macrokernel import loops as _loops_module
 from ..packing import filters as _filters_module
 from ..packing import inputs as _inputs_module
 from . import outer_product as _outer_product_module
+from .outer_product import VECTOR_OPERANDS
 
 _lock = threading.Lock()
 _modules: dict = {}
@@ -69,20 +71,25 @@ _VARIANTS["skeleton"] = _VARIANTS["no-kernel"] + _VARIANTS["no-pack"]
 
 
 def _module_source(
-    filters_per_tile, windows_per_tile, dtype_name, vector_lanes, variant=None
+    filters_per_tile, windows_per_tile, dtype_name, vector_lanes, variant, vector_operand
 ) -> str:
     template = pathlib.Path(_loops_module.__file__).read_text()
     binding = (
         "\n\n# ---- specialisation written by cso.microkernels.registry ----\n"
         "from cso.microkernels.outer_product import build_outer_product_kernel\n"
         f"microkernel = build_outer_product_kernel({filters_per_tile}, {windows_per_tile}, "
-        f"{dtype_name!r}, {vector_lanes})\n"
+        f"{dtype_name!r}, {vector_lanes}, {vector_operand!r})\n"
     )
     return template + binding + _VARIANTS[variant]
 
 
 def loop_module(
-    filters_per_tile: int, windows_per_tile: int, dtype_name: str, vector_lanes: int, variant=None
+    filters_per_tile: int,
+    windows_per_tile: int,
+    dtype_name: str,
+    vector_lanes: int,
+    variant=None,
+    vector_operand: str = "windows",
 ):
     """The macro-kernel module specialised for one micro-kernel, memoised by its key.
 
@@ -95,6 +102,9 @@ def loop_module(
         None for the real thing; the others drop the micro-kernel, the input
         packing, or both, to time the rest (see ``python -m cso bench
         --breakdown``).  Their results are meaningless.
+    vector_operand : {"windows", "filters"}
+        The micro-kernel's vector dimension
+        (:func:`~cso.microkernels.outer_product.build_outer_product_kernel`).
 
     Returns
     -------
@@ -104,19 +114,26 @@ def loop_module(
     """
     if variant not in _VARIANTS:
         raise ValueError(f"variant must be one of {sorted(map(str, _VARIANTS))}, got {variant!r}")
+    if vector_operand not in VECTOR_OPERANDS:
+        raise ValueError(f"vector_operand must be 'windows' or 'filters', got {vector_operand!r}")
     key = (
         int(filters_per_tile),
         int(windows_per_tile),
         str(dtype_name),
         int(vector_lanes),
         variant,
+        str(vector_operand),
     )
     with _lock:
         module = _modules.get(key)
         if module is not None:
             return module
         suffix = "" if variant is None else "_" + variant.replace("-", "_")
-        name = f"cso_loops_f{key[0]}_w{key[1]}_{key[2]}_l{key[3]}{suffix}_{_source_hash()}"
+        orientation = "" if vector_operand == "windows" else "_fvec"
+        name = (
+            f"cso_loops_f{key[0]}_w{key[1]}_{key[2]}_l{key[3]}{orientation}{suffix}"
+            f"_{_source_hash()}"
+        )
         path = cache_directory() / f"{name}.py"
         source = _module_source(*key)
         if not path.exists() or path.read_text() != source:

@@ -9,15 +9,19 @@ import pytest
 from cso.microkernels.outer_product import build_outer_product_kernel
 
 SHAPES = [
-    (14, 32, "float32", 16),
-    (14, 16, "float64", 8),
-    (6, 16, "float32", 8),
-    (3, 48, "float32", 16),
+    (14, 32, "float32", 16, "windows"),
+    (14, 16, "float64", 8, "windows"),
+    (6, 16, "float32", 8, "windows"),
+    (3, 48, "float32", 16, "windows"),
+    (32, 14, "float32", 16, "filters"),
+    (32, 7, "float32", 16, "filters"),
+    (16, 5, "float64", 8, "filters"),
+    (48, 1, "float32", 16, "filters"),
 ]
 
 
-def _driver(nf, nwin, dtype_name, lanes):
-    kernel = build_outer_product_kernel(nf, nwin, dtype_name, lanes)
+def _driver(nf, nwin, dtype_name, lanes, vector_operand="windows"):
+    kernel = build_outer_product_kernel(nf, nwin, dtype_name, lanes, vector_operand)
 
     @numba.njit
     def run(
@@ -58,13 +62,15 @@ def _driver(nf, nwin, dtype_name, lanes):
     return run
 
 
-@pytest.mark.parametrize("nf, nwin, dtype_name, lanes", SHAPES)
-def test_kernel_matches_numpy(nf, nwin, dtype_name, lanes):
-    run = _driver(nf, nwin, dtype_name, lanes)
+@pytest.mark.parametrize("nf, nwin, dtype_name, lanes, vector_operand", SHAPES)
+def test_kernel_matches_numpy(nf, nwin, dtype_name, lanes, vector_operand):
+    run = _driver(nf, nwin, dtype_name, lanes, vector_operand)
     rng = np.random.default_rng(nf * nwin)
     dtype = np.dtype(dtype_name)
+    # A filter-vectorised kernel loads filter rows as vectors: packed panels only.
+    layouts = ("packed", "in_place") if vector_operand == "windows" else ("packed",)
     for depth in (0, 1, 7, 64):
-        for layout in ("packed", "in_place"):
+        for layout in layouts:
             a = rng.standard_normal(5 + depth * nf).astype(dtype)
             if layout == "packed":  # [depth][Nf], strides (Nf, 1)
                 matrix_a, k_stride, i_stride = a[5:].reshape(depth, nf), nf, 1
@@ -111,12 +117,13 @@ def test_kernel_matches_numpy(nf, nwin, dtype_name, lanes):
                 assert out[0] == c[0]
 
 
-def test_overwrite_ignores_stale_nan():
-    run = _driver(14, 32, "float32", 16)
-    a = np.ones(14 * 2, np.float32)
-    b = np.ones(2 * 32, np.float32)
-    c = np.full(14 * 32, np.nan, np.float32)
-    run(2, a, 0, 14, 1, b, 0, 32, c, 0, 32, np.zeros(14, np.float32), 0, True, False)
+@pytest.mark.parametrize("nf, nwin, vector_operand", [(14, 32, "windows"), (32, 7, "filters")])
+def test_overwrite_ignores_stale_nan(nf, nwin, vector_operand):
+    run = _driver(nf, nwin, "float32", 16, vector_operand)
+    a = np.ones(nf * 2, np.float32)
+    b = np.ones(2 * nwin, np.float32)
+    c = np.full(nf * nwin, np.nan, np.float32)
+    run(2, a, 0, nf, 1, b, 0, nwin, c, 0, nwin, np.zeros(nf, np.float32), 0, True, False)
     assert np.all(c == 2.0)
 
 
@@ -144,8 +151,12 @@ def test_kernel_rejects_wrong_dtype():
 
 
 def test_bad_shape_is_refused():
-    with pytest.raises(ValueError, match="multiple of"):
+    with pytest.raises(ValueError, match="windows_per_tile .* multiple of"):
         build_outer_product_kernel(14, 20, "float32", 16)
+    with pytest.raises(ValueError, match="filters_per_tile .* multiple of"):
+        build_outer_product_kernel(14, 32, "float32", 16, "filters")
+    with pytest.raises(ValueError, match="vector_operand"):
+        build_outer_product_kernel(14, 32, "float32", 16, "channels")
     with pytest.raises(ValueError, match="dtype_name"):
         build_outer_product_kernel(14, 32, "float16", 16)
 
@@ -165,14 +176,19 @@ def _fma_loop(assembly):
 
 
 @pytest.mark.parametrize(
-    "nf, nwin, dtype_name, lanes", [(14, 32, "float32", 16), (14, 16, "float64", 8)]
+    "nf, nwin, dtype_name, lanes, vector_operand",
+    [
+        (14, 32, "float32", 16, "windows"),
+        (14, 16, "float64", 8, "windows"),
+        (32, 14, "float32", 16, "filters"),
+    ],
 )
-def test_inner_loop_has_no_spills(nf, nwin, dtype_name, lanes):
+def test_inner_loop_has_no_spills(nf, nwin, dtype_name, lanes, vector_operand):
     from cso.analysis.hardware import Hardware
 
     if Hardware.detect().vector_bytes < 64:
         pytest.skip("the 14-row shapes are sized for 32 AVX-512 registers")
-    run = _driver(nf, nwin, dtype_name, lanes)
+    run = _driver(nf, nwin, dtype_name, lanes, vector_operand)
     dtype = np.dtype(dtype_name)
     a, b, c = np.ones(nf, dtype), np.ones(nwin, dtype), np.ones(nf * nwin, dtype)
     run(1, a, 0, nf, 1, b, 0, nwin, c, 0, nwin, np.zeros(nf, dtype), 0, True, False)
