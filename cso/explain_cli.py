@@ -50,6 +50,11 @@ def main(argv=None) -> int:
     parser.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     parser.add_argument("--threads", default=None, type=int)
     parser.add_argument("--schedule", default=None, choices=["IS", "WS"])
+    parser.add_argument(
+        "--prepacked",
+        action="store_true",
+        help="plan for filters packed ahead of time (cso.pack_filters, cso-prepack)",
+    )
     for flag, help_text in (
         ("--l1", "L1 data cache per core, e.g. 32K"),
         ("--l2", "L2 per core, e.g. 1M"),
@@ -92,6 +97,7 @@ def main(argv=None) -> int:
             hardware=hardware,
             threads=args.threads,
             schedule=args.schedule,
+            filters_prepacked=args.prepacked,
         )
     except (TypeError, ValueError, argparse.ArgumentTypeError) as error:
         print(f"python -m cso explain: error: {error}", file=sys.stderr)

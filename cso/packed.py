@@ -38,7 +38,7 @@ from .analysis import tiles
 from .analysis.hardware import Hardware
 from .analysis.plan import Plan, plan_conv2d
 from .geometry import SUPPORTED_DTYPES, ceil_div, make_geometry
-from .packing.filters import pack_bias, pack_filters_panels
+from .packing.filters import aligned_empty, pack_bias, pack_filters_panels
 
 FORMAT = "cso-packed-filters"
 FORMAT_VERSION = 1
@@ -351,7 +351,7 @@ def _layers(path, metadata, members, hardware) -> dict:
         if geometry != plan.geometry:
             raise PackedFormatError(f"{path}: layer {name!r} plan is for another convolution")
         packed = PackedFilters(
-            panels=np.array(panels),  # a private, writeable copy
+            panels=_aligned_copy(panels),  # private, writeable, on a cache line
             bias=None if bias is None else np.array(bias),
             w_shape=w_shape,
             input_shape=tuple(int(d) for d in entry["input_shape"]),
@@ -370,3 +370,11 @@ def _layers(path, metadata, members, hardware) -> dict:
     if unexpected:
         raise PackedFormatError(f"{path}: members without a layer entry: {sorted(unexpected)}")
     return layers
+
+
+def _aligned_copy(array: np.ndarray) -> np.ndarray:
+    """A writeable copy of 1-D ``array`` starting on a 64-byte boundary, as
+    the micro-kernels' vector loads of panel rows want it."""
+    copy = aligned_empty(array.size, array.dtype)
+    copy[:] = array
+    return copy

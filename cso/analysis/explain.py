@@ -112,6 +112,16 @@ def _why(plan) -> str:
     )
 
 
+def _padding_share(plan) -> float:
+    """Share of the micro-kernels' multiply-adds spent on padded rows and columns."""
+    g = plan.geometry
+    useful = (
+        g.windows * g.filters_per_group * g.channels_per_group * (g.kernel_height * g.kernel_width)
+    )
+    padded = plan.cost_of(plan.schedule).padded_macs
+    return 1 - useful / padded if padded else 0.0
+
+
 def explain(plan) -> str:
     """Everything the analysis decided for ``plan``, as text."""
     g, hw = plan.geometry, plan.hardware
@@ -143,7 +153,9 @@ def explain(plan) -> str:
         "Tiles",
         f"  micro-kernel Nf x Nwin = {plan.filters_per_tile} x {plan.windows_per_tile} "
         f"({plan.filters_per_tile * plan.windows_per_tile // plan.vector_lanes} accumulator "
-        f"vectors of {plan.vector_lanes} lanes)",
+        f"vectors of {plan.vector_lanes} {plan.vector_operand}"
+        + ("; needs the filters packed" if plan.vector_operand == "filters" else "")
+        + f"); {_padding_share(plan):.1%} of its multiply-adds are padding",
         f"  Nc = {nc} channels per tile; K2 = {plan.l2_tiles}; K3 = {plan.l3_tiles}; "
         f"planned for {plan.threads} thread(s)",
         f"  IN  = Nc*R*S*Nwin*s = {_size(in_b)}",

@@ -40,6 +40,42 @@ def test_packed_matches_unpacked_exactly(layer, dtype):
     assert_matches_reference(cso.conv2d(x, packed), x, w, b, **params)
 
 
+def test_filter_vectorised_plan_for_few_windows(rng, tmp_path):
+    """49 windows fill 64 window lanes badly; 32-filter vectors not at all.
+
+    With filters packed ahead, the analysis takes the filter-vectorised
+    kernel for such a layer; the panels must start on a cache line, also
+    after a round trip through a file, and serve other batch sizes.
+    """
+    from cso.packing.filters import is_aligned
+
+    avx512 = cso.Hardware(
+        l1_bytes=48 << 10,
+        l2_bytes=2 << 20,
+        l3_bytes=32 << 20,
+        vector_bytes=64,
+        vector_registers=32,
+    )
+    x = rng.standard_normal((2, 64, 7, 7)).astype(np.float32)
+    w = rng.standard_normal((96, 64, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(96).astype(np.float32)
+    packed = cso.pack_filters(w, x.shape, bias=b, padding=1, hardware=avx512)
+    assert packed.plan.vector_operand == "filters"
+    assert (packed.plan.filters_per_tile, packed.plan.windows_per_tile) == (32, 14)
+    assert is_aligned(packed.panels)
+    assert_matches_reference(cso.conv2d(x, packed), x, w, b, padding=1)
+    assert_matches_reference(cso.conv2d(x[:1], packed), x[:1], w, b, padding=1)
+    # The same layer planned for per-call filters keeps windows in the vectors.
+    plan = cso.plan_conv2d(x.shape, w.shape, padding=1, hardware=avx512)
+    assert plan.vector_operand == "windows"
+    path = tmp_path / "fvec.npz"
+    cso.save_packed(path, {"layer": packed})
+    loaded = cso.load_packed(path, hardware=avx512)["layer"]
+    assert loaded.plan.vector_operand == "filters"
+    assert is_aligned(loaded.panels)
+    assert np.array_equal(cso.conv2d(x, loaded), cso.conv2d(x, packed))
+
+
 def test_packed_input_checks(layer):
     x, w, b, params = layer
     packed = cso.pack_filters(w, x.shape, **params)
@@ -145,7 +181,7 @@ def test_unknown_format_version(saved):
 
 def test_panels_for_another_micro_kernel(saved):
     avx2 = cso.Hardware(vector_bytes=32, vector_registers=16)
-    with pytest.raises(PackedFormatError, match="micro-kernel; this machine uses 6x16, 4x16"):
+    with pytest.raises(PackedFormatError, match="micro-kernel; this machine uses 6x16, 4x16, 16x6"):
         cso.load_packed(saved, hardware=avx2)
 
 

@@ -47,11 +47,14 @@ def problems(draw):
     problem=problems(),
     dtype=st.sampled_from([np.float32, np.float64]),
     schedule=st.sampled_from(["IS", "WS"]),
+    vector_operand=st.sampled_from(["windows", "filters"]),
     threads=st.sampled_from([1, 2]),
     with_bias=st.booleans(),
     seed=st.integers(0, 2**32 - 1),
 )
-def test_conv2d_matches_reference(problem, dtype, schedule, threads, with_bias, seed):
+def test_conv2d_matches_reference(
+    problem, dtype, schedule, vector_operand, threads, with_bias, seed
+):
     x_shape, w_shape, params, _ = problem
     threads = min(threads, numba.config.NUMBA_NUM_THREADS)
     rng = np.random.default_rng(seed)
@@ -59,8 +62,15 @@ def test_conv2d_matches_reference(problem, dtype, schedule, threads, with_bias, 
     w = rng.standard_normal(w_shape).astype(dtype)
     bias = rng.standard_normal(w_shape[0]).astype(dtype) if with_bias else None
     plan = cso.plan_conv2d(
-        x_shape, w_shape, dtype=dtype, schedule=schedule, threads=threads, **params
+        x_shape,
+        w_shape,
+        dtype=dtype,
+        schedule=schedule,
+        threads=threads,
+        vector_operand=vector_operand,
+        **params,
     )
+    assert plan.vector_operand == vector_operand
     y = cso.conv2d(x, w, bias, threads=threads, plan=plan, **params)
     assert y.dtype == dtype
     assert_matches_reference(y, x, w, bias, **params)

@@ -279,3 +279,56 @@ def test_input_read_in_place_only_for_small_planes():
     assert not plan_conv2d((1, 64, 56, 56), (64, 64, 1, 1), hardware=AVX512).input_in_place
     # Stride 2 subsamples first: the plane read is 14x14.
     assert plan_conv2d((1, 64, 28, 28), (64, 64, 1, 1), stride=2, hardware=AVX512).input_in_place
+
+
+def test_filter_vectorised_kernels_only_for_prepacked_filters():
+    """32 filters per vector fit a 7x7 layer's 49 windows far better than
+    32 windows per vector; the analysis takes them only when the filters are
+    packed ahead (per call, packing every filter would cost more)."""
+    assert tiles.filter_vector_blocks(64, 32, 4) == [(32, 14)]
+    assert tiles.filter_vector_blocks(32, 16, 4) == [(16, 6)]
+    shape = ((1, 512, 7, 7), (512, 512, 3, 3))
+    per_call = plan_conv2d(*shape, padding=1, hardware=AVX512)
+    assert per_call.vector_operand == "windows"
+    prepacked = plan_conv2d(*shape, padding=1, hardware=AVX512, filters_prepacked=True)
+    assert prepacked.vector_operand == "filters"
+    assert (prepacked.filters_per_tile, prepacked.windows_per_tile) == (32, 14)
+    traffic = prepacked.cost_of(prepacked.schedule)
+    # Its transposed stores are priced: one per output element per call.
+    assert traffic.transposed_stores == traffic.kernel_calls * 32 * 14 > 0
+    assert per_call.cost_of(per_call.schedule).transposed_stores == 0
+    # Padded multiply-adds: 49 windows in 4 tiles of 14, against 2 of 32.
+    reduction = 512 * 9
+    assert traffic.padded_macs == 56 * 512 * reduction
+    nf = per_call.filters_per_tile
+    padded_filters = ceil_div(512, nf) * nf
+    assert per_call.cost_of(per_call.schedule).padded_macs == 64 * padded_filters * reduction
+
+
+def test_vector_operand_can_be_forced_and_is_validated():
+    plan = plan_conv2d((1, 8, 9, 9), (40, 8, 3, 3), hardware=AVX512, vector_operand="filters")
+    assert plan.vector_operand == "filters" and plan.filters_per_tile % 16 == 0
+    assert plan_conv2d((1, 8, 9, 9), (40, 8, 3, 3), vector_operand="windows").vector_operand == (
+        "windows"
+    )
+    with pytest.raises(ValueError, match="vector_operand must be 'windows', 'filters' or None"):
+        plan_conv2d((1, 8, 9, 9), (40, 8, 3, 3), vector_operand="channels")
+    with pytest.raises(ValueError, match="filters_per_tile must be a multiple of the vector"):
+        plan_conv2d(
+            (1, 8, 9, 9),
+            (40, 8, 3, 3),
+            hardware=AVX512,
+            vector_operand="filters",
+            filters_per_tile=20,
+        )
+
+
+def test_plan_dict_keeps_the_vector_operand():
+    from cso.analysis.plan import Plan
+
+    plan = plan_conv2d((1, 8, 9, 9), (40, 8, 3, 3), hardware=AVX512, vector_operand="filters")
+    assert Plan.from_dict(plan.to_dict()) == plan
+    older = plan.to_dict()
+    older["vector_operand"] = None
+    del older["vector_operand"]  # a plan stored before the field existed
+    assert Plan.from_dict(older).vector_operand == "windows"
