@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import numba
 import numpy as np
 
@@ -151,7 +153,8 @@ def _prepare_filters(w, bias, plan: Plan):
     g = plan.geometry
     dtype = np.dtype(plan.dtype)
     if plan.vector_operand == "filters":
-        panels = pack_filters_panels(np.asarray(w), g.groups, plan.filters_per_tile, dtype)
+        with _numba_threads(plan.threads):
+            panels = pack_filters_panels(np.asarray(w), g.groups, plan.filters_per_tile, dtype)
         packed_bias = pack_bias(bias, g.filters, g.groups, plan.filters_per_tile, dtype)
         return (panels, panels[: plan.filters_per_tile], True), packed_bias
     w_flat = _writeable(np.ascontiguousarray(w, dtype=dtype)).reshape(-1)
@@ -229,6 +232,7 @@ def _conv2d_packed(x, packed, bias, stride, padding, dilation, groups, out, thre
             None,
             threads,
             vector_operand=plan.vector_operand,
+            filters_prepacked=True,
         )
     has_bias = packed.bias is not None
     bias_panel = packed.bias if has_bias else np.zeros(plan.filters_per_tile, dtype)
@@ -301,17 +305,26 @@ def _run(x, filters, packed_bias, has_bias, y, plan: Plan, threads: int, variant
         if plan.schedule == "IS"
         else module.convolve_weight_stationary
     )
-    # set_num_threads is per calling thread in Numba, so concurrent callers
-    # with different counts do not disturb each other.
+    with _numba_threads(threads):
+        loop_nest(x_flat, filter_array, edge_filters, packed_bias, has_bias, y.reshape(-1), bounds)
+    return y
+
+
+@contextlib.contextmanager
+def _numba_threads(threads: int):
+    """Run the enclosed parallel Numba code on ``threads`` workers.
+
+    ``set_num_threads`` is per calling thread in Numba, so concurrent callers
+    with different counts do not disturb each other.
+    """
     previous = numba.get_num_threads()
     if previous != threads:
         numba.set_num_threads(threads)
     try:
-        loop_nest(x_flat, filter_array, edge_filters, packed_bias, has_bias, y.reshape(-1), bounds)
+        yield
     finally:
         if previous != threads:
             numba.set_num_threads(previous)
-    return y
 
 
 def _writeable(array: np.ndarray) -> np.ndarray:

@@ -57,6 +57,7 @@ class Traffic:
     padded_macs: int
     cost: float
     transposed_stores: int = 0
+    packed_filter_elements: int = 0
 
     def as_dict(self) -> dict:
         return {
@@ -69,6 +70,7 @@ class Traffic:
             "padded_macs": self.padded_macs,
             "cost": self.cost,
             "transposed_stores": self.transposed_stores,
+            "packed_filter_elements": self.packed_filter_elements,
         }
 
 
@@ -197,14 +199,42 @@ def transposed_stores(vector_operand: str, calls: int, out_tile_elements: int) -
     return calls * out_tile_elements if vector_operand == "filters" else 0
 
 
+def packed_filter_elements(
+    vector_operand: str,
+    filters_prepacked: bool,
+    filter_tiles: int,
+    filter_all: int,
+    element_bytes: int,
+    batch: int,
+) -> int:
+    """``T_f*FS_all/s / N``: the filter elements a filter-vectorised plan packs
+    in each call, per image (one packing serves the batch); 0 when the filters
+    were packed ahead or the kernel reads them in place (windows orientation)."""
+    if vector_operand != "filters" or filters_prepacked:
+        return 0
+    return ceil_div(filter_tiles * filter_all // element_bytes, max(1, batch))
+
+
 def weighted_cost(
-    dram, l3, l2, tlb_misses, calls, l1_spill, macs, element_bytes, hardware, stores=0
+    dram,
+    l3,
+    l2,
+    tlb_misses,
+    calls,
+    l1_spill,
+    macs,
+    element_bytes,
+    hardware,
+    stores=0,
+    packed_filters=0,
 ):
     """``dram*c_dram + l3*c_l3 + l2*c_l2 + misses*c_tlb + calls*c_call
-    + spill*c_spill + macs*c_mac*s/4 + stores*c_store`` (a float64 MAC takes
-    two float32 lanes; ``stores`` are transposed element stores)."""
+    + spill*c_spill + macs*c_mac*s/4 + stores*c_store + packed*c_pack`` (a
+    float64 MAC takes two float32 lanes; ``stores`` are transposed element
+    stores, ``packed`` filter elements packed in the call)."""
     return (
         stores * hardware.transposed_store_cost
+        + packed_filters * hardware.filter_pack_cost
         + dram * hardware.dram_cost
         + l3 * hardware.l3_cost
         + l2 * hardware.l2_cost
@@ -233,13 +263,17 @@ def schedule_traffic(
     hardware,
     window_parts: int = 1,
     vector_operand: str = "windows",
+    filters_prepacked: bool = False,
+    batch: int = 1,
 ) -> Traffic:
     """Bytes per level and cost of one schedule, per (group, image).
 
     ``window_parts`` (WS) splits the window tiles into parallel parts; each
     part sweeps its own window blocks past every filter tile.
     ``vector_operand`` is the micro-kernel's orientation: the bytes are the
-    same either way, the filter-vectorised kernel adds its transposed stores.
+    same either way, the filter-vectorised kernel adds its transposed stores
+    and, unless ``filters_prepacked``, the packing of every filter, shared by
+    the ``batch`` images of the call.
     """
     l2_usable = int(hardware.l2_bytes * hardware.usable_fraction)
     l3_usable = int(hardware.l3_bytes * hardware.usable_fraction)
@@ -299,9 +333,31 @@ def schedule_traffic(
         window_tiles, windows_per_tile, filter_tiles, filters_per_tile, channels * kernel_area
     )
     stores = transposed_stores(vector_operand, calls, filters_per_tile * windows_per_tile)
+    packed = packed_filter_elements(
+        vector_operand, filters_prepacked, filter_tiles, filter_all, s, batch
+    )
     cost = weighted_cost(
-        levels["dram"], levels["l3"], levels["l2"], misses, calls, spill, macs, s, hardware, stores
+        levels["dram"],
+        levels["l3"],
+        levels["l2"],
+        misses,
+        calls,
+        spill,
+        macs,
+        s,
+        hardware,
+        stores,
+        packed,
     )
     return Traffic(
-        levels["dram"], levels["l3"], levels["l2"], misses, calls, spill, macs, cost, stores
+        levels["dram"],
+        levels["l3"],
+        levels["l2"],
+        misses,
+        calls,
+        spill,
+        macs,
+        cost,
+        stores,
+        packed,
     )

@@ -80,6 +80,11 @@ class Hardware:
         Cost of storing one output element from a filter-vectorised
         micro-kernel, which writes its tile lane by lane (an extract and a
         scalar store, about one cycle: 128 units).
+    filter_pack_cost : float
+        Cost of packing one filter element per call, which a
+        filter-vectorised micro-kernel needs unless the filters were packed
+        ahead of time (measured 6 GB/s per core here: about 0.6 elements
+        per cycle, 230 units).
     source : str
         Where the figures came from ("py-cpuinfo", "sysfs", "defaults", "user").
     """
@@ -104,6 +109,7 @@ class Hardware:
     sweep_fraction: float = 2 / 3
     l1_miss_cost: float = 2.0
     transposed_store_cost: float = 128.0
+    filter_pack_cost: float = 230.0
     source: str = "user"
 
     def __post_init__(self):

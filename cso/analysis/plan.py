@@ -69,8 +69,10 @@ class Plan:
     vector_operand : {"windows", "filters"}
         The micro-kernel's vector dimension: windows (the SConv kernel,
         ``Nwin`` a multiple of the lanes) or filters (``Nf`` a multiple of the
-        lanes, any ``Nwin``; needs packed filters, so the analysis offers it
-        only for filters packed ahead of time, :func:`cso.pack_filters`).
+        lanes, any ``Nwin``; needs every filter packed: ahead of time by
+        :func:`cso.pack_filters`, or in the call, a cost the model counts).
+    filters_prepacked : bool
+        Planned for filters packed ahead of time (no packing in the call).
     """
 
     schedule: str
@@ -89,6 +91,7 @@ class Plan:
     geometry: ConvGeometry
     hardware: Hardware
     vector_operand: str = "windows"
+    filters_prepacked: bool = False
 
     def cost_of(self, schedule: str):
         """The modelled :class:`~cso.analysis.cost.Traffic` of ``schedule``."""
@@ -120,6 +123,7 @@ class Plan:
             "geometry": asdict(self.geometry),
             "hardware": asdict(self.hardware),
             "vector_operand": self.vector_operand,
+            "filters_prepacked": self.filters_prepacked,
         }
 
     @staticmethod
@@ -145,6 +149,7 @@ class Plan:
             geometry=ConvGeometry(**fields["geometry"]),
             hardware=Hardware(**fields["hardware"]),
             vector_operand=str(fields.get("vector_operand", "windows")),
+            filters_prepacked=bool(fields.get("filters_prepacked", False)),
         )
 
     def matches(self, geometry: ConvGeometry, dtype) -> bool:
@@ -200,9 +205,10 @@ def plan_conv2d(
         Force the micro-kernel's vector dimension (see :class:`Plan`).
     filters_prepacked : bool, default False
         Whether the filters will be packed ahead of time
-        (:func:`cso.pack_filters` says so).  Only then does the analysis
-        consider filter-vectorised kernels: they need every filter packed,
-        which per call costs more than it saves (measured 4-6 GB/s).
+        (:func:`cso.pack_filters` says so).  Filter-vectorised kernels need
+        every filter packed; without this the model charges that packing to
+        the call (``Hardware.filter_pack_cost`` per element, shared by the
+        batch), which few batch-1 layers repay.
 
     Returns
     -------
@@ -255,8 +261,8 @@ def plan_for_geometry(
     """:func:`plan_conv2d` on validated arguments (memoised: plans are pure and frozen).
 
     Every micro-kernel shape of :func:`~cso.analysis.tiles.register_blocks`
-    (and, for prepacked filters, of :func:`~cso.analysis.tiles.filter_vector_blocks`),
-    or the one asked for, is planned, and the cheapest plan is returned.
+    and :func:`~cso.analysis.tiles.filter_vector_blocks`, or the one asked
+    for, is planned, and the cheapest plan is returned.
     """
     element_bytes = np.dtype(dtype_name).itemsize
     lanes = max(1, hardware.vector_bytes // element_bytes)
@@ -264,9 +270,7 @@ def plan_for_geometry(
         "windows": tiles.register_blocks,
         "filters": tiles.filter_vector_blocks,
     }
-    operands = [vector_operand] if vector_operand else ["windows"]
-    if vector_operand is None and filters_prepacked:
-        operands.append("filters")
+    operands = [vector_operand] if vector_operand else list(VECTOR_OPERANDS)
     shapes = list(
         dict.fromkeys(
             (filters_per_tile or nf, windows_per_tile or nwin, operand)
@@ -286,7 +290,17 @@ def plan_for_geometry(
                 f"micro-kernel's vectors hold {operand}, got {size}"
             )
     plans = [
-        _plan_for_shape(geometry, dtype_name, hardware, nf, nwin, schedule, threads, operand)
+        _plan_for_shape(
+            geometry,
+            dtype_name,
+            hardware,
+            nf,
+            nwin,
+            schedule,
+            threads,
+            operand,
+            filters_prepacked,
+        )
         for nf, nwin, operand in shapes
         if (nf if operand == "filters" else nwin) % lanes == 0
     ]
@@ -294,7 +308,15 @@ def plan_for_geometry(
 
 
 def _plan_for_shape(
-    geometry, dtype_name, hardware, nf, nwin, schedule, threads, vector_operand="windows"
+    geometry,
+    dtype_name,
+    hardware,
+    nf,
+    nwin,
+    schedule,
+    threads,
+    vector_operand="windows",
+    filters_prepacked=False,
 ) -> Plan:
     """The plan for one micro-kernel shape: each schedule with its cheapest
     channel tile, then the cheaper schedule (or the forced one)."""
@@ -325,6 +347,7 @@ def _plan_for_shape(
                     element_bytes,
                     parts,
                     vector_operand,
+                    filters_prepacked,
                 )
                 if name not in costs or traffic.cost < costs[name].cost:
                     costs[name], by_schedule[name] = traffic, (nc, k2, k3)
@@ -349,6 +372,7 @@ def _plan_for_shape(
         geometry=geometry,
         hardware=hardware,
         vector_operand=vector_operand,
+        filters_prepacked=bool(filters_prepacked),
     )
 
 
@@ -439,6 +463,7 @@ def _traffic(
     element_bytes,
     window_parts=1,
     vector_operand="windows",
+    filters_prepacked=False,
 ):
     return cost.schedule_traffic(
         schedule,
@@ -457,6 +482,8 @@ def _traffic(
         hardware=hardware,
         window_parts=window_parts,
         vector_operand=vector_operand,
+        filters_prepacked=filters_prepacked,
+        batch=geometry.batch,
     )
 
 
@@ -500,6 +527,7 @@ def with_tiles(
                 element_bytes,
                 window_parts if name == schedule else 1,
                 plan.vector_operand,
+                plan.filters_prepacked,
             ),
         )
         for name in SCHEDULES

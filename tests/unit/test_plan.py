@@ -281,10 +281,11 @@ def test_input_read_in_place_only_for_small_planes():
     assert plan_conv2d((1, 64, 28, 28), (64, 64, 1, 1), stride=2, hardware=AVX512).input_in_place
 
 
-def test_filter_vectorised_kernels_only_for_prepacked_filters():
+def test_filter_vectorised_kernels_when_their_packing_pays():
     """32 filters per vector fit a 7x7 layer's 49 windows far better than
-    32 windows per vector; the analysis takes them only when the filters are
-    packed ahead (per call, packing every filter would cost more)."""
+    32 windows per vector, but need every filter packed: the analysis takes
+    them when the filters are packed ahead, or when the call's batch shares
+    the packing, not for one image per call."""
     assert tiles.filter_vector_blocks(64, 32, 4) == [(32, 14)]
     assert tiles.filter_vector_blocks(32, 16, 4) == [(16, 6)]
     shape = ((1, 512, 7, 7), (512, 512, 3, 3))
@@ -303,6 +304,11 @@ def test_filter_vectorised_kernels_only_for_prepacked_filters():
     nf = per_call.filters_per_tile
     padded_filters = ceil_div(512, nf) * nf
     assert per_call.cost_of(per_call.schedule).padded_macs == 64 * padded_filters * reduction
+    assert prepacked.filters_prepacked and traffic.packed_filter_elements == 0
+    batch = plan_conv2d((32, 512, 7, 7), shape[1], padding=1, hardware=AVX512)
+    assert batch.vector_operand == "filters" and not batch.filters_prepacked
+    # Every filter packed once per call, charged per image.
+    assert batch.cost_of(batch.schedule).packed_filter_elements == 512 * reduction // 32
 
 
 def test_vector_operand_can_be_forced_and_is_validated():
