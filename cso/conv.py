@@ -12,7 +12,12 @@ from .analysis.plan import Plan, plan_for_geometry
 from .geometry import make_geometry, result_dtype
 from .macrokernel.bounds import LoopBounds
 from .microkernels.registry import loop_module
-from .packing.filters import pack_bias, pack_edge_filters, pack_filters_panels
+from .packing.filters import (
+    pack_bias,
+    pack_edge_filter_rows,
+    pack_edge_filters,
+    pack_filters_panels,
+)
 
 
 def _as_array(value, name: str) -> np.ndarray:
@@ -158,7 +163,8 @@ def _prepare_filters(w, bias, plan: Plan):
         packed_bias = pack_bias(bias, g.filters, g.groups, plan.filters_per_tile, dtype)
         return (panels, panels[: plan.filters_per_tile], True), packed_bias
     w_flat = _writeable(np.ascontiguousarray(w, dtype=dtype)).reshape(-1)
-    edge_filters = pack_edge_filters(
+    pack_edge = pack_edge_filter_rows if plan.vector_operand == "reduction" else pack_edge_filters
+    edge_filters = pack_edge(
         w_flat, g.groups, g.filters_per_group, g.reduction_length, plan.filters_per_tile
     )
     packed_bias = pack_bias(bias, g.filters, g.groups, plan.filters_per_tile, dtype)
@@ -236,7 +242,14 @@ def _conv2d_packed(x, packed, bias, stride, padding, dilation, groups, out, thre
         )
     has_bias = packed.bias is not None
     bias_panel = packed.bias if has_bias else np.zeros(plan.filters_per_tile, dtype)
-    filters = (packed.panels, packed.panels[: plan.filters_per_tile], True)
+    if plan.vector_operand == "reduction":
+        g = plan.geometry
+        edge = pack_edge_filter_rows(
+            packed.panels, g.groups, g.filters_per_group, g.reduction_length, plan.filters_per_tile
+        )
+        filters = (packed.panels, edge, False)
+    else:
+        filters = (packed.panels, packed.panels[: plan.filters_per_tile], True)
     return _run(x, filters, bias_panel, has_bias, y, plan, threads)
 
 
@@ -252,6 +265,8 @@ def _run(x, filters, packed_bias, has_bias, y, plan: Plan, threads: int, variant
     pointwise = g.kernel_height == g.kernel_width == 1
     unpadded = g.pad_top == g.pad_bottom == g.pad_left == g.pad_right == 0
     subsample = pointwise and unpadded and (g.stride_h, g.stride_w) != (1, 1)
+    # The one window is the whole input: a dot-product plan reads it in place.
+    whole_input = g.windows == 1 and (g.kernel_height, g.kernel_width) == (g.height, g.width)
     if subsample:
         # A strided, unpadded 1x1 convolution reads only every stride-th pixel:
         # keep just those (a small strided copy), and it becomes a stride-1 1x1
@@ -288,9 +303,10 @@ def _run(x, filters, packed_bias, has_bias, y, plan: Plan, threads: int, variant
         filters_per_tile=plan.filters_per_tile,
         windows_per_tile=plan.windows_per_tile,
         # Only where the layout allows it, whatever a hand-made plan says.
-        input_in_place=plan.input_in_place and pointwise and unpadded,
+        input_in_place=plan.input_in_place and (pointwise or whole_input) and unpadded,
         filters_packed=filters_packed,
         window_parts=plan.window_parts,
+        edge_rows=plan.vector_operand == "reduction",
     )
     module = loop_module(
         plan.filters_per_tile,

@@ -38,7 +38,7 @@ from .analysis import tiles
 from .analysis.hardware import Hardware
 from .analysis.plan import Plan, plan_conv2d
 from .geometry import SUPPORTED_DTYPES, ceil_div, make_geometry
-from .packing.filters import aligned_empty, pack_bias, pack_filters_panels
+from .packing.filters import aligned_empty, pack_bias, pack_filters_panels, pack_filters_rows
 
 FORMAT = "cso-packed-filters"
 FORMAT_VERSION = 1
@@ -171,7 +171,11 @@ def pack_filters(
         filters_prepacked=True,
         **params,
     )
-    panels = pack_filters_panels(w, geometry.groups, plan.filters_per_tile, dtype)
+    if plan.vector_operand == "reduction":
+        # Dot products read each filter as a row: the KCRS array is the panel.
+        panels = pack_filters_rows(w, dtype)
+    else:
+        panels = pack_filters_panels(w, geometry.groups, plan.filters_per_tile, dtype)
     packed_bias = (
         None
         if bias is None
@@ -301,10 +305,14 @@ def _layers(path, metadata, members, hardware) -> dict:
         dtype_name = str(kernel["dtype"])
         shape = (int(kernel["filters_per_tile"]), int(kernel["windows_per_tile"]))
         element_bytes = np.dtype(dtype_name).itemsize
-        usable = tiles.register_blocks(
-            hardware.vector_bytes, hardware.vector_registers, element_bytes
-        ) + tiles.filter_vector_blocks(
-            hardware.vector_bytes, hardware.vector_registers, element_bytes
+        usable = (
+            tiles.register_blocks(hardware.vector_bytes, hardware.vector_registers, element_bytes)
+            + tiles.filter_vector_blocks(
+                hardware.vector_bytes, hardware.vector_registers, element_bytes
+            )
+            + tiles.dot_product_blocks(
+                hardware.vector_bytes, hardware.vector_registers, element_bytes
+            )
         )
         if shape not in usable:
             here = ", ".join(f"{nf}x{nwin}" for nf, nwin in usable)
@@ -333,7 +341,11 @@ def _layers(path, metadata, members, hardware) -> dict:
             )
         w_shape = tuple(int(d) for d in entry["w_shape"])
         groups = int(entry["groups"])
-        size = _panel_size(w_shape, groups, plan.filters_per_tile)
+        size = (
+            int(np.prod(w_shape))
+            if plan.vector_operand == "reduction"
+            else _panel_size(w_shape, groups, plan.filters_per_tile)
+        )
         if panels.dtype != np.dtype(plan.dtype) or panels.shape != (size,):
             raise PackedFormatError(
                 f"{path}: layer {name!r} panels are {panels.dtype} {panels.shape}, expected "

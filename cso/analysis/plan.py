@@ -19,7 +19,7 @@ from . import cost, tiles
 from .cost import Traffic
 from .hardware import Hardware
 
-VECTOR_OPERANDS = ("windows", "filters")
+VECTOR_OPERANDS = ("windows", "filters", "reduction")
 
 SCHEDULES = ("IS", "WS")
 
@@ -66,11 +66,13 @@ class Plan:
         The problem this plan was made for.
     hardware : Hardware
         The machine it was made for.
-    vector_operand : {"windows", "filters"}
+    vector_operand : {"windows", "filters", "reduction"}
         The micro-kernel's vector dimension: windows (the SConv kernel,
-        ``Nwin`` a multiple of the lanes) or filters (``Nf`` a multiple of the
+        ``Nwin`` a multiple of the lanes), filters (``Nf`` a multiple of the
         lanes, any ``Nwin``; needs every filter packed: ahead of time by
-        :func:`cso.pack_filters`, or in the call, a cost the model counts).
+        :func:`cso.pack_filters`, or in the call, a cost the model counts) or
+        the reduction (dot products, for a fully connected layer whose one
+        window is the whole input, :func:`~cso.analysis.tiles.reads_whole_input_per_window`).
     filters_prepacked : bool
         Planned for filters packed ahead of time (no packing in the call).
     """
@@ -201,7 +203,7 @@ def plan_conv2d(
         Force a schedule instead of the cost model's choice.
     threads : int, optional
         Workers to plan for (default: ``hardware.cores``).
-    vector_operand : {"windows", "filters"}, optional
+    vector_operand : {"windows", "filters", "reduction"}, optional
         Force the micro-kernel's vector dimension (see :class:`Plan`).
     filters_prepacked : bool, default False
         Whether the filters will be packed ahead of time
@@ -227,7 +229,8 @@ def plan_conv2d(
         raise ValueError(f"schedule must be 'IS', 'WS' or None, got {schedule!r}")
     if vector_operand is not None and vector_operand not in VECTOR_OPERANDS:
         raise ValueError(
-            f"vector_operand must be 'windows', 'filters' or None, got {vector_operand!r}"
+            "vector_operand must be 'windows', 'filters', 'reduction' or None, "
+            f"got {vector_operand!r}"
         )
     threads = hardware.cores if threads is None else threads
     if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1:
@@ -269,8 +272,17 @@ def plan_for_geometry(
     blocks = {
         "windows": tiles.register_blocks,
         "filters": tiles.filter_vector_blocks,
+        "reduction": tiles.dot_product_blocks,
     }
+    whole_input = _whole_input_window(geometry)
+    if vector_operand == "reduction" and not whole_input:
+        raise ValueError(
+            "vector_operand='reduction' needs one window covering the whole unpadded input "
+            "(a fully connected layer: P*Q = 1, R = H, S = W)"
+        )
     operands = [vector_operand] if vector_operand else list(VECTOR_OPERANDS)
+    if not whole_input:
+        operands = [operand for operand in operands if operand != "reduction"]
     shapes = list(
         dict.fromkeys(
             (filters_per_tile or nf, windows_per_tile or nwin, operand)
@@ -284,6 +296,8 @@ def plan_for_geometry(
         name, size = (
             ("windows_per_tile", nwin) if operand == "windows" else ("filters_per_tile", nf)
         )
+        if operand == "reduction":
+            continue
         if size % lanes and (vector_operand or operand == "windows"):
             raise ValueError(
                 f"{name} must be a multiple of the vector lanes ({lanes}) when the "
@@ -302,7 +316,7 @@ def plan_for_geometry(
             filters_prepacked,
         )
         for nf, nwin, operand in shapes
-        if (nf if operand == "filters" else nwin) % lanes == 0
+        if operand == "reduction" or (nf if operand == "filters" else nwin) % lanes == 0
     ]
     return min(plans, key=lambda plan: plan.cost_of(plan.schedule).cost)
 
@@ -366,7 +380,8 @@ def _plan_for_shape(
         vector_lanes=lanes,
         threads=int(threads),
         window_parts=window_parts,
-        input_in_place=_input_in_place(geometry, element_bytes, hardware),
+        input_in_place=vector_operand == "reduction"
+        or _input_in_place(geometry, element_bytes, hardware),
         costs=tuple((name, costs[name]) for name in SCHEDULES),
         tiles_by_schedule=tuple((name, by_schedule[name]) for name in SCHEDULES),
         geometry=geometry,
@@ -405,6 +420,19 @@ def _cache_tiles(geometry, hardware, schedule, nc, nf, nwin, element_bytes, thre
     k2 = tiles.l2_tiles(l2, resident, streamed, out_bytes, streamed_count)
     k3 = tiles.l3_tiles(l3, resident, streamed, out_bytes, k2, resident_count)
     return k2, k3
+
+
+def _whole_input_window(geometry) -> bool:
+    padded = geometry.pad_top or geometry.pad_bottom or geometry.pad_left or geometry.pad_right
+    return tiles.reads_whole_input_per_window(
+        geometry.kernel_height,
+        geometry.kernel_width,
+        geometry.height,
+        geometry.width,
+        padded,
+        geometry.windows,
+        (geometry.dilation_h, geometry.dilation_w) != (1, 1),
+    )
 
 
 def _input_in_place(geometry, element_bytes, hardware) -> bool:

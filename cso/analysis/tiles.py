@@ -59,6 +59,34 @@ def filter_vector_blocks(vector_bytes: int, vector_registers: int, element_bytes
     return [(nwin, nf)]
 
 
+def dot_product_blocks(vector_bytes: int, vector_registers: int, element_bytes: int) -> list:
+    """Shapes ``(Nf, Nwin)`` of the reduction-vectorised (dot-product) kernel:
+    8 filters of one window, eight independent accumulators (enough to cover
+    the FMA latency; the layers it serves are bound by memory, not FMAs)."""
+    return [(8, 1)]
+
+
+def reads_whole_input_per_window(
+    kernel_height, kernel_width, height, width, padded, windows, dilated
+) -> bool:
+    """Whether the only window is the whole, unpadded input (``P*Q = 1``,
+    ``R = H``, ``S = W``): a fully connected layer written as a convolution.
+
+    Then window ``0``'s reduction elements ``(c*R + r)*S + s`` are the input's
+    own ``c*H*W + r*W + s``, contiguous, and the filters' KCRS rows are
+    contiguous too: dot products read both in place, with no packing and no
+    padded lanes (VGG-16's first classifier layer: a 7x7 convolution of a
+    7x7 input, 411 MB of filters).
+    """
+    return (
+        windows == 1
+        and not padded
+        and not dilated
+        and kernel_height == height
+        and kernel_width == width
+    )
+
+
 def input_tile_bytes(
     channel_tile: int, kernel_area: int, windows_per_tile: int, element_bytes: int
 ) -> int:

@@ -33,5 +33,6 @@ LoopBounds = namedtuple(
         "input_in_place",  # 1x1, stride 1, unpadded: full tiles read x directly
         "filters_packed",  # filters are full panels; else KCRS in place + edge panels
         "window_parts",  # WS: contiguous parts the window tiles are split into
+        "edge_rows",  # edge filter panels are [G][Nf][C*R*S] (dot products), else [G][C*R*S][Nf]
     ],
 )

@@ -15,18 +15,24 @@ Contracts relied on
     :mod:`cso.packing.filters` says (strides ``(Nf, 1)``);
   - in place: ``filters`` is the KCRS array flattened, read with strides
     ``(1, C_g*R*S)``, and ``edge_filters`` holds the packed last tile
-    ``[G][C_g*R*S][Nf]`` of each group when ``K_g % Nf`` (zero rows past K).
+    ``[G][C_g*R*S][Nf]`` of each group when ``K_g % Nf`` (zero rows past K),
+    or ``[G][Nf][C_g*R*S]`` (``b.edge_rows``) for dot-product kernels, which
+    read every filter as a row.
 
   A filter-vectorised micro-kernel (``vector_operand="filters"``) loads
   vectors along ``Nf`` and is only bound to a module whose callers pass
-  packed filters.
+  packed filters; a dot-product one (``"reduction"``) loads along the
+  reduction and gets the filters in place.
 * ``bias``: ``[G][T_f*Nf]``, zero past ``K_g``.
 * ``x_flat``: the input ``[N][C][H][W]`` flattened, unpadded: packing
   writes the padding's zeros into the panels.  When
   ``b.input_in_place`` (1x1, stride 1 or subsampled, no padding, small
   planes: see the plan) a full window tile's
   panel *is* ``x_flat`` from ``image + c0*H*W + w0`` with row stride ``H*W``,
-  and only edge tiles are packed into ``[nc*R*S][Nwin]`` panels.
+  and only edge tiles are packed into ``[nc*R*S][Nwin]`` panels.  For a
+  dot-product kernel the one window is the whole input (``P*Q = 1``,
+  ``R = H``, ``S = W``): its elements are ``x_flat`` from ``image + c0*H*W``,
+  contiguous.
 * ``y_flat``: the output ``[N][K][P*Q]`` flattened; every element is
   written at the first channel tile and accumulated into after it.
 * Work is split into jobs ``(group, image, stationary block)``, and for WS
@@ -267,6 +273,10 @@ def _tile(
         k_stride, i_stride = nf, 1
     elif rows == nf:
         filter_offset = (group * b.filters + filter_start) * reduction + channel_start * area
+        k_stride, i_stride = 1, reduction
+    elif b.edge_rows:
+        source = edge_filters
+        filter_offset = group * nf * reduction + channel_start * area
         k_stride, i_stride = 1, reduction
     else:
         source = edge_filters

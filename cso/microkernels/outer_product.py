@@ -41,6 +41,15 @@ Two orientations, one contract
   lanes), none when 32 filters are.  The tile is stored transposed, one
   element at a time: that costs ``O(Nf*Nwin)`` against the reduction's
   ``O(Nf*Nwin*depth)``.
+* ``vector_operand="reduction"`` (dot products): ``acc[i][j]`` is one
+  vector of partial sums over ``VL`` consecutive reduction indices; each
+  step loads ``VL`` elements of filter ``i`` (``filters_k_stride`` must be
+  1: KCRS rows read in place) and of window ``j`` (the window's elements
+  contiguous: ``inputs[inputs_offset + j * inputs_stride + k]``), masked
+  past ``depth``, and the lanes are summed at the end.  Any ``Nf`` and
+  ``Nwin``; meant for a fully connected layer written as a convolution,
+  one window whose elements are the input itself, where vectors along the
+  windows would hold one useful lane in ``VL``.
 """
 
 from __future__ import annotations
@@ -53,7 +62,7 @@ from numba.extending import intrinsic
 _LLVM_FLOAT = {"float32": ir.FloatType, "float64": ir.DoubleType}
 _NUMBA_FLOAT = {"float32": types.float32, "float64": types.float64}
 _LLVM_SUFFIX = {"float32": "f32", "float64": "f64"}
-VECTOR_OPERANDS = ("windows", "filters")
+VECTOR_OPERANDS = ("windows", "filters", "reduction")
 
 
 def build_outer_product_kernel(
@@ -90,10 +99,12 @@ def build_outer_product_kernel(
     if dtype_name not in _LLVM_FLOAT:
         raise ValueError(f"dtype_name must be 'float32' or 'float64', got {dtype_name!r}")
     if vector_operand not in VECTOR_OPERANDS:
-        raise ValueError(f"vector_operand must be 'windows' or 'filters', got {vector_operand!r}")
+        raise ValueError(
+            f"vector_operand must be one of {', '.join(VECTOR_OPERANDS)}, got {vector_operand!r}"
+        )
     vectorised = windows_per_tile if vector_operand == "windows" else filters_per_tile
     name = "windows_per_tile" if vector_operand == "windows" else "filters_per_tile"
-    if vectorised % vector_lanes:
+    if vector_operand != "reduction" and vectorised % vector_lanes:
         raise ValueError(
             f"{name} ({vectorised}) must be a multiple of vector_lanes ({vector_lanes}) "
             f"when vector_operand={vector_operand!r}"
@@ -101,8 +112,10 @@ def build_outer_product_kernel(
     # acc[a][v]: a runs over the broadcast operand, v over the vectors of the other.
     if vector_operand == "windows":
         broadcasts, vectors = filters_per_tile, windows_per_tile // vector_lanes
-    else:
+    elif vector_operand == "filters":
         broadcasts, vectors = windows_per_tile, filters_per_tile // vector_lanes
+    else:
+        broadcasts, vectors = filters_per_tile, windows_per_tile
     numba_type = _NUMBA_FLOAT[dtype_name]
 
     @intrinsic
@@ -152,7 +165,10 @@ def build_outer_product_kernel(
 
         def codegen(context, builder, signature, args):
             emitter = _Emitter(context, builder, signature, args, dtype_name, vector_lanes)
-            emitter.emit(vector_operand, broadcasts, vectors)
+            if vector_operand == "reduction":
+                emitter.emit_dot_products(broadcasts, vectors)
+            else:
+                emitter.emit(vector_operand, broadcasts, vectors)
             return context.get_dummy_value()
 
         return sig, codegen
@@ -196,6 +212,7 @@ class _Emitter:
         self.intp = context.get_value_type(types.intp)
         self.lanes = lanes
         self.element_bytes = 4 if dtype_name == "float32" else 8
+        self.suffix = _LLVM_SUFFIX[dtype_name]
         self.vector_type = ir.VectorType(_LLVM_FLOAT[dtype_name](), lanes)
         self.fma = cgutils.get_or_insert_function(
             builder.module,
@@ -288,6 +305,113 @@ class _Emitter:
                 write_back(finals, accumulate=False)
             with accumulate_block:
                 write_back(finals, accumulate=True)
+
+    def emit_dot_products(self, rows, columns):
+        """Reduction orientation: ``rows x columns`` dot products, ``VL``
+        reduction indices per step, masked loads past ``depth`` (so any depth
+        is exact and nothing past an operand is read), lanes summed at the end."""
+        builder = self.builder
+        lanes = self.lanes
+        mask_type = ir.VectorType(ir.IntType(1), lanes)
+        pointer_type = self.vector_type.as_pointer()
+        masked_load = cgutils.get_or_insert_function(
+            builder.module,
+            ir.FunctionType(
+                self.vector_type, [pointer_type, ir.IntType(32), mask_type, self.vector_type]
+            ),
+            f"llvm.masked.load.v{lanes}{self.suffix}.p0",
+        )
+        align = ir.Constant(ir.IntType(32), self.element_bytes)
+        lane_index = ir.Constant(ir.VectorType(self.intp, lanes), list(range(lanes)))
+        index_undef = ir.Constant(ir.VectorType(self.intp, lanes), ir.Undefined)
+        splat_mask = ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes)
+
+        entry = builder.basic_block
+        loop = builder.append_basic_block("dot.loop")
+        done = builder.append_basic_block("dot.done")
+        builder.cbranch(builder.icmp_signed(">", self.depth, self.constant(0)), loop, done)
+        builder.position_at_end(loop)
+        k = builder.phi(self.intp, name="k")
+        k.add_incoming(self.constant(0), entry)
+        accumulators = []
+        for i in range(rows):
+            row = []
+            for j in range(columns):
+                phi = builder.phi(self.vector_type, name=f"dot_{i}_{j}")
+                phi.add_incoming(self.zero, entry)
+                row.append(phi)
+            accumulators.append(row)
+        remaining = builder.sub(self.depth, k)
+        remaining_splat = builder.shuffle_vector(
+            builder.insert_element(index_undef, remaining, ir.Constant(ir.IntType(32), 0)),
+            index_undef,
+            splat_mask,
+        )
+        mask = builder.icmp_signed("<", lane_index, remaining_splat)
+
+        def load(base, row_offset):
+            pointer = builder.gep(base, [builder.add(row_offset, k)])
+            return builder.call(
+                masked_load, [builder.bitcast(pointer, pointer_type), align, mask, self.zero]
+            )
+
+        windows = [
+            load(self.inputs, builder.mul(self.constant(j), self.inputs_stride))
+            for j in range(columns)
+        ]
+        updated = []
+        for i in range(rows):
+            weights = load(self.filters, builder.mul(self.constant(i), self.filters_i_stride))
+            updated.append(
+                [
+                    builder.call(self.fma, [weights, windows[j], accumulators[i][j]])
+                    for j in range(columns)
+                ]
+            )
+        next_k = builder.add(k, self.constant(lanes))
+        loop_end = builder.basic_block
+        k.add_incoming(next_k, loop_end)
+        for i in range(rows):
+            for j in range(columns):
+                accumulators[i][j].add_incoming(updated[i][j], loop_end)
+        builder.cbranch(builder.icmp_signed("<", next_k, self.depth), loop, done)
+
+        builder.position_at_end(done)
+        finals = []
+        for i in range(rows):
+            row = []
+            for j in range(columns):
+                final = builder.phi(self.vector_type, name=f"dot_final_{i}_{j}")
+                final.add_incoming(self.zero, entry)
+                final.add_incoming(updated[i][j], loop_end)
+                row.append(final)
+            finals.append(row)
+        sums = []
+        for i in range(rows):
+            bias_value = builder.load(builder.gep(self.bias, [self.constant(i)]))
+            total_row = []
+            for j in range(columns):
+                total = builder.select(self.add_bias, bias_value, ir.Constant(bias_value.type, 0.0))
+                for lane in range(lanes):
+                    element = builder.extract_element(
+                        finals[i][j], ir.Constant(ir.IntType(32), lane)
+                    )
+                    total = builder.fadd(total, element)
+                total_row.append(total)
+            sums.append(total_row)
+        with builder.if_else(self.overwrite) as (overwrite_block, accumulate_block):
+            for block, accumulate in ((overwrite_block, False), (accumulate_block, True)):
+                with block:
+                    for i in range(rows):
+                        out_row = builder.gep(
+                            self.out, [builder.mul(self.constant(i), self.out_stride)]
+                        )
+                        for j in range(columns):
+                            pointer = builder.gep(out_row, [self.constant(j)])
+                            value = sums[i][j]
+                            if accumulate:
+                                value = builder.fadd(builder.load(pointer), value)
+                            builder.store(value, pointer)
 
     def _write_rows(self, finals, accumulate):
         """Windows orientation: ``finals[i][v]`` is filter ``i``'s windows

@@ -115,7 +115,9 @@ def loop_module(
     if variant not in _VARIANTS:
         raise ValueError(f"variant must be one of {sorted(map(str, _VARIANTS))}, got {variant!r}")
     if vector_operand not in VECTOR_OPERANDS:
-        raise ValueError(f"vector_operand must be 'windows' or 'filters', got {vector_operand!r}")
+        raise ValueError(
+            f"vector_operand must be one of {', '.join(VECTOR_OPERANDS)}, got {vector_operand!r}"
+        )
     key = (
         int(filters_per_tile),
         int(windows_per_tile),
@@ -129,7 +131,7 @@ def loop_module(
         if module is not None:
             return module
         suffix = "" if variant is None else "_" + variant.replace("-", "_")
-        orientation = "" if vector_operand == "windows" else "_fvec"
+        orientation = {"windows": "", "filters": "_fvec", "reduction": "_dot"}[vector_operand]
         name = (
             f"cso_loops_f{key[0]}_w{key[1]}_{key[2]}_l{key[3]}{orientation}{suffix}"
             f"_{_source_hash()}"

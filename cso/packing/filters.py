@@ -7,6 +7,11 @@ Packed-layout contract
 ``k = (c*R + r)*S + s`` holds element ``k`` of filters ``f*Nf .. f*Nf+Nf-1``
 side by side.  Filters beyond ``K_g`` are zero, so the last tile is full.
 
+Dot-product kernels (a fully connected layer as a convolution) read each
+filter as a contiguous row instead: their "panels" are the KCRS array as it
+is (:func:`pack_filters_rows`, an aligned copy), with the last partial tile's
+rows from :func:`pack_edge_filter_rows`.
+
 Because the reduction index runs over channels outermost, the panel of any
 channel tile ``[c0, c0 + Nc)`` is the contiguous run of rows starting at
 ``c0*R*S``: its offset is :func:`filter_panel_offset`, and the packing does
@@ -101,6 +106,34 @@ def pack_edge_filters(
     tile = np.zeros((groups, filters_per_tile, reduction), dtype=w_flat.dtype)
     tile[:, :remainder] = by_group[:, full * filters_per_tile :]
     return np.ascontiguousarray(tile.transpose(0, 2, 1)).reshape(-1)
+
+
+def pack_filters_rows(w: np.ndarray, dtype) -> np.ndarray:
+    """``w`` flattened as KCRS rows, in ``dtype``, on a cache line (the
+    "panels" of a dot-product plan packed ahead of time)."""
+    source = np.ascontiguousarray(w, dtype=dtype).reshape(-1)
+    rows = aligned_empty(source.size, dtype)
+    rows[:] = source
+    return rows
+
+
+def pack_edge_filter_rows(
+    w_flat: np.ndarray, groups: int, filters_per_group: int, reduction: int, filters_per_tile: int
+) -> np.ndarray:
+    """The last, partial filter tile of each group as rows ``[G][Nf][C_g*R*S]``.
+
+    For dot-product kernels, which read every filter as a contiguous row:
+    the full tiles are the KCRS rows themselves, and this tile holds the
+    remaining ``K_g % Nf`` rows followed by zero rows.
+    """
+    full = filters_per_group // filters_per_tile
+    remainder = filters_per_group - full * filters_per_tile
+    if remainder == 0:
+        return np.zeros(filters_per_tile, dtype=w_flat.dtype)
+    by_group = w_flat.reshape(groups, filters_per_group, reduction)
+    tile = np.zeros((groups, filters_per_tile, reduction), dtype=w_flat.dtype)
+    tile[:, :remainder] = by_group[:, full * filters_per_tile :]
+    return tile.reshape(-1)
 
 
 def pack_bias(bias, filters: int, groups: int, filters_per_tile: int, dtype) -> np.ndarray:

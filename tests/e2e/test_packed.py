@@ -76,6 +76,33 @@ def test_filter_vectorised_plan_for_few_windows(rng, tmp_path):
     assert np.array_equal(cso.conv2d(x, loaded), cso.conv2d(x, packed))
 
 
+def test_dot_product_plan_for_a_classifier_layer(rng, tmp_path):
+    """A 7x7 convolution of a 7x7 input is a fully connected layer: one
+    window, so the analysis reads filters and input as rows (dot products),
+    per call and packed ahead; a whole-input window is the only kind it may
+    be forced on."""
+    avx512 = cso.Hardware(
+        l1_bytes=48 << 10,
+        l2_bytes=2 << 20,
+        l3_bytes=32 << 20,
+        vector_bytes=64,
+        vector_registers=32,
+    )
+    x = rng.standard_normal((2, 64, 7, 7)).astype(np.float32)
+    w = rng.standard_normal((44, 64, 7, 7)).astype(np.float32)
+    b = rng.standard_normal(44).astype(np.float32)
+    assert cso.plan_conv2d(x.shape, w.shape, hardware=avx512).vector_operand == "reduction"
+    packed = cso.pack_filters(w, x.shape, bias=b, hardware=avx512)
+    assert packed.plan.vector_operand == "reduction" and packed.panels.size == w.size
+    assert_matches_reference(cso.conv2d(x, packed), x, w, b)
+    path = tmp_path / "fc.npz"
+    cso.save_packed(path, {"fc": packed})
+    loaded = cso.load_packed(path, hardware=avx512)["fc"]
+    assert np.array_equal(cso.conv2d(x, loaded), cso.conv2d(x, packed))
+    with pytest.raises(ValueError, match="whole unpadded input"):
+        cso.plan_conv2d(x.shape, w.shape, padding=1, vector_operand="reduction")
+
+
 def test_packed_input_checks(layer):
     x, w, b, params = layer
     packed = cso.pack_filters(w, x.shape, **params)
@@ -181,7 +208,9 @@ def test_unknown_format_version(saved):
 
 def test_panels_for_another_micro_kernel(saved):
     avx2 = cso.Hardware(vector_bytes=32, vector_registers=16)
-    with pytest.raises(PackedFormatError, match="micro-kernel; this machine uses 6x16, 4x16, 16x6"):
+    with pytest.raises(
+        PackedFormatError, match="micro-kernel; this machine uses 6x16, 4x16, 16x6, 8x1"
+    ):
         cso.load_packed(saved, hardware=avx2)
 
 

@@ -93,3 +93,50 @@ def test_any_tiling_is_correct(problem, seed, l1, l2):
     for schedule in ("IS", "WS"):
         plan = cso.plan_conv2d(x_shape, w_shape, hardware=hardware, schedule=schedule, **params)
         assert_matches_reference(cso.conv2d(x, w, plan=plan, **params), x, w, **params)
+
+
+@st.composite
+def fully_connected(draw):
+    """A classifier layer as a convolution: one window, the whole input."""
+    groups = draw(st.sampled_from([1, 1, 2]))
+    channels = groups * draw(st.integers(1, 40))
+    filters = groups * draw(st.integers(1, 20))
+    height, width = draw(st.integers(1, 7)), draw(st.integers(1, 7))
+    batch = draw(st.integers(1, 3))
+    stride = draw(st.integers(1, 2))
+    return (
+        (batch, channels, height, width),
+        (filters, channels // groups, height, width),
+        dict(stride=stride, groups=groups),
+    )
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    problem=fully_connected(),
+    dtype=st.sampled_from([np.float32, np.float64]),
+    threads=st.sampled_from([1, 2]),
+    with_bias=st.booleans(),
+    prepacked=st.booleans(),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_dot_product_plans_match_reference(problem, dtype, threads, with_bias, prepacked, seed):
+    """A dot-product plan (filters and input read in place, for a whole-input
+    window) must be exact for any channels, filters, groups, batch and edge
+    tile, per call and with filters packed ahead."""
+    x_shape, w_shape, params = problem
+    threads = min(threads, numba.config.NUMBA_NUM_THREADS)
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(x_shape).astype(dtype)
+    w = rng.standard_normal(w_shape).astype(dtype)
+    bias = rng.standard_normal(w_shape[0]).astype(dtype) if with_bias else None
+    if prepacked:
+        # The analysis' own choice (dot products but for the smallest layers).
+        packed = cso.pack_filters(w, x_shape, bias=bias, dtype=dtype, threads=threads, **params)
+        y = cso.conv2d(x, packed, threads=threads)
+    else:
+        plan = cso.plan_conv2d(
+            x_shape, w_shape, dtype=dtype, threads=threads, vector_operand="reduction", **params
+        )
+        y = cso.conv2d(x, w, bias, threads=threads, plan=plan, **params)
+    assert_matches_reference(y, x, w, bias, **params)

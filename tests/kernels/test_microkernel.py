@@ -197,3 +197,61 @@ def test_inner_loop_has_no_spills(nf, nwin, dtype_name, lanes, vector_operand):
     assert sum("vfmadd" in line for line in loop) == nf * nwin // lanes
     # No spill or reload: nothing in the loop touches the stack.
     assert [line for line in loop if re.search(r"\((%rsp|%rbp)", line)] == []
+
+
+@pytest.mark.parametrize(
+    "nf, nwin, dtype_name, lanes",
+    [(8, 1, "float32", 16), (3, 2, "float64", 8), (5, 3, "float32", 16)],
+)
+def test_dot_product_kernel_matches_numpy(nf, nwin, dtype_name, lanes):
+    """Reduction orientation: rows of filters and rows of windows, both
+    contiguous along the reduction, any depth (the last step is masked)."""
+    kernel = build_outer_product_kernel(nf, nwin, dtype_name, lanes, "reduction")
+
+    @numba.njit
+    def run(depth, f, f_stride, x, x_stride, out, out_stride, bias, overwrite, add_bias):
+        kernel(
+            depth,
+            f,
+            3,
+            1,
+            f_stride,
+            x,
+            2,
+            x_stride,
+            out,
+            1,
+            out_stride,
+            bias,
+            1,
+            overwrite,
+            add_bias,
+        )
+
+    dtype = np.dtype(dtype_name)
+    for depth in (0, 1, lanes - 1, lanes, lanes + 1, 100):
+        rng = np.random.default_rng(depth)
+        f_stride, x_stride, out_stride = depth + 5, depth + 2, nwin + 3
+        f = rng.standard_normal(3 + nf * f_stride).astype(dtype)
+        x = rng.standard_normal(2 + nwin * x_stride).astype(dtype)
+        out = rng.standard_normal(1 + nf * out_stride).astype(dtype)
+        bias = rng.standard_normal(nf + 1).astype(dtype)
+        rows = f[3:].reshape(nf, f_stride)[:, :depth].astype(np.float64)
+        windows = x[2:].reshape(nwin, x_stride)[:, :depth].astype(np.float64)
+        old = out[1:].reshape(nf, out_stride)
+        tolerance = (
+            (depth + 3)
+            * np.finfo(dtype).eps
+            * (np.abs(rows) @ np.abs(windows).T + np.abs(old[:, :nwin]) + np.abs(bias[1:, None]))
+        )
+        for overwrite, add_bias in ((True, False), (False, True)):
+            result = out.copy()
+            run(depth, f, f_stride, x, x_stride, result, out_stride, bias, overwrite, add_bias)
+            tile = result[1:].reshape(nf, out_stride)
+            expected = (
+                rows @ windows.T
+                + (bias[1:, None] if add_bias else 0)
+                + (0 if overwrite else old[:, :nwin])
+            )
+            assert np.all(np.abs(tile[:, :nwin] - expected) <= tolerance)
+            assert np.array_equal(tile[:, nwin:], old[:, nwin:]) and result[0] == out[0]

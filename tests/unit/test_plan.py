@@ -317,7 +317,9 @@ def test_vector_operand_can_be_forced_and_is_validated():
     assert plan_conv2d((1, 8, 9, 9), (40, 8, 3, 3), vector_operand="windows").vector_operand == (
         "windows"
     )
-    with pytest.raises(ValueError, match="vector_operand must be 'windows', 'filters' or None"):
+    with pytest.raises(
+        ValueError, match="vector_operand must be 'windows', 'filters', 'reduction' or None"
+    ):
         plan_conv2d((1, 8, 9, 9), (40, 8, 3, 3), vector_operand="channels")
     with pytest.raises(ValueError, match="filters_per_tile must be a multiple of the vector"):
         plan_conv2d(
