@@ -64,7 +64,9 @@ def resnet50() -> list:
 
 
 def vgg16() -> list:
-    """VGG-16's 13 convolutions (all 3x3, padding 1)."""
+    """VGG-16's 13 convolutions (all 3x3, padding 1) and its three fully
+    connected layers written as convolutions (fc6: a 7x7 convolution of the
+    7x7 feature map, 411 MB of float32 filters; fc7, fc8: 1x1 of a 1x1 map)."""
     return [
         _conv("3x3 3->64 @224", 3, 64, 224, 3),
         _conv("3x3 64 @224", 64, 64, 224, 3),
@@ -75,6 +77,9 @@ def vgg16() -> list:
         _conv("3x3 256->512 @28", 256, 512, 28, 3),
         _conv("3x3 512 @28", 512, 512, 28, 3, count=2),
         _conv("3x3 512 @14", 512, 512, 14, 3, count=3),
+        _conv("fc6 7x7 512->4096 @7", 512, 4096, 7, 7, padding=0),
+        _conv("fc7 1x1 4096->4096 @1", 4096, 4096, 1, 1),
+        _conv("fc8 1x1 4096->1000 @1", 4096, 1000, 1, 1),
     ]
 
 
