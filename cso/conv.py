@@ -12,6 +12,7 @@ from .analysis.plan import Plan, plan_for_geometry
 from .geometry import make_geometry, result_dtype
 from .macrokernel.bounds import LoopBounds
 from .microkernels.registry import loop_module
+from .packing.inputs import subsample_pixels
 from .packing.filters import (
     pack_bias,
     pack_edge_filter_rows,
@@ -271,14 +272,8 @@ def _run(x, filters, packed_bias, has_bias, y, plan: Plan, threads: int, variant
         # A strided, unpadded 1x1 convolution reads only every stride-th pixel:
         # keep just those (a small strided copy), and it becomes a stride-1 1x1
         # convolution whose input is read in place, with no packing.
-        x_ready = np.ascontiguousarray(
-            x_ready[
-                :,
-                :,
-                : g.stride_h * (g.out_height - 1) + 1 : g.stride_h,
-                : g.stride_w * (g.out_width - 1) + 1 : g.stride_w,
-            ]
-        )
+        with _numba_threads(threads):
+            x_ready = subsample_pixels(x_ready, g.stride_h, g.stride_w, g.out_height, g.out_width)
     x_flat = _writeable(x_ready).reshape(-1)
     bounds = LoopBounds(
         batch=g.batch,
