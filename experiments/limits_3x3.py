@@ -1,0 +1,129 @@
+"""Where the 3x3 layers' time goes, against the 90%-of-peak target (one thread).
+
+    python experiments/limits_3x3.py [--rounds R]
+
+For each 3x3 layer with C >= 64 of ResNet-50 and VGG-16, ``cso.conv2d`` per
+call (windows in the vectors, filters read in place):
+
+* ``total``: useful GFLOP/s of the whole call, as a share of the FMA peak
+  (timed interleaved with ``packed``);
+* ``padded``: share of the micro-kernels' multiply-adds spent on padding
+  (window tiles past P*Q, filter tiles past K);
+* ``packing``: share of the loop nest's time spent packing input panels (it
+  less the same loop nest that never packs);
+* ``kernel``: the micro-kernels' executed multiply-adds (padding included)
+  per second of micro-kernel time (the call less the loop nest with a no-op
+  kernel), as a share of the peak: the kernel *in the loop nest*, its
+  operands streaming from L2 as the plan places them;
+* ``packed``: the same layer with filters packed ahead, where the analysis
+  may take the filter-vectorised 32x14 kernel.
+
+Then the ceiling: each micro-kernel alone on one L1-resident tile (depth
+256, operands 64-byte aligned), as a share of the peak.  The gap between
+``kernel`` and that ceiling is the cost of streaming the panels from L2;
+the rest of the gap to 100% is padding and packing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+from numba import njit  # noqa: E402
+
+import cso  # noqa: E402
+from cso.analysis.explain import _padding_share  # noqa: E402
+from cso.bench import best_times, stage_times  # noqa: E402
+from cso.microkernels.outer_product import build_outer_product_kernel  # noqa: E402
+from cso.microkernels.peak import fma_peak_gflops  # noqa: E402
+from cso.models import resnet50, vgg16  # noqa: E402
+from cso.packing.filters import aligned_empty  # noqa: E402
+
+
+def l1_kernel_rate(nf, nwin, vector_operand, lanes, depth=256, seconds=0.3):
+    """GFLOP/s of one micro-kernel called over and over on one L1-resident tile."""
+    kernel = build_outer_product_kernel(nf, nwin, "float32", lanes, vector_operand)
+
+    @njit(nogil=True)
+    def run(filters, inputs, out, bias, calls):
+        for _ in range(calls):
+            kernel(depth, filters, 0, nf, 1, inputs, 0, nwin, out, 0, nwin, bias, 0, False, False)
+
+    operands = [aligned_empty(size, np.float32) for size in (depth * nf, depth * nwin, nf * nwin)]
+    for array in operands:
+        array[:] = 1.0 / array.size
+    bias = np.zeros(nf, np.float32)
+    run(*operands, bias, 1)
+    calls = max(1, int(seconds * 2e11 / (2 * nf * nwin * depth)))
+    best = float("inf")
+    for _ in range(5):
+        start = time.perf_counter()
+        run(*operands, bias, calls)
+        best = min(best, time.perf_counter() - start)
+    return 2 * nf * nwin * depth * calls / best / 1e9
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    lanes = max(1, cso.Hardware.detect().vector_bytes // 4)
+    peak = fma_peak_gflops("float32", lanes)
+    print(f"one thread, batch 1, float32; FMA peak {peak:.1f} GFLOP/s")
+    layers = [
+        (model, layer)
+        for model, layers in (("resnet50", resnet50()), ("vgg16", vgg16()))
+        for layer in layers
+        if layer.w_shape[2:] == (3, 3) and layer.w_shape[1] >= 64
+    ]
+    print(
+        f"{'model':<9} {'layer':<22} {'kernel':>7} {'total':>6} {'padded':>7} {'packing':>8} "
+        f"{'kernel':>7} {'packed':>7} {'kernel':>7}"
+    )
+    rng = np.random.default_rng(0)
+    shapes = set()
+    for model, layer in layers:
+        x = rng.standard_normal(layer.x_shape, dtype=np.float32)
+        w = rng.standard_normal(layer.w_shape, dtype=np.float32)
+        params = dict(stride=layer.stride, padding=layer.padding)
+        plan = cso.plan_conv2d(x.shape, w.shape, threads=1, **params)
+        stages = stage_times(x, w, params, 1, args.rounds)
+        packed = cso.pack_filters(w, x.shape, threads=1, **params)
+        programs = {
+            "cso": lambda: cso.conv2d(x, w, threads=1, **params),
+            "packed": lambda: cso.conv2d(x, packed, threads=1),
+        }
+        for program in programs.values():
+            program()
+        best = best_times(programs, args.rounds)
+        flops = plan.geometry.flops
+        padded = _padding_share(plan)
+        executed = flops / (1 - padded)
+        kernel_share = executed / stages["kernel"] / 1e9 / peak
+        for p in (plan, packed.plan):
+            shapes.add((p.filters_per_tile, p.windows_per_tile, p.vector_operand))
+        print(
+            f"{model:<9} {layer.name:<22} {_name(plan):>7} "
+            f"{flops / best['cso'] / 1e9 / peak:6.0%} {padded:7.1%} "
+            f"{stages['input packing'] / stages['total']:8.0%} {kernel_share:7.0%} "
+            f"{flops / best['packed'] / 1e9 / peak:7.0%} {_name(packed.plan):>7}",
+            flush=True,
+        )
+    print("\nthe ceiling: each micro-kernel alone, one L1-resident tile, depth 256")
+    for nf, nwin, operand in sorted(shapes):
+        rate = l1_kernel_rate(nf, nwin, operand, lanes)
+        print(f"  {nf}x{nwin} ({operand} in the vectors): {rate:6.1f} GFLOP/s, {rate / peak:.0%}")
+    return 0
+
+
+def _name(plan):
+    return f"{plan.filters_per_tile}x{plan.windows_per_tile}{plan.vector_operand[0]}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
