@@ -84,15 +84,26 @@ def _around(value: int, limit: int) -> list:
 
 
 def candidate_plans(analysis: Plan, micro_kernels) -> list:
-    """Every plan the tuner may try, with where it came from."""
+    """Every plan the tuner may try, with where it came from.
+
+    ``micro_kernels`` holds ``(Nf, Nwin, vector_operand)`` triples.
+    """
     g = analysis.geometry
     found = {}
-    for nf, nwin in micro_kernels:
+    for nf, nwin, operand in micro_kernels:
+        own = (analysis.filters_per_tile, analysis.windows_per_tile, analysis.vector_operand)
         base = (
             analysis
-            if (nf, nwin) == (analysis.filters_per_tile, analysis.windows_per_tile)
+            if (nf, nwin, operand) == own
             else plan_for_geometry(
-                g, analysis.dtype, analysis.hardware, nf, nwin, None, analysis.threads
+                g,
+                analysis.dtype,
+                analysis.hardware,
+                nf,
+                nwin,
+                None,
+                analysis.threads,
+                vector_operand=operand,
             )
         )
         window_tiles = -(-g.windows // nwin)
@@ -108,7 +119,7 @@ def candidate_plans(analysis: Plan, micro_kernels) -> list:
                         plan = with_tiles(
                             base, schedule=schedule, channel_tile=nc, l2_tiles=k2, l3_tiles=k3
                         )
-                        key = (schedule, nc, k2, k3, nf, nwin)
+                        key = (schedule, nc, k2, k3, nf, nwin, operand)
                         origin = "analysis" if plan == analysis else "variant"
                         if key not in found or origin == "analysis":
                             found[key] = (plan, origin)
@@ -126,7 +137,12 @@ def _interleaved(pool) -> list:
     families = {}
     for item in sorted((item for item in pool if item[1] != "analysis"), key=cost):
         plan = item[0]
-        family = (plan.schedule, plan.filters_per_tile, plan.windows_per_tile)
+        family = (
+            plan.schedule,
+            plan.filters_per_tile,
+            plan.windows_per_tile,
+            plan.vector_operand,
+        )
         families.setdefault(family, []).append(item)
     queues = sorted(families.values(), key=lambda queue: cost(queue[0]))
     ordered = []
@@ -167,8 +183,10 @@ def tune(
     hardware : Hardware, optional
         The description the plans are made from (default: this machine).
     micro_kernels : iterable of (Nf, Nwin), optional
-        Micro-kernel shapes to try (default: those the analysis chooses
-        among).  A new shape costs a compilation the first time.
+        Window-vectorised micro-kernel shapes to try besides the analysis'
+        own kernel (default: those the analysis chooses among, and the
+        filter-vectorised 32x14 with its per-call filter packing).  A new
+        shape costs a compilation the first time.
     store : bool, str or path-like, optional
         Save the best plan to the tuned-plans store (True: the default file).
     seed : int
@@ -188,19 +206,28 @@ def tune(
     analysis = plan_conv2d(
         x_shape, w_shape, dtype=dtype, hardware=hardware, threads=threads, **params
     )
-    if micro_kernels is None:
-        hw = analysis.hardware
-        micro_kernels = [(analysis.filters_per_tile, analysis.windows_per_tile)] + (
-            tiles.register_blocks(hw.vector_bytes, hw.vector_registers, np.dtype(dtype).itemsize)
+    hw = analysis.hardware
+    element_bytes = np.dtype(dtype).itemsize
+    others = [
+        (nf, nwin, "filters")
+        for nf, nwin in tiles.filter_vector_blocks(
+            hw.vector_bytes, hw.vector_registers, element_bytes
         )
-    micro_kernels = list(dict.fromkeys((int(nf), int(nwin)) for nf, nwin in micro_kernels))
-    for nf, nwin in micro_kernels:
+    ]
+    if micro_kernels is None:
+        micro_kernels = tiles.register_blocks(hw.vector_bytes, hw.vector_registers, element_bytes)
+    else:
+        others = []
+    shapes = [(int(nf), int(nwin)) for nf, nwin in micro_kernels]
+    for nf, nwin in shapes:
         if nf < 1 or nwin < 1 or nwin % analysis.vector_lanes:
             raise ValueError(
                 f"micro_kernels: ({nf}, {nwin}) needs Nf >= 1 and Nwin a multiple "
                 f"of {analysis.vector_lanes}"
             )
-    ranked = _interleaved(candidate_plans(analysis, micro_kernels))
+    own = (analysis.filters_per_tile, analysis.windows_per_tile, analysis.vector_operand)
+    kernels = list(dict.fromkeys([own] + [(nf, nwin, "windows") for nf, nwin in shapes] + others))
+    ranked = _interleaved(candidate_plans(analysis, kernels))
     rng = np.random.default_rng(seed)
     x = rng.standard_normal(x_shape).astype(dtype)
     w = rng.standard_normal(w_shape).astype(dtype)

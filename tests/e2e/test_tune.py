@@ -45,6 +45,25 @@ def test_tuned_plan_computes_correctly(result, rng):
     assert_matches_reference(cso.conv2d(x, w, padding=1, plan=result.best), x, w, padding=1)
 
 
+def test_tuner_on_a_fully_connected_layer(rng):
+    """The analysis' own kernel may be a dot-product one (8x1): the tuner
+    keeps its orientation instead of refusing a window count of 1."""
+    avx512 = cso.Hardware(
+        l1_bytes=48 << 10,
+        l2_bytes=2 << 20,
+        l3_bytes=32 << 20,
+        vector_bytes=64,
+        vector_registers=32,
+    )
+    x_shape, w_shape = (1, 64, 7, 7), (40, 64, 7, 7)
+    result = cso.tune(x_shape, w_shape, threads=1, budget_s=0.3, hardware=avx512, micro_kernels=[])
+    (analysis,) = [c.plan for c in result.candidates if c.origin == "analysis"]
+    assert (analysis.vector_operand, analysis.windows_per_tile) == ("reduction", 1)
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    w = rng.standard_normal(w_shape).astype(np.float32)
+    assert_matches_reference(cso.conv2d(x, w, plan=result.best), x, w)
+
+
 def test_budget_is_validated():
     with pytest.raises(ValueError, match="budget_s"):
         cso.tune(X_SHAPE, W_SHAPE, budget_s=0)
