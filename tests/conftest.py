@@ -7,6 +7,17 @@ import cso
 from cso.geometry import make_geometry
 
 
+# An AVX-512 core like the development machine's, for plans that must not
+# depend on the machine the tests run on.
+AVX512_CORE = cso.Hardware(
+    l1_bytes=48 << 10,
+    l2_bytes=2 << 20,
+    l3_bytes=32 << 20,
+    vector_bytes=64,
+    vector_registers=32,
+)
+
+
 def error_bound(x, w, bias, dtype, **params):
     """Elementwise bound on |cso - exact| for a float ``dtype`` computation.
 

@@ -89,6 +89,19 @@ def _transpose_into_panels(
                     packed[base + k * filters_per_tile + i] = source[row + k] if i < valid else 0.0
 
 
+def _last_tile_rows(w_flat, groups, filters_per_group, reduction, filters_per_tile):
+    """``[G][Nf][C_g*R*S]``: each group's last, partial filter tile, zero rows
+    past ``K_g``; None when ``Nf`` divides ``K_g``."""
+    full = filters_per_group // filters_per_tile
+    remainder = filters_per_group - full * filters_per_tile
+    if remainder == 0:
+        return None
+    by_group = w_flat.reshape(groups, filters_per_group, reduction)
+    tile = np.zeros((groups, filters_per_tile, reduction), dtype=w_flat.dtype)
+    tile[:, :remainder] = by_group[:, full * filters_per_tile :]
+    return tile
+
+
 def pack_edge_filters(
     w_flat: np.ndarray, groups: int, filters_per_group: int, reduction: int, filters_per_tile: int
 ) -> np.ndarray:
@@ -98,13 +111,9 @@ def pack_edge_filters(
     needs packing: its rows past ``K_g`` must be zeros, not the next
     group's filters or memory past the array.  Empty when ``Nf`` divides ``K_g``.
     """
-    full = filters_per_group // filters_per_tile
-    remainder = filters_per_group - full * filters_per_tile
-    if remainder == 0:
+    tile = _last_tile_rows(w_flat, groups, filters_per_group, reduction, filters_per_tile)
+    if tile is None:
         return np.zeros(filters_per_tile, dtype=w_flat.dtype)
-    by_group = w_flat.reshape(groups, filters_per_group, reduction)
-    tile = np.zeros((groups, filters_per_tile, reduction), dtype=w_flat.dtype)
-    tile[:, :remainder] = by_group[:, full * filters_per_tile :]
     return np.ascontiguousarray(tile.transpose(0, 2, 1)).reshape(-1)
 
 
@@ -126,13 +135,9 @@ def pack_edge_filter_rows(
     the full tiles are the KCRS rows themselves, and this tile holds the
     remaining ``K_g % Nf`` rows followed by zero rows.
     """
-    full = filters_per_group // filters_per_tile
-    remainder = filters_per_group - full * filters_per_tile
-    if remainder == 0:
+    tile = _last_tile_rows(w_flat, groups, filters_per_group, reduction, filters_per_tile)
+    if tile is None:
         return np.zeros(filters_per_tile, dtype=w_flat.dtype)
-    by_group = w_flat.reshape(groups, filters_per_group, reduction)
-    tile = np.zeros((groups, filters_per_tile, reduction), dtype=w_flat.dtype)
-    tile[:, :remainder] = by_group[:, full * filters_per_tile :]
     return tile.reshape(-1)
 
 

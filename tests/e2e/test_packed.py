@@ -5,7 +5,7 @@ import zipfile
 
 import numpy as np
 import pytest
-from conftest import assert_matches_reference
+from conftest import AVX512_CORE, assert_matches_reference
 
 import cso
 from cso.packed import PackedFormatError
@@ -49,13 +49,7 @@ def test_filter_vectorised_plan_for_few_windows(rng, tmp_path):
     """
     from cso.packing.filters import is_aligned
 
-    avx512 = cso.Hardware(
-        l1_bytes=48 << 10,
-        l2_bytes=2 << 20,
-        l3_bytes=32 << 20,
-        vector_bytes=64,
-        vector_registers=32,
-    )
+    avx512 = AVX512_CORE
     x = rng.standard_normal((2, 64, 7, 7)).astype(np.float32)
     w = rng.standard_normal((96, 64, 3, 3)).astype(np.float32)
     b = rng.standard_normal(96).astype(np.float32)
@@ -81,13 +75,7 @@ def test_dot_product_plan_for_a_classifier_layer(rng, tmp_path):
     window, so the analysis reads filters and input as rows (dot products),
     per call and packed ahead; a whole-input window is the only kind it may
     be forced on."""
-    avx512 = cso.Hardware(
-        l1_bytes=48 << 10,
-        l2_bytes=2 << 20,
-        l3_bytes=32 << 20,
-        vector_bytes=64,
-        vector_registers=32,
-    )
+    avx512 = AVX512_CORE
     x = rng.standard_normal((2, 64, 7, 7)).astype(np.float32)
     w = rng.standard_normal((44, 64, 7, 7)).astype(np.float32)
     b = rng.standard_normal(44).astype(np.float32)

@@ -4,7 +4,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import assert_matches_reference
+from conftest import AVX512_CORE, assert_matches_reference
 
 import cso
 from cso.geometry import make_geometry
@@ -48,13 +48,7 @@ def test_tuned_plan_computes_correctly(result, rng):
 def test_tuner_on_a_fully_connected_layer(rng):
     """The analysis' own kernel may be a dot-product one (8x1): the tuner
     keeps its orientation instead of refusing a window count of 1."""
-    avx512 = cso.Hardware(
-        l1_bytes=48 << 10,
-        l2_bytes=2 << 20,
-        l3_bytes=32 << 20,
-        vector_bytes=64,
-        vector_registers=32,
-    )
+    avx512 = AVX512_CORE
     x_shape, w_shape = (1, 64, 7, 7), (40, 64, 7, 7)
     result = cso.tune(x_shape, w_shape, threads=1, budget_s=0.3, hardware=avx512, micro_kernels=[])
     (analysis,) = [c.plan for c in result.candidates if c.origin == "analysis"]
