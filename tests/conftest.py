@@ -15,6 +15,7 @@ AVX512_CORE = cso.Hardware(
     l3_bytes=32 << 20,
     vector_bytes=64,
     vector_registers=32,
+    cores=2,
 )
 
 

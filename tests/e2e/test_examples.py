@@ -2,18 +2,11 @@
 
 import numpy as np
 import pytest
-from conftest import assert_matches_reference
+from conftest import AVX512_CORE, assert_matches_reference
 
 import cso
 
-AVX512_LIKE = cso.Hardware(
-    l1_bytes=48 * 1024,
-    l2_bytes=2 << 20,
-    l3_bytes=32 << 20,
-    vector_bytes=64,
-    vector_registers=32,
-    cores=2,
-)
+AVX512_LIKE = AVX512_CORE
 
 
 def _check(rng, x_shape, w_shape, dtype=np.float32, bias=True, **params):

@@ -5,6 +5,8 @@ import dataclasses
 import numpy as np
 import pytest
 
+from conftest import AVX512_CORE
+
 from cso import Hardware, plan_conv2d
 from cso.analysis import tiles
 from cso.analysis.cost import schedule_traffic
@@ -18,14 +20,7 @@ SMALL = Hardware(
     vector_registers=16,
     cores=1,
 )
-AVX512 = Hardware(
-    l1_bytes=48 * 1024,
-    l2_bytes=2 << 20,
-    l3_bytes=32 << 20,
-    vector_bytes=64,
-    vector_registers=32,
-    cores=2,
-)
+AVX512 = AVX512_CORE
 
 LAYERS = [
     ((1, 64, 56, 56), (64, 64, 3, 3), 1, 1),
