@@ -283,7 +283,7 @@ def _tile(
         filter_offset = (group * reduction + channel_start * area) * nf
         k_stride, i_stride = nf, 1
 
-    # Input: the packed panel, or the input itself (1x1 stride-1 full tiles).
+    # Input: the packed panel, or the input itself (1x1 or whole-input full tiles).
     inputs = panels
     inputs_offset = panel_offset
     inputs_stride = nwin
@@ -299,25 +299,12 @@ def _tile(
     last = has_bias and channel_start + channels == b.channels
     bias_offset = group * filter_tiles * nf + filter_start
     y_offset = ((image * b.groups + group) * b.filters + filter_start) * windows + window_start
-    if rows == nf and columns == nwin:
-        microkernel(
-            depth,
-            source,
-            filter_offset,
-            k_stride,
-            i_stride,
-            inputs,
-            inputs_offset,
-            inputs_stride,
-            y_flat,
-            y_offset,
-            windows,
-            bias,
-            bias_offset,
-            first,
-            last,
-        )
-        return
+    # A full tile goes straight into y; an edge tile into scratch (overwritten),
+    # whose valid part is then copied or added into y.
+    full = rows == nf and columns == nwin
+    out, out_offset, out_stride, overwrite = y_flat, y_offset, windows, first
+    if not full:
+        out, out_offset, out_stride, overwrite = scratch, 0, nwin, True
     microkernel(
         depth,
         source,
@@ -327,14 +314,16 @@ def _tile(
         inputs,
         inputs_offset,
         inputs_stride,
-        scratch,
-        0,
-        nwin,
+        out,
+        out_offset,
+        out_stride,
         bias,
         bias_offset,
-        True,
+        overwrite,
         last,
     )
+    if full:
+        return
     if first:
         for i in range(rows):
             copy_run(y_flat, y_offset + i * windows, scratch, i * nwin, columns)
