@@ -36,7 +36,6 @@ def _torch_peer(threads):
         import torch
     except ImportError:
         return None
-    torch.set_num_threads(threads)
 
     def run(x, w, stride, padding, _cache={}):
         key = (id(x), id(w))
@@ -44,6 +43,12 @@ def _torch_peer(threads):
             _cache.clear()
             _cache[key] = (torch.from_numpy(x), torch.from_numpy(w))
         tx, tw = _cache[key]
+        # Numba's OpenMP threading layer sets the process-wide OpenMP thread
+        # count when it launches a parallel region, and torch shares that
+        # OpenMP runtime: without this, torch runs on every core after any
+        # cso call, whatever it was told once.
+        if torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
         with torch.no_grad():
             return torch.nn.functional.conv2d(tx, tw, stride=stride, padding=padding)
 
