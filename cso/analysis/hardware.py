@@ -83,8 +83,9 @@ class Hardware:
     filter_pack_cost : float
         Cost of packing one filter element per call, which a
         filter-vectorised micro-kernel needs unless the filters were packed
-        ahead of time (measured 6 GB/s per core here: about 0.6 elements
-        per cycle, 230 units).
+        ahead of time (a vector transpose, measured 13-20 GB/s per core
+        here, about memcpy's rate for filters beyond L2: some 1.4 elements
+        per cycle, 100 units).
     source : str
         Where the figures came from ("py-cpuinfo", "sysfs", "defaults", "user").
     """
@@ -109,7 +110,7 @@ class Hardware:
     sweep_fraction: float = 2 / 3
     l1_miss_cost: float = 2.0
     transposed_store_cost: float = 128.0
-    filter_pack_cost: float = 230.0
+    filter_pack_cost: float = 100.0
     source: str = "user"
 
     def __post_init__(self):

@@ -23,10 +23,10 @@ not depend on the channel tile at all, only on ``Nf``.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
 from numba.extending import register_jitable
 
 from ..geometry import ceil_div
+from .transpose import transpose_into_panels
 
 
 ALIGN_BYTES = 64
@@ -59,34 +59,10 @@ def pack_filters_panels(w: np.ndarray, groups: int, filters_per_tile: int, dtype
     reduction = channels_per_group * height * width
     source = np.ascontiguousarray(w, dtype=dtype).reshape(-1)
     packed = aligned_empty(groups * tiles * reduction * filters_per_tile, dtype)
-    _transpose_into_panels(
+    transpose_into_panels(
         source, groups, filters_per_group, reduction, filters_per_tile, tiles, packed
     )
     return packed
-
-
-_BLOCK = 64  # reduction elements per block: Nf * 64 panel elements stay in L1
-
-
-@njit(cache=True, nogil=True, parallel=True)
-def _transpose_into_panels(
-    source, groups, filters_per_group, reduction, filters_per_tile, tiles, packed
-):
-    # One parallel job per (group, filter tile).  Blocked over the reduction:
-    # each source row is read contiguously, 64 elements at a time, into a
-    # block of the panel that stays in L1 (1.3x the unblocked loop here).
-    for job in prange(groups * tiles):
-        group, tile = job // tiles, job % tiles
-        base = job * reduction * filters_per_tile
-        first = tile * filters_per_tile
-        valid = min(filters_per_tile, filters_per_group - first)
-        rows = (group * filters_per_group + first) * reduction
-        for k0 in range(0, reduction, _BLOCK):
-            k1 = min(k0 + _BLOCK, reduction)
-            for i in range(filters_per_tile):
-                row = rows + i * reduction
-                for k in range(k0, k1):
-                    packed[base + k * filters_per_tile + i] = source[row + k] if i < valid else 0.0
 
 
 def _last_tile_rows(w_flat, groups, filters_per_group, reduction, filters_per_tile):

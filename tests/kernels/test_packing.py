@@ -6,6 +6,7 @@ import pytest
 
 from cso.packing.filters import pack_bias, pack_edge_filters, pack_filters_panels
 from cso.packing.inputs import pack_input_panel
+from cso.packing.transpose import transpose_block
 from cso.packing.vector_copy import copy_run, pack_row_runs
 
 
@@ -179,6 +180,42 @@ def test_filter_panels_layout():
             tile, i = divmod(k, 4)
             assert np.array_equal(packed[g, tile, :, i], w[g * 5 + k].reshape(-1))
         assert not packed[g, 1, :, 1:].any()  # rows past K_g are zero
+
+
+@numba.njit
+def _transpose(dst, dst_offset, dst_stride, src, src_offset, src_stride, rows, columns, width):
+    transpose_block(dst, dst_offset, dst_stride, src, src_offset, src_stride, rows, columns, width)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_transpose_block_writes_exactly_its_block(dtype):
+    lanes = 64 // np.dtype(dtype).itemsize
+    rng = np.random.default_rng(3)
+    source = rng.standard_normal((lanes + 3) * 40).astype(dtype)
+    for rows, columns, width in [(lanes, lanes, lanes), (0, lanes, lanes), (3, 5, 7), (1, 1, 1)]:
+        target = np.full(40 * lanes, np.nan, dtype)
+        _transpose(target, 5, 40, source, 2, lanes + 3, rows, columns, width)
+        expected = np.full(40 * lanes, np.nan, dtype)
+        block = source[2:].reshape(-1)[: rows * (lanes + 3)].reshape(rows, lanes + 3)[:, :columns]
+        for j in range(columns):
+            expected[5 + j * 40 : 5 + j * 40 + width] = 0
+            expected[5 + j * 40 : 5 + j * 40 + rows] = block[:, j]
+        np.testing.assert_array_equal(target, expected)
+
+
+@pytest.mark.parametrize("filters_per_tile", [8, 14, 32])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_filter_panels_of_kernel_sized_tiles(filters_per_tile, dtype):
+    # Reductions and tiles that are not multiples of the vector blocks.
+    rng = np.random.default_rng(4)
+    w = rng.standard_normal((2 * 37, 3, 7, 7)).astype(dtype)  # two groups, K_g = 37
+    tiles = -(-37 // filters_per_tile)
+    packed = pack_filters_panels(w, 2, filters_per_tile, dtype)
+    panels = packed.reshape(2, tiles, 147, filters_per_tile)
+    expected = np.zeros((2, tiles * filters_per_tile, 147), dtype)
+    expected[:, :37] = w.reshape(2, 37, 147)
+    expected = expected.reshape(2, tiles, filters_per_tile, 147).transpose(0, 1, 3, 2)
+    np.testing.assert_array_equal(panels, expected)
 
 
 def test_edge_filters_are_the_packed_last_tile():

@@ -1,0 +1,153 @@
+"""Vector transposes: KCRS filter rows into filter panels.
+
+:func:`transpose_block` transposes one ``lanes x lanes`` block in vector
+registers (16 float32 or 8 float64 per 64-byte vector): ``lanes`` masked row
+loads, ``log2(lanes)`` rounds of two-source shuffles, ``lanes`` masked row
+stores.  :func:`transpose_into_panels` tiles a whole filter tensor with it.
+
+The block transpose and the loop that calls it live in one file on purpose:
+Numba's on-disk cache of a function is invalidated only by changes to the
+function's own source file, and an intrinsic in another file could change
+under a stale cached caller.
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+from numba import njit, prange, types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+_VECTOR_BYTES = 64
+
+
+@intrinsic
+def transpose_block(
+    typingctx, dst, dst_offset, dst_stride, src, src_offset, src_stride, rows, columns, width
+):
+    """``dst[dst_offset + j*dst_stride + i] = src[src_offset + i*src_stride + j]``
+    for ``i < width``, ``j < columns``, reading zero for ``i >= rows``.
+
+    ``rows <= width <= lanes`` and ``columns <= lanes``, with ``lanes`` the
+    elements of a 64-byte vector.  Masked-off lanes are neither read nor
+    written, so blocks at the edges of either array cannot fault and a block
+    of missing rows (``rows = 0``) writes zeros without reading.
+    """
+    if not (
+        isinstance(dst, types.Array)
+        and isinstance(src, types.Array)
+        and dst.dtype == src.dtype
+        and dst.dtype in (types.float32, types.float64)
+    ):
+        raise TypeError(f"transpose_block needs two float arrays of one dtype, got {dst}, {src}")
+    float_type = dst.dtype
+    sig = types.void(
+        dst, types.intp, types.intp, src, types.intp, types.intp, types.intp, types.intp, types.intp
+    )
+
+    def codegen(context, builder, signature, args):
+        dst_a, dst_off, dst_step, src_a, src_off, src_step, rows_v, columns_v, width_v = args
+        element = context.get_value_type(float_type)
+        element_bytes = 4 if float_type == types.float32 else 8
+        lanes = _VECTOR_BYTES // element_bytes
+        suffix = "f32" if float_type == types.float32 else "f64"
+        vector = ir.VectorType(element, lanes)
+        pointer = vector.as_pointer()
+        i32 = ir.IntType(32)
+        intp = rows_v.type
+        mask_type = ir.VectorType(ir.IntType(1), lanes)
+        load = cgutils.get_or_insert_function(
+            builder.module,
+            ir.FunctionType(vector, [pointer, i32, mask_type, vector]),
+            f"llvm.masked.load.v{lanes}{suffix}.p0",
+        )
+        store = cgutils.get_or_insert_function(
+            builder.module,
+            ir.FunctionType(ir.VoidType(), [vector, pointer, i32, mask_type]),
+            f"llvm.masked.store.v{lanes}{suffix}.p0",
+        )
+        dst_ptr = builder.gep(
+            context.make_array(signature.args[0])(context, builder, dst_a).data, [dst_off]
+        )
+        src_ptr = builder.gep(
+            context.make_array(signature.args[3])(context, builder, src_a).data, [src_off]
+        )
+        lane_vector = ir.VectorType(i32, lanes)
+        lane_index = ir.Constant(lane_vector, list(range(lanes)))
+        align = ir.Constant(i32, element_bytes)
+        zero_vector = ir.Constant(vector, [0.0] * lanes)
+        no_lanes = ir.Constant(mask_type, [0] * lanes)
+
+        def lanes_below(count):
+            undef = ir.Constant(lane_vector, ir.Undefined)
+            single = builder.insert_element(undef, builder.trunc(count, i32), ir.Constant(i32, 0))
+            splat = builder.shuffle_vector(single, undef, ir.Constant(lane_vector, [0] * lanes))
+            return builder.icmp_signed("<", lane_index, splat)
+
+        # Row i is read where i < rows (whole row) and lane < columns.
+        read = lanes_below(columns_v)
+        values = []
+        for i in range(lanes):
+            present = builder.icmp_signed("<", ir.Constant(intp, i), rows_v)
+            address = builder.gep(src_ptr, [builder.mul(ir.Constant(intp, i), src_step)])
+            mask = builder.select(present, read, no_lanes)
+            values.append(
+                builder.call(load, [builder.bitcast(address, pointer), align, mask, zero_vector])
+            )
+        # Perfect shuffle, log2(lanes) times: pairing row i with row i + lanes/2
+        # and interleaving them transposes the block.
+        half = lanes // 2
+        low = ir.Constant(lane_vector, [v for j in range(half) for v in (j, j + lanes)])
+        high = ir.Constant(lane_vector, [v for j in range(half, lanes) for v in (j, j + lanes)])
+        for _ in range(lanes.bit_length() - 1):
+            shuffled = []
+            for i in range(half):
+                shuffled.append(builder.shuffle_vector(values[i], values[i + half], low))
+                shuffled.append(builder.shuffle_vector(values[i], values[i + half], high))
+            values = shuffled
+        # Row j of the transpose is stored where j < columns and lane < width.
+        write = lanes_below(width_v)
+        for j in range(lanes):
+            present = builder.icmp_signed("<", ir.Constant(intp, j), columns_v)
+            address = builder.gep(dst_ptr, [builder.mul(ir.Constant(intp, j), dst_step)])
+            mask = builder.select(present, write, no_lanes)
+            builder.call(store, [values[j], builder.bitcast(address, pointer), align, mask])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def transpose_into_panels(
+    source, groups, filters_per_group, reduction, filters_per_tile, tiles, packed
+):
+    """Filter rows ``source[G*K_g][C_g*R*S]`` into panels ``packed[G][T_f][C_g*R*S][Nf]``,
+    zeros for the filters past ``K_g`` (see :mod:`cso.packing.filters`).
+
+    One parallel job per (group, filter tile).  The reduction is the outer
+    loop so that every panel row (``Nf`` elements, often two vectors) is
+    written whole while it is in L1.
+    """
+    lanes = _VECTOR_BYTES // packed.itemsize
+    for job in prange(groups * tiles):
+        group, tile = job // tiles, job % tiles
+        base = job * reduction * filters_per_tile
+        first = tile * filters_per_tile
+        valid = min(filters_per_tile, filters_per_group - first)
+        rows = (group * filters_per_group + first) * reduction
+        for k0 in range(0, reduction, lanes):
+            columns = min(lanes, reduction - k0)
+            for i0 in range(0, filters_per_tile, lanes):
+                width = min(lanes, filters_per_tile - i0)
+                present = max(0, min(width, valid - i0))
+                transpose_block(
+                    packed,
+                    base + k0 * filters_per_tile + i0,
+                    filters_per_tile,
+                    source,
+                    rows + i0 * reduction + k0,
+                    reduction,
+                    present,
+                    columns,
+                    width,
+                )
