@@ -33,6 +33,7 @@ from ..macrokernel import bounds as _bounds_module
 from ..macrokernel import loops as _loops_module
 from ..packing import filters as _filters_module
 from ..packing import inputs as _inputs_module
+from ..packing import vector_copy as _vector_copy_module
 from . import outer_product as _outer_product_module
 from .outer_product import VECTOR_OPERANDS
 
@@ -44,6 +45,7 @@ _DEPENDENCIES = (
     _bounds_module,
     _filters_module,
     _inputs_module,
+    _vector_copy_module,
     _outer_product_module,
 )
 
@@ -68,6 +70,8 @@ _VARIANTS = {
     ),
 }
 _VARIANTS["skeleton"] = _VARIANTS["no-kernel"] + _VARIANTS["no-pack"]
+# The micro-kernel without its software prefetch (see _module_source).
+_VARIANTS["no-prefetch"] = ""
 
 
 def _module_source(
@@ -80,6 +84,8 @@ def _module_source(
         f"microkernel = build_outer_product_kernel({filters_per_tile}, {windows_per_tile}, "
         f"{dtype_name!r}, {vector_lanes}, {vector_operand!r})\n"
     )
+    if variant == "no-prefetch":
+        return template + binding.replace(")\n", ", prefetch_distance=0)\n")
     return template + binding + _VARIANTS[variant]
 
 
@@ -98,10 +104,11 @@ def loop_module(
     filters_per_tile, windows_per_tile, dtype_name, vector_lanes
         The micro-kernel: ``Nf x Nwin`` of ``dtype_name`` with vectors of
         ``vector_lanes`` elements.
-    variant : {None, "no-kernel", "no-pack", "skeleton"}
-        None for the real thing; the others drop the micro-kernel, the input
-        packing, or both, to time the rest (see ``python -m cso bench
-        --breakdown``).  Their results are meaningless.
+    variant : {None, "no-kernel", "no-pack", "skeleton", "no-prefetch"}
+        None for the real thing; the next three drop the micro-kernel, the
+        input packing, or both, to time the rest (see ``python -m cso bench
+        --breakdown``), and their results are meaningless; "no-prefetch" is
+        the real thing without the micro-kernel's software prefetch.
     vector_operand : {"windows", "filters"}
         The micro-kernel's vector dimension
         (:func:`~cso.microkernels.outer_product.build_outer_product_kernel`).
