@@ -265,7 +265,7 @@ class _Emitter:
             # llvm.prefetch(address, read, keep in all levels, data cache)
             builder.call(self.prefetch, [address, _i32(0), _i32(3), _i32(1)])
 
-    def emit(self, vector_operand, broadcasts, vectors, prefetch_distance=0):
+    def emit(self, vector_operand, broadcasts, vectors, prefetch_distance):
         """The loop over the reduction, accumulators as phis so that LLVM keeps
         them in registers throughout, then the write-back of the tile."""
         builder = self.builder

@@ -78,14 +78,13 @@ def _module_source(
     filters_per_tile, windows_per_tile, dtype_name, vector_lanes, variant, vector_operand
 ) -> str:
     template = pathlib.Path(_loops_module.__file__).read_text()
+    prefetch = ", prefetch_distance=0" if variant == "no-prefetch" else ""
     binding = (
         "\n\n# ---- specialisation written by cso.microkernels.registry ----\n"
         "from cso.microkernels.outer_product import build_outer_product_kernel\n"
         f"microkernel = build_outer_product_kernel({filters_per_tile}, {windows_per_tile}, "
-        f"{dtype_name!r}, {vector_lanes}, {vector_operand!r})\n"
+        f"{dtype_name!r}, {vector_lanes}, {vector_operand!r}{prefetch})\n"
     )
-    if variant == "no-prefetch":
-        return template + binding.replace(")\n", ", prefetch_distance=0)\n")
     return template + binding + _VARIANTS[variant]
 
 
