@@ -239,17 +239,25 @@ def _conv2d_packed(x, packed, bias, stride, padding, dilation, groups, out, thre
             vector_operand=plan.vector_operand,
             filters_prepacked=True,
         )
+    filters, bias_panel, has_bias = _packed_operands(packed, plan)
+    return _run(x, filters, bias_panel, has_bias, y, plan, threads)
+
+
+def _packed_operands(packed, plan: Plan):
+    """``(filters, bias_panel, has_bias)`` for :func:`_run` from pre-packed filters.
+
+    Dot-product panels are the KCRS rows, read in place with their last
+    partial tile packed as rows; other panels are read whole.
+    """
     has_bias = packed.bias is not None
-    bias_panel = packed.bias if has_bias else np.zeros(plan.filters_per_tile, dtype)
+    bias_panel = packed.bias if has_bias else np.zeros(plan.filters_per_tile, packed.dtype)
     if plan.vector_operand == "reduction":
         g = plan.geometry
         edge = pack_edge_filter_rows(
             packed.panels, g.groups, g.filters_per_group, g.reduction_length, plan.filters_per_tile
         )
-        filters = (packed.panels, edge, False)
-    else:
-        filters = (packed.panels, packed.panels[: plan.filters_per_tile], True)
-    return _run(x, filters, bias_panel, has_bias, y, plan, threads)
+        return (packed.panels, edge, False), bias_panel, has_bias
+    return (packed.panels, packed.panels[: plan.filters_per_tile], True), bias_panel, has_bias
 
 
 def _run(x, filters, packed_bias, has_bias, y, plan: Plan, threads: int, variant=None):

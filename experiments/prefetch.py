@@ -24,7 +24,7 @@ import numpy as np  # noqa: E402
 
 import cso  # noqa: E402
 from cso.bench import best_times  # noqa: E402
-from cso.conv import _prepare_filters, _run  # noqa: E402
+from cso.conv import _packed_operands, _prepare_filters, _run  # noqa: E402
 from cso.models import MODELS  # noqa: E402
 
 
@@ -35,8 +35,7 @@ def _programs(x, w, kwargs, threads, packed_ahead):
         plan = packed.plan
         if plan.vector_operand == "reduction":
             return plan, None  # dot-product kernels do not prefetch
-        filters = (packed.panels, packed.panels[: plan.filters_per_tile], True)
-        bias = np.zeros(plan.filters_per_tile, np.float32)
+        filters, bias, _ = _packed_operands(packed, plan)
     else:
         plan = cso.plan_conv2d(x.shape, w.shape, threads=threads, **kwargs)
         if plan.vector_operand == "reduction":
