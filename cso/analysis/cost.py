@@ -46,7 +46,12 @@ from ..geometry import ceil_div
 
 @dataclass(frozen=True)
 class Traffic:
-    """Bytes read from each level by one schedule, TLB misses, and their weighted cost."""
+    """Bytes read from each level by one schedule, TLB misses, and their weighted cost.
+
+    ``cost`` is the weighted sum of the counts (:func:`weighted_cost`) times
+    ``imbalance`` (:func:`thread_imbalance`): what the busiest thread does,
+    scaled to the whole problem, so that plans for any thread count compare.
+    """
 
     dram: int
     l3: int
@@ -58,6 +63,8 @@ class Traffic:
     cost: float
     transposed_stores: int = 0
     packed_filter_elements: int = 0
+    packed_input_elements: int = 0
+    imbalance: float = 1.0
 
     def as_dict(self) -> dict:
         return {
@@ -71,6 +78,8 @@ class Traffic:
             "cost": self.cost,
             "transposed_stores": self.transposed_stores,
             "packed_filter_elements": self.packed_filter_elements,
+            "packed_input_elements": self.packed_input_elements,
+            "imbalance": self.imbalance,
         }
 
 
@@ -215,6 +224,62 @@ def packed_filter_elements(
     return ceil_div(filter_tiles * filter_all // element_bytes, max(1, batch))
 
 
+def packed_input_elements(
+    schedule: str,
+    input_in_place: bool,
+    filter_blocks: int,
+    window_tiles: int,
+    input_all: int,
+    element_bytes: int,
+) -> int:
+    """Input elements written into panels: ``T_w*IN_all/s`` once in IS, once
+    per filter block (``B_f`` times) in WS; 0 when the kernel reads the input
+    in place (its few edge tiles aside)."""
+    if input_in_place:
+        return 0
+    times = 1 if schedule == "IS" else filter_blocks
+    return times * window_tiles * input_all // element_bytes
+
+
+def thread_imbalance(
+    threads: int,
+    outer_jobs: int,
+    stationary_blocks: int,
+    window_parts: int,
+    largest_job_share: float,
+) -> float:
+    """How much longer the busiest thread works than an even share: ``T * critical / total``.
+
+    The parallel loop runs ``J = outer_jobs * stationary_blocks * window_parts``
+    jobs on ``T`` threads.  A thread does at least the largest job
+    (``largest_job_share`` of one (group, image)'s work) and at least
+    ``ceil(J/T)`` average jobs::
+
+        critical = max(largest / outer_jobs, ceil(J/T) / J)       (of the total)
+        imbalance = T * min(1, critical)
+
+    1 at one thread.  Seven window tiles split 4 + 3 over two threads give
+    ``2 * 4/7 = 1.14``: the 14x14 layers lose a seventh of the second core
+    unless the filters are split instead.
+    """
+    jobs = max(1, outer_jobs * stationary_blocks * window_parts)
+    critical = max(largest_job_share / max(1, outer_jobs), ceil_div(jobs, threads) / jobs)
+    return threads * min(1.0, critical)
+
+
+def largest_job_share(
+    schedule: str, window_tiles: int, filter_tiles: int, k3: int, window_parts: int
+) -> float:
+    """The largest job's share of one (group, image): ``min(K3, T_f)/T_f *
+    ceil(T_w/parts)/T_w`` in WS (a filter block by a window part),
+    ``min(K3, T_w)/T_w`` in IS (a window block)."""
+    if schedule == "IS":
+        return min(k3, window_tiles) / window_tiles
+    return (
+        min(k3, filter_tiles) / filter_tiles * ceil_div(window_tiles, window_parts) / window_tiles
+    )
+
+
 def weighted_cost(
     dram,
     l3,
@@ -227,14 +292,17 @@ def weighted_cost(
     hardware,
     stores=0,
     packed_filters=0,
+    packed_inputs=0,
 ):
     """``dram*c_dram + l3*c_l3 + l2*c_l2 + misses*c_tlb + calls*c_call
-    + spill*c_spill + macs*c_mac*s/4 + stores*c_store + packed*c_pack`` (a
-    float64 MAC takes two float32 lanes; ``stores`` are transposed element
-    stores, ``packed`` filter elements packed in the call)."""
+    + spill*c_spill + macs*c_mac*s/4 + stores*c_store + packed*c_pack
+    + inputs*c_input`` (a float64 MAC takes two float32 lanes; ``stores`` are
+    transposed element stores, ``packed`` filter elements packed in the call,
+    ``inputs`` input elements packed into panels)."""
     return (
         stores * hardware.transposed_store_cost
         + packed_filters * hardware.filter_pack_cost
+        + packed_inputs * hardware.input_pack_cost
         + dram * hardware.dram_cost
         + l3 * hardware.l3_cost
         + l2 * hardware.l2_cost
@@ -265,6 +333,9 @@ def schedule_traffic(
     vector_operand: str = "windows",
     filters_prepacked: bool = False,
     batch: int = 1,
+    input_in_place: bool = False,
+    threads: int = 1,
+    outer_jobs: int = 1,
 ) -> Traffic:
     """Bytes per level and cost of one schedule, per (group, image).
 
@@ -273,7 +344,9 @@ def schedule_traffic(
     ``vector_operand`` is the micro-kernel's orientation: the bytes are the
     same either way, the filter-vectorised kernel adds its transposed stores
     and, unless ``filters_prepacked``, the packing of every filter, shared by
-    the ``batch`` images of the call.
+    the ``batch`` images of the call.  ``input_in_place``: the kernel reads
+    the input unpacked (no panels written).  ``threads`` and ``outer_jobs``
+    (groups x images) weigh the cost by the busiest thread's share.
     """
     l2_usable = int(hardware.l2_bytes * hardware.usable_fraction)
     l3_usable = int(hardware.l3_bytes * hardware.usable_fraction)
@@ -294,12 +367,14 @@ def schedule_traffic(
     if schedule == "IS":
         window_blocks = ceil_div(window_tiles, k3)
         filter_blocks = ceil_div(filter_tiles, k2)
+        stationary_blocks = window_blocks
         levels[filters_level] += is_filter_stream_bytes(window_blocks, filter_tiles, filter_all)
         levels["l3"] += is_input_reload_bytes(filter_blocks, window_tiles, input_all)
         levels["l3"] += packed_write_bytes(1, window_tiles, input_all)
         levels["l2"] += kernel_operand_bytes(window_tiles, filter_tiles, filter_all)
     elif schedule == "WS":
         filter_blocks = ceil_div(filter_tiles, k3)
+        stationary_blocks = filter_blocks
         window_blocks = window_parts * ceil_div(ceil_div(window_tiles, window_parts), k2)
         input_level = "l3" if raw_input <= l3_usable else "dram"
         levels[input_level] += ws_raw_input_bytes(filter_blocks, raw_input) - raw_input
@@ -336,7 +411,17 @@ def schedule_traffic(
     packed = packed_filter_elements(
         vector_operand, filters_prepacked, filter_tiles, filter_all, s, batch
     )
-    cost = weighted_cost(
+    inputs = packed_input_elements(
+        schedule, input_in_place, filter_blocks, window_tiles, input_all, s
+    )
+    imbalance = thread_imbalance(
+        threads,
+        outer_jobs,
+        stationary_blocks,
+        window_parts if schedule == "WS" else 1,
+        largest_job_share(schedule, window_tiles, filter_tiles, k3, window_parts),
+    )
+    cost = imbalance * weighted_cost(
         levels["dram"],
         levels["l3"],
         levels["l2"],
@@ -348,6 +433,7 @@ def schedule_traffic(
         hardware,
         stores,
         packed,
+        inputs,
     )
     return Traffic(
         levels["dram"],
@@ -360,4 +446,6 @@ def schedule_traffic(
         cost,
         stores,
         packed,
+        inputs,
+        imbalance,
     )

@@ -101,6 +101,9 @@ def _why(plan) -> str:
         "TLB misses": (rival.tlb_misses - chosen.tlb_misses) * hw.tlb_miss_cost,
         "micro-kernel calls": (rival.kernel_calls - chosen.kernel_calls) * hw.call_cost,
         "L1 spill": (rival.l1_spill - chosen.l1_spill) * hw.l1_miss_cost,
+        "input packing": (rival.packed_input_elements - chosen.packed_input_elements)
+        * hw.input_pack_cost,
+        "thread balance": (rival.imbalance - chosen.imbalance) * chosen.cost / chosen.imbalance,
     }
     biggest = max(terms, key=lambda name: terms[name])
     share = 1 - chosen.cost / rival.cost if rival.cost else 0.0
@@ -172,7 +175,7 @@ def explain(plan) -> str:
     lines += ["", "Predicted traffic per (group, image), each schedule with its own tiles"]
     lines.append(
         f"  {'':4} {'Nc,K2,K3':>14} {'DRAM':>10} {'L3':>10} {'L2':>10} {'L1 spill':>10} "
-        f"{'TLB miss':>9} {'calls':>7} {'cost':>10}"
+        f"{'TLB miss':>9} {'calls':>7} {'packed in':>10} {'busiest':>8} {'cost':>10}"
     )
     tiles_of = dict(plan.tiles_by_schedule)
     for name, traffic in plan.costs:
@@ -180,8 +183,13 @@ def explain(plan) -> str:
         lines.append(
             f"  {name:4} {nc_k2_k3:>14} {_size(traffic.dram):>10} {_size(traffic.l3):>10} "
             f"{_size(traffic.l2):>10} {_size(traffic.l1_spill):>10} {traffic.tlb_misses:>9} "
-            f"{traffic.kernel_calls:>7} {traffic.cost:>10.4g}"
+            f"{traffic.kernel_calls:>7} {traffic.packed_input_elements:>10} "
+            f"{traffic.imbalance:>7.3f}x {traffic.cost:>10.4g}"
         )
+    lines.append(
+        "  (packed in: input elements written into panels; busiest: the busiest thread's "
+        "work over an even share, which scales the cost)"
+    )
     lines += ["", "Choice", "  " + _why(plan), "", "Loop nest"]
     lines += ["  " + line for line in _loop_nest(plan).splitlines()]
     return "\n".join(lines)

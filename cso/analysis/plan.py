@@ -362,6 +362,7 @@ def _plan_for_shape(
                     parts,
                     vector_operand,
                     filters_prepacked,
+                    threads,
                 )
                 if name not in costs or traffic.cost < costs[name].cost:
                     costs[name], by_schedule[name] = traffic, (nc, k2, k3)
@@ -492,6 +493,7 @@ def _traffic(
     window_parts=1,
     vector_operand="windows",
     filters_prepacked=False,
+    threads=1,
 ):
     return cost.schedule_traffic(
         schedule,
@@ -512,6 +514,10 @@ def _traffic(
         vector_operand=vector_operand,
         filters_prepacked=filters_prepacked,
         batch=geometry.batch,
+        input_in_place=vector_operand == "reduction"
+        or _input_in_place(geometry, element_bytes, hardware),
+        threads=threads,
+        outer_jobs=geometry.groups * geometry.batch,
     )
 
 
@@ -556,6 +562,7 @@ def with_tiles(
                 window_parts if name == schedule else 1,
                 plan.vector_operand,
                 plan.filters_prepacked,
+                plan.threads,
             ),
         )
         for name in SCHEDULES
