@@ -56,43 +56,30 @@ def run(xh, C, Hp, Wp, panels, K, R, S, P, Q, y, scratch, nc):
                             for s in range(S):
                                 fo = f * red * nf + (c0 * R * S + r * S + s) * nf
                                 xo = ((p + r) * C + c0) * Wp + q0 + s
-                                first = c0 == 0 and r == 0 and s == 0
-                                if full:
-                                    kernel(
-                                        ch,
-                                        panels,
-                                        fo,
-                                        R * S * nf,
-                                        1,
-                                        xh,
-                                        xo,
-                                        Wp,
-                                        y,
-                                        f * nf * P * Q + p * Q + q0,
-                                        P * Q,
-                                        panels,
-                                        0,
-                                        first,
-                                        False,
-                                    )
-                                else:
-                                    kernel(
-                                        ch,
-                                        panels,
-                                        fo,
-                                        R * S * nf,
-                                        1,
-                                        xh,
-                                        xo,
-                                        Wp,
-                                        scratch,
-                                        0,
-                                        nwin,
-                                        panels,
-                                        0,
-                                        r == 0 and s == 0,
-                                        False,
-                                    )
+                                # A full tile accumulates in y; an edge tile in scratch,
+                                # whose valid part is copied out below.
+                                out, out_offset, out_stride = y, f * nf * P * Q + p * Q + q0, P * Q
+                                overwrite = c0 == 0 and r == 0 and s == 0
+                                if not full:
+                                    out, out_offset, out_stride = scratch, 0, nwin
+                                    overwrite = r == 0 and s == 0
+                                kernel(
+                                    ch,
+                                    panels,
+                                    fo,
+                                    R * S * nf,
+                                    1,
+                                    xh,
+                                    xo,
+                                    Wp,
+                                    out,
+                                    out_offset,
+                                    out_stride,
+                                    panels,
+                                    0,
+                                    overwrite,
+                                    False,
+                                )
                         if not full:
                             cols = min(nwin, Q - q0)
                             for i in range(rows):
