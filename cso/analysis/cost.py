@@ -281,35 +281,37 @@ def largest_job_share(
 
 
 def weighted_cost(
+    hardware,
+    element_bytes,
+    *,
     dram,
     l3,
     l2,
     tlb_misses,
-    calls,
+    kernel_calls,
     l1_spill,
-    macs,
-    element_bytes,
-    hardware,
-    stores=0,
-    packed_filters=0,
-    packed_inputs=0,
+    padded_macs,
+    transposed_stores=0,
+    packed_filter_elements=0,
+    packed_input_elements=0,
 ):
     """``dram*c_dram + l3*c_l3 + l2*c_l2 + misses*c_tlb + calls*c_call
     + spill*c_spill + macs*c_mac*s/4 + stores*c_store + packed*c_pack
     + inputs*c_input`` (a float64 MAC takes two float32 lanes; ``stores`` are
     transposed element stores, ``packed`` filter elements packed in the call,
-    ``inputs`` input elements packed into panels)."""
+    ``inputs`` input elements packed into panels).  The counts are named as
+    :class:`Traffic`'s fields."""
     return (
-        stores * hardware.transposed_store_cost
-        + packed_filters * hardware.filter_pack_cost
-        + packed_inputs * hardware.input_pack_cost
+        transposed_stores * hardware.transposed_store_cost
+        + packed_filter_elements * hardware.filter_pack_cost
+        + packed_input_elements * hardware.input_pack_cost
         + dram * hardware.dram_cost
         + l3 * hardware.l3_cost
         + l2 * hardware.l2_cost
         + tlb_misses * hardware.tlb_miss_cost
-        + calls * hardware.call_cost
+        + kernel_calls * hardware.call_cost
         + l1_spill * hardware.l1_miss_cost
-        + macs * hardware.mac_cost * element_bytes / 4
+        + padded_macs * hardware.mac_cost * element_bytes / 4
     )
 
 
@@ -404,15 +406,25 @@ def schedule_traffic(
     # tiles; WS: window tiles), the stationary tile's reuse.
     reuse = min(k2, filter_tiles if schedule == "IS" else window_tiles)
     spill = l1_spill_bytes(stationary, streamed, out_tile, l1_usable, calls, reuse)
-    macs = padded_macs(
-        window_tiles, windows_per_tile, filter_tiles, filters_per_tile, channels * kernel_area
-    )
-    stores = transposed_stores(vector_operand, calls, filters_per_tile * windows_per_tile)
-    packed = packed_filter_elements(
-        vector_operand, filters_prepacked, filter_tiles, filter_all, s, batch
-    )
-    inputs = packed_input_elements(
-        schedule, input_in_place, filter_blocks, window_tiles, input_all, s
+    counts = dict(
+        dram=levels["dram"],
+        l3=levels["l3"],
+        l2=levels["l2"],
+        tlb_misses=misses,
+        kernel_calls=calls,
+        l1_spill=spill,
+        padded_macs=padded_macs(
+            window_tiles, windows_per_tile, filter_tiles, filters_per_tile, channels * kernel_area
+        ),
+        transposed_stores=transposed_stores(
+            vector_operand, calls, filters_per_tile * windows_per_tile
+        ),
+        packed_filter_elements=packed_filter_elements(
+            vector_operand, filters_prepacked, filter_tiles, filter_all, s, batch
+        ),
+        packed_input_elements=packed_input_elements(
+            schedule, input_in_place, filter_blocks, window_tiles, input_all, s
+        ),
     )
     imbalance = thread_imbalance(
         threads,
@@ -421,31 +433,5 @@ def schedule_traffic(
         window_parts if schedule == "WS" else 1,
         largest_job_share(schedule, window_tiles, filter_tiles, k3, window_parts),
     )
-    cost = imbalance * weighted_cost(
-        levels["dram"],
-        levels["l3"],
-        levels["l2"],
-        misses,
-        calls,
-        spill,
-        macs,
-        s,
-        hardware,
-        stores,
-        packed,
-        inputs,
-    )
-    return Traffic(
-        levels["dram"],
-        levels["l3"],
-        levels["l2"],
-        misses,
-        calls,
-        spill,
-        macs,
-        cost,
-        stores,
-        packed,
-        inputs,
-        imbalance,
-    )
+    cost = imbalance * weighted_cost(hardware, s, **counts)
+    return Traffic(cost=cost, imbalance=imbalance, **counts)
