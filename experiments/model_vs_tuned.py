@@ -29,36 +29,19 @@ import cso  # noqa: E402
 from cso.bench import best_times  # noqa: E402
 from cso.models import MODELS  # noqa: E402
 
-DATA = (
-    pathlib.Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "convbench_public.csv"
-)
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from sampled_shapes import DATA, load, shapes  # noqa: E402
 
 
 def convbench_layers(count, seed, min_gflop=0.01, max_gflop=0.3):
     if not DATA.exists() or count <= 0:
         return []
-    with open(DATA) as handle:
-        rows = [
-            r
-            for r in csv.DictReader(handle)
-            if r["groups"] == "1" and min_gflop <= float(r["gflop"]) <= max_gflop
-        ]
+    rows = load(DATA, min_gflop, max_gflop, "none")
     rng = np.random.default_rng(seed)
-    layers = []
-    for index in sorted(rng.choice(len(rows), min(count, len(rows)), replace=False)):
-        r = rows[index]
-        x_shape = tuple(int(r[k]) for k in ("N", "C", "H", "W"))
-        w_shape = tuple(int(r[k]) for k in ("K", "C", "R", "S"))
-        params = dict(
-            stride=(int(r["stride_h"]), int(r["stride_w"])),
-            padding=(
-                (int(r["pad_top"]), int(r["pad_bottom"])),
-                (int(r["pad_left"]), int(r["pad_right"])),
-            ),
-            dilation=(int(r["dil_h"]), int(r["dil_w"])),
-        )
-        layers.append(("convbench " + r["key"][:40], x_shape, w_shape, params))
-    return layers
+    return [
+        ("convbench " + rows[index]["key"][:40], *shapes(rows[index]))
+        for index in sorted(rng.choice(len(rows), min(count, len(rows)), replace=False))
+    ]
 
 
 def model_layers(name):

@@ -18,8 +18,9 @@ import sys
 
 import numpy as np
 
-if os.environ.get("OPENBLAS_NUM_THREADS") != "1":
-    # Pin BLAS to one thread (it reads this at start-up), like cso's threads=1.
+if __name__ == "__main__" and os.environ.get("OPENBLAS_NUM_THREADS") != "1":
+    # Pin BLAS to one thread (it reads this at start-up), like cso's threads=1;
+    # only when run, so that other experiments can import the sample's helpers.
     env = dict(
         os.environ,
         OPENBLAS_NUM_THREADS="1",
