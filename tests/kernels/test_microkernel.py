@@ -23,41 +23,10 @@ SHAPES = [
 def _driver(nf, nwin, dtype_name, lanes, vector_operand="windows"):
     kernel = build_outer_product_kernel(nf, nwin, dtype_name, lanes, vector_operand)
 
+    # The intrinsic is callable only from jitted code: a pass-through of its 15 arguments.
     @numba.njit
-    def run(
-        depth,
-        a,
-        a_off,
-        a_ks,
-        a_is,
-        b,
-        b_off,
-        b_stride,
-        c,
-        c_off,
-        c_stride,
-        bias,
-        bias_off,
-        overwrite,
-        add_bias,
-    ):
-        kernel(
-            depth,
-            a,
-            a_off,
-            a_ks,
-            a_is,
-            b,
-            b_off,
-            b_stride,
-            c,
-            c_off,
-            c_stride,
-            bias,
-            bias_off,
-            overwrite,
-            add_bias,
-        )
+    def run(*args):
+        kernel(*args)
 
     return run
 

@@ -10,44 +10,19 @@ from cso.packing.transpose import transpose_block
 from cso.packing.vector_copy import copy_run, pack_row_runs
 
 
-@numba.njit
-def _copy(dst, dst_offset, src, src_offset, count):
-    copy_run(dst, dst_offset, src, src_offset, count)
+def _jitted(intrinsic):
+    """A jitted pass-through: the packing intrinsics are callable only from jitted code."""
+
+    @numba.njit
+    def run(*args):
+        intrinsic(*args)
+
+    return run
 
 
-@numba.njit
-def _pack_rows(
-    dst,
-    dst_offset,
-    dst_stride,
-    src,
-    src_row,
-    first_column,
-    step,
-    shift,
-    copies,
-    count,
-    width,
-    channels=1,
-    dst_channel_stride=0,
-    src_channel_stride=0,
-):
-    pack_row_runs(
-        dst,
-        dst_offset,
-        dst_stride,
-        src,
-        src_row,
-        first_column,
-        step,
-        shift,
-        copies,
-        count,
-        width,
-        channels,
-        dst_channel_stride,
-        src_channel_stride,
-    )
+_copy = _jitted(copy_run)
+_pack_rows = _jitted(pack_row_runs)
+_transpose = _jitted(transpose_block)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -73,7 +48,20 @@ def test_pack_row_runs_against_the_definition(dtype, step):
                 stride = 40
                 target = np.full(copies * stride + 3, -1, dtype)
                 _pack_rows(
-                    target, 2, stride, source, 9, first_column, step, shift, copies, count, width
+                    target,
+                    2,
+                    stride,
+                    source,
+                    9,
+                    first_column,
+                    step,
+                    shift,
+                    copies,
+                    count,
+                    width,
+                    1,
+                    0,
+                    0,
                 )
                 expected = np.full_like(target, -1)
                 for s in range(copies):
@@ -82,7 +70,7 @@ def test_pack_row_runs_against_the_definition(dtype, step):
                         expected[2 + s * stride + t] = row[column] if 0 <= column < width else 0
                 assert np.array_equal(target, expected)  # NaN outside the row is never read
     zeroed = np.full(10, -1, dtype)
-    _pack_rows(zeroed, 0, 5, source, 0, 0, step, 1, 2, 4, 0)  # a row in the padding
+    _pack_rows(zeroed, 0, 5, source, 0, 0, step, 1, 2, 4, 0, 1, 0, 0)  # a row in the padding
     assert np.array_equal(zeroed, [0, 0, 0, 0, -1] * 2)
 
 
@@ -180,11 +168,6 @@ def test_filter_panels_layout():
             tile, i = divmod(k, 4)
             assert np.array_equal(packed[g, tile, :, i], w[g * 5 + k].reshape(-1))
         assert not packed[g, 1, :, 1:].any()  # rows past K_g are zero
-
-
-@numba.njit
-def _transpose(dst, dst_offset, dst_stride, src, src_offset, src_stride, rows, columns, width):
-    transpose_block(dst, dst_offset, dst_stride, src, src_offset, src_stride, rows, columns, width)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
