@@ -11,6 +11,7 @@ from .geometry import make_geometry, result_dtype
 from .macrokernel.bounds import LoopBounds
 from .microkernels.registry import loop_module
 from .packing.inputs import subsample_pixels
+from .workspace import worker_stride, workspace
 from .packing.filters import (
     pack_bias,
     pack_edge_filter_rows,
@@ -281,6 +282,9 @@ def _run(x, filters, packed_bias, has_bias, y, plan: Plan, threads: int, variant
         with _numba_threads(threads):
             x_ready = subsample_pixels(x_ready, g.stride_h, g.stride_w, g.out_height, g.out_width)
     x_flat = _writeable(x_ready).reshape(-1)
+    panel_elements, scratch_elements = _worker_elements(plan)
+    scratch_offset = worker_stride(panel_elements, y.dtype)
+    stride = scratch_offset + worker_stride(scratch_elements, y.dtype)
     bounds = LoopBounds(
         batch=g.batch,
         groups=g.groups,
@@ -308,6 +312,8 @@ def _run(x, filters, packed_bias, has_bias, y, plan: Plan, threads: int, variant
         filters_packed=filters_packed,
         window_parts=plan.window_parts,
         edge_rows=plan.vector_operand == "reduction",
+        workspace_stride=stride,
+        scratch_offset=scratch_offset,
     )
     module = loop_module(
         plan.filters_per_tile,
@@ -323,8 +329,31 @@ def _run(x, filters, packed_bias, has_bias, y, plan: Plan, threads: int, variant
         else module.convolve_weight_stationary
     )
     with _numba_threads(threads):
-        loop_nest(x_flat, filter_array, edge_filters, packed_bias, has_bias, y.reshape(-1), bounds)
+        loop_nest(
+            x_flat,
+            filter_array,
+            edge_filters,
+            packed_bias,
+            has_bias,
+            y.reshape(-1),
+            workspace(threads * stride, y.dtype),
+            bounds,
+        )
     return y
+
+
+def _worker_elements(plan: Plan):
+    """``(panels, scratch)``: the elements one worker of the loop nest needs.
+
+    Panels for the input tiles the schedule keeps packed at once (``K3``
+    for IS, ``K2`` for WS, never more than there are window tiles), each
+    ``Nc*R*S x Nwin``; scratch for one ``Nf x Nwin`` edge tile of output.
+    """
+    g = plan.geometry
+    window_tiles = -(-g.windows // plan.windows_per_tile)
+    kept = plan.l3_tiles if plan.schedule == "IS" else plan.l2_tiles
+    tile = plan.channel_tile * g.kernel_height * g.kernel_width * plan.windows_per_tile
+    return min(kept, window_tiles) * tile, plan.filters_per_tile * plan.windows_per_tile
 
 
 class _numba_threads:

@@ -34,5 +34,7 @@ LoopBounds = namedtuple(
         "filters_packed",  # filters are full panels; else KCRS in place + edge panels
         "window_parts",  # WS: contiguous parts the window tiles are split into
         "edge_rows",  # edge filter panels are [G][Nf][C*R*S] (dot products), else [G][C*R*S][Nf]
+        "workspace_stride",  # elements of the workspace per worker
+        "scratch_offset",  # where a worker's edge-tile scratch starts in its part
     ],
 )

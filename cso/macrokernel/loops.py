@@ -37,12 +37,17 @@ Contracts relied on
   written at the first channel tile and accumulated into after it.
 * Work is split into jobs ``(group, image, stationary block)``, and for WS
   also window part, that own disjoint parts of ``y``, so the parallel loop
-  needs no synchronisation.
+  needs no synchronisation.  The parallel loop runs over workers; worker
+  ``i`` of ``W`` takes jobs ``[i*J//W, (i+1)*J//W)`` in order.
+* ``workspace``: ``W`` parts of ``b.workspace_stride`` elements, each
+  64-byte aligned (:mod:`cso.workspace`): worker ``i``'s input panels from
+  the start of its part, its ``Nf x Nwin`` edge-tile scratch from
+  ``b.scratch_offset``.  The caller keeps it between calls, so the loop
+  nests allocate nothing.
 * ``filters``, ``edge_filters``, ``x_flat`` and the panels share one Numba
   type (writeable, C-contiguous, 1-D), so a branch may pick either.
 """
 
-import numpy as np
 from numba import njit, prange
 
 from cso.packing.filters import filter_panel_offset
@@ -52,16 +57,15 @@ from cso.packing.vector_copy import copy_run
 # Bound by cso.microkernels.registry in each generated specialisation.
 microkernel = None
 
-_ALIGN_BYTES = 64
-
 
 @njit(nogil=True, parallel=True, cache=True)
-def convolve_input_stationary(x_flat, filters, edge_filters, bias, has_bias, y_flat, b):
+def convolve_input_stationary(x_flat, filters, edge_filters, bias, has_bias, y_flat, workspace, b):
     """IS: each job keeps ``K3`` packed input tiles and streams all filters.
 
     ::
 
-        for job = (group, image, window block of K3 tiles)     # parallel
+        for worker                                              # parallel
+         for job = (group, image, window block of K3 tiles)    # the worker's share
           for c0 in ceil(C/Nc) even channel tiles (<= Nc each) # partial sums in y
             pack the block's K3 input tiles                     # ~ L3
             for f0 in blocks of K2 filter tiles                 # ~ L2
@@ -73,45 +77,48 @@ def convolve_input_stationary(x_flat, filters, edge_filters, bias, has_bias, y_f
     area = b.kernel_height * b.kernel_width
     window_tiles, filter_tiles, channel_tiles = _tile_counts(b)
     blocks = (window_tiles + b.l3_tiles - 1) // b.l3_tiles
-    for job in prange(b.groups * b.batch * blocks):
-        group, image, block = _job(b, job, blocks)
-        first = block * b.l3_tiles
-        tiles = min(b.l3_tiles, window_tiles - first)
-        panels = _aligned_buffer(tiles * b.channel_tile * area * nwin, y_flat)
-        scratch = _aligned_buffer(b.filters_per_tile * nwin, y_flat)
+    jobs = b.groups * b.batch * blocks
+    workers = workspace.size // b.workspace_stride
+    for worker in prange(workers):
+        panels, scratch = _worker_buffers(workspace, b, worker)
         operands = (x_flat, filters, edge_filters, bias, y_flat, panels, scratch)
-        for channel_index in range(channel_tiles):
-            c0, channels = _channel_range(b, channel_index, channel_tiles)
-            panel_size = channels * area * nwin
-            for t in range(tiles):
-                _pack_tile(
-                    operands, b, image, group, c0, channels, (first + t) * nwin, t * panel_size
-                )
-            for f0 in range(0, filter_tiles, b.l2_tiles):
+        for job in range(worker * jobs // workers, (worker + 1) * jobs // workers):
+            group, image, block = _job(b, job, blocks)
+            first = block * b.l3_tiles
+            tiles = min(b.l3_tiles, window_tiles - first)
+            for channel_index in range(channel_tiles):
+                c0, channels = _channel_range(b, channel_index, channel_tiles)
+                panel_size = channels * area * nwin
                 for t in range(tiles):
-                    for f in range(f0, min(f0 + b.l2_tiles, filter_tiles)):
-                        _tile(
-                            operands,
-                            has_bias,
-                            b,
-                            image,
-                            group,
-                            c0,
-                            channels,
-                            f,
-                            (first + t) * nwin,
-                            t * panel_size,
-                        )
+                    _pack_tile(
+                        operands, b, image, group, c0, channels, (first + t) * nwin, t * panel_size
+                    )
+                for f0 in range(0, filter_tiles, b.l2_tiles):
+                    for t in range(tiles):
+                        for f in range(f0, min(f0 + b.l2_tiles, filter_tiles)):
+                            _tile(
+                                operands,
+                                has_bias,
+                                b,
+                                image,
+                                group,
+                                c0,
+                                channels,
+                                f,
+                                (first + t) * nwin,
+                                t * panel_size,
+                            )
 
 
 @njit(nogil=True, parallel=True, cache=True)
-def convolve_weight_stationary(x_flat, filters, edge_filters, bias, has_bias, y_flat, b):
+def convolve_weight_stationary(x_flat, filters, edge_filters, bias, has_bias, y_flat, workspace, b):
     """WS: each job keeps ``K3`` filter tiles and streams the input through.
 
     ::
 
-        for job = (group, image, filter block of K3 tiles,     # parallel
-                   window part)                                 # (plan.window_parts)
+        for worker                                              # parallel
+         for job = (group, image, filter block of K3 tiles,    # the worker's share
+                    window part)                                # (plan.window_parts)
           for c0 in ceil(C/Nc) even channel tiles (<= Nc each) # partial sums in y
             for w0 in the part's blocks of K2 window tiles
               pack the K2 input tiles                           # ~ L2
@@ -124,39 +131,41 @@ def convolve_weight_stationary(x_flat, filters, edge_filters, bias, has_bias, y_
     window_tiles, filter_tiles, channel_tiles = _tile_counts(b)
     blocks = (filter_tiles + b.l3_tiles - 1) // b.l3_tiles
     parts = b.window_parts
-    for job in prange(b.groups * b.batch * blocks * parts):
-        group, image, block_part = _job(b, job, blocks * parts)
-        block, part = block_part // parts, block_part % parts
-        first_window = part * window_tiles // parts
-        last_window = (part + 1) * window_tiles // parts
-        first_filter = block * b.l3_tiles
-        last_filter = min(first_filter + b.l3_tiles, filter_tiles)
-        panels = _aligned_buffer(b.l2_tiles * b.channel_tile * area * nwin, y_flat)
-        scratch = _aligned_buffer(b.filters_per_tile * nwin, y_flat)
+    jobs = b.groups * b.batch * blocks * parts
+    workers = workspace.size // b.workspace_stride
+    for worker in prange(workers):
+        panels, scratch = _worker_buffers(workspace, b, worker)
         operands = (x_flat, filters, edge_filters, bias, y_flat, panels, scratch)
-        for channel_index in range(channel_tiles):
-            c0, channels = _channel_range(b, channel_index, channel_tiles)
-            panel_size = channels * area * nwin
-            for w0 in range(first_window, last_window, b.l2_tiles):
-                tiles = min(b.l2_tiles, last_window - w0)
-                for t in range(tiles):
-                    _pack_tile(
-                        operands, b, image, group, c0, channels, (w0 + t) * nwin, t * panel_size
-                    )
-                for f in range(first_filter, last_filter):
+        for job in range(worker * jobs // workers, (worker + 1) * jobs // workers):
+            group, image, block_part = _job(b, job, blocks * parts)
+            block, part = block_part // parts, block_part % parts
+            first_window = part * window_tiles // parts
+            last_window = (part + 1) * window_tiles // parts
+            first_filter = block * b.l3_tiles
+            last_filter = min(first_filter + b.l3_tiles, filter_tiles)
+            for channel_index in range(channel_tiles):
+                c0, channels = _channel_range(b, channel_index, channel_tiles)
+                panel_size = channels * area * nwin
+                for w0 in range(first_window, last_window, b.l2_tiles):
+                    tiles = min(b.l2_tiles, last_window - w0)
                     for t in range(tiles):
-                        _tile(
-                            operands,
-                            has_bias,
-                            b,
-                            image,
-                            group,
-                            c0,
-                            channels,
-                            f,
-                            (w0 + t) * nwin,
-                            t * panel_size,
+                        _pack_tile(
+                            operands, b, image, group, c0, channels, (w0 + t) * nwin, t * panel_size
                         )
+                    for f in range(first_filter, last_filter):
+                        for t in range(tiles):
+                            _tile(
+                                operands,
+                                has_bias,
+                                b,
+                                image,
+                                group,
+                                c0,
+                                channels,
+                                f,
+                                (w0 + t) * nwin,
+                                t * panel_size,
+                            )
 
 
 @njit(nogil=True, cache=True)
@@ -175,12 +184,17 @@ def _job(b, job, blocks):
 
 
 @njit(nogil=True, cache=True)
-def _aligned_buffer(size, like):
-    """A scratch array of ``size`` elements whose first element is 64-byte aligned."""
-    extra = _ALIGN_BYTES // like.itemsize
-    raw = np.empty(size + extra, dtype=like.dtype)
-    start = ((-raw.ctypes.data) % _ALIGN_BYTES) // like.itemsize
-    return raw[start : start + size]
+def _worker_buffers(workspace, b, worker):
+    """``(panels, scratch)``: worker ``worker``'s input panels and edge tile.
+
+    Worker ``i`` owns ``workspace[i*stride : (i+1)*stride]``: its panels
+    from the start, its ``Nf x Nwin`` scratch tile from ``scratch_offset``.
+    """
+    start = worker * b.workspace_stride
+    panels = workspace[start : start + b.scratch_offset]
+    scratch_start = start + b.scratch_offset
+    scratch = workspace[scratch_start : scratch_start + b.filters_per_tile * b.windows_per_tile]
+    return panels, scratch
 
 
 @njit(nogil=True, cache=True)

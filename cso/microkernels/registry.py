@@ -63,11 +63,9 @@ def _source_hash() -> str:
 _VARIANTS = {
     None: "",
     "no-kernel": ("\n@njit(nogil=True)\ndef microkernel(*args):\n    return\n"),
-    "no-pack": (
-        "\n@njit(nogil=True)\ndef _pack_tile(*args):\n    return\n"
-        "\n@njit(nogil=True)\ndef _aligned_buffer(size, like):\n"
-        "    return np.zeros(size, dtype=like.dtype)  # finite operands, never packed\n"
-    ),
+    # The panels then hold what earlier calls packed into the kept workspace
+    # (zeros at first): finite operands, see cso.workspace.
+    "no-pack": "\n@njit(nogil=True)\ndef _pack_tile(*args):\n    return\n",
 }
 _VARIANTS["skeleton"] = _VARIANTS["no-kernel"] + _VARIANTS["no-pack"]
 # The micro-kernel without its software prefetch (see _module_source).

@@ -7,6 +7,7 @@ import pytest
 from conftest import assert_matches_reference
 
 import cso
+from cso import workspace
 
 X = np.ones((1, 4, 8, 8), np.float32)
 W = np.ones((6, 4, 3, 3), np.float32)
@@ -91,3 +92,18 @@ def test_concurrent_calls_from_four_threads(rng):
     assert errors == []
     for index, (x, w) in enumerate(problems):
         assert_matches_reference(results[index], x, w, padding=1)
+
+
+def test_a_kept_workspace_left_full_by_another_layer_does_not_change_a_result(rng):
+    # A large layer leaves its packed panels in this thread's workspace; a
+    # padded layer with edge tiles run next must see none of them.
+    big_x = rng.standard_normal((1, 48, 30, 30)).astype(np.float32)
+    big_w = rng.standard_normal((40, 48, 3, 3)).astype(np.float32)
+    x = rng.standard_normal((2, 5, 9, 11)).astype(np.float32)
+    w = rng.standard_normal((11, 5, 3, 2)).astype(np.float32)
+    workspace.release()
+    alone = cso.conv2d(x, w, padding=(2, 1), threads=1)
+    cso.conv2d(big_x, big_w, padding=1, threads=1)
+    after = cso.conv2d(x, w, padding=(2, 1), threads=1)
+    np.testing.assert_array_equal(after, alone)
+    assert_matches_reference(after, x, w, padding=(2, 1))
