@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numba
 import numpy as np
 
@@ -18,6 +20,10 @@ from .packing.filters import (
     pack_edge_filters,
     pack_filters_panels,
 )
+
+
+# dtype.name is slow enough (a microsecond) to show in a small layer's call.
+_DTYPE_NAMES = {np.dtype(np.float32): "float32", np.dtype(np.float64): "float64"}
 
 
 def _as_array(value, name: str) -> np.ndarray:
@@ -141,7 +147,9 @@ def conv2d(
 
         plan = tuned_plan(geometry, dtype.name, threads, tuned)
     if plan is None:
-        plan = plan_for_geometry(geometry, dtype.name, Hardware.detect(), None, None, None, threads)
+        plan = plan_for_geometry(
+            geometry, _DTYPE_NAMES[dtype], Hardware.detect(), None, None, None, threads
+        )
     filters, packed_bias = _prepare_filters(w, bias, plan)
     return _run(x, filters, packed_bias, bias is not None, y, plan, threads)
 
@@ -268,23 +276,67 @@ def _run(x, filters, packed_bias, has_bias, y, plan: Plan, threads: int, variant
     place with the packed last tiles, or (``packed``) the full panels.
     """
     filter_array, edge_filters, filters_packed = filters
+    launch = _launch(plan, filters_packed, threads, variant)
     g = plan.geometry
     x_ready = np.ascontiguousarray(x, dtype=y.dtype)
-    pointwise = g.kernel_height == g.kernel_width == 1
-    unpadded = g.pad_top == g.pad_bottom == g.pad_left == g.pad_right == 0
-    subsample = pointwise and unpadded and (g.stride_h, g.stride_w) != (1, 1)
-    # The one window is the whole input: a dot-product plan reads it in place.
-    whole_input = g.windows == 1 and (g.kernel_height, g.kernel_width) == (g.height, g.width)
-    if subsample:
+    if launch.subsample:
         # A strided, unpadded 1x1 convolution reads only every stride-th pixel:
         # keep just those (a small strided copy), and it becomes a stride-1 1x1
         # convolution whose input is read in place, with no packing.
         with _numba_threads(threads):
             x_ready = subsample_pixels(x_ready, g.stride_h, g.stride_w, g.out_height, g.out_width)
-    x_flat = _writeable(x_ready).reshape(-1)
+    arguments = (
+        _writeable(x_ready).reshape(-1),
+        filter_array,
+        edge_filters,
+        packed_bias,
+        has_bias,
+        y.reshape(-1),
+        workspace(launch.workspace_elements, y.dtype),
+        launch.bounds,
+    )
+    # The loop nest runs `threads` workers of its own (one per part of the
+    # workspace), so Numba's thread count needs changing only when it is lower.
+    if numba.get_num_threads() >= threads:
+        launch.loop_nest(*arguments)
+    else:
+        with _numba_threads(threads):
+            launch.loop_nest(*arguments)
+    return y
+
+
+class _Launch(NamedTuple):
+    """What a plan's loop nest is called with, besides the operands."""
+
+    loop_nest: object
+    bounds: LoopBounds
+    subsample: bool
+    workspace_elements: int
+
+
+_launches: dict = {}
+
+
+def _launch(plan: Plan, filters_packed: bool, threads: int, variant) -> _Launch:
+    """The loop nest, its bounds and its workspace size for a plan (memoised).
+
+    Memoised by the plan object's identity (a plan is frozen, and the
+    memoised planner hands out the same object for the same problem), so a
+    call costs no Python work that only depends on the plan.
+    """
+    key = (id(plan), filters_packed, threads, variant)
+    entry = _launches.get(key)
+    if entry is not None and entry[0] is plan:
+        return entry[1]
+    g = plan.geometry
+    pointwise = g.kernel_height == g.kernel_width == 1
+    unpadded = g.pad_top == g.pad_bottom == g.pad_left == g.pad_right == 0
+    subsample = pointwise and unpadded and (g.stride_h, g.stride_w) != (1, 1)
+    # The one window is the whole input: a dot-product plan reads it in place.
+    whole_input = g.windows == 1 and (g.kernel_height, g.kernel_width) == (g.height, g.width)
     panel_elements, scratch_elements = _worker_elements(plan)
-    scratch_offset = worker_stride(panel_elements, y.dtype)
-    stride = scratch_offset + worker_stride(scratch_elements, y.dtype)
+    scratch_offset = worker_stride(panel_elements, plan.dtype)
+    stride = scratch_offset + worker_stride(scratch_elements, plan.dtype)
     bounds = LoopBounds(
         batch=g.batch,
         groups=g.groups,
@@ -296,8 +348,8 @@ def _run(x, filters, packed_bias, has_bias, y, plan: Plan, threads: int, variant
         stride_w=1 if subsample else g.stride_w,
         dilation_h=g.dilation_h,
         dilation_w=g.dilation_w,
-        height=x_ready.shape[2],
-        width=x_ready.shape[3],
+        height=g.out_height if subsample else g.height,
+        width=g.out_width if subsample else g.width,
         pad_top=g.pad_top,
         pad_left=g.pad_left,
         out_height=g.out_height,
@@ -328,18 +380,11 @@ def _run(x, filters, packed_bias, has_bias, y, plan: Plan, threads: int, variant
         if plan.schedule == "IS"
         else module.convolve_weight_stationary
     )
-    with _numba_threads(threads):
-        loop_nest(
-            x_flat,
-            filter_array,
-            edge_filters,
-            packed_bias,
-            has_bias,
-            y.reshape(-1),
-            workspace(threads * stride, y.dtype),
-            bounds,
-        )
-    return y
+    launch = _Launch(loop_nest, bounds, subsample, threads * stride)
+    if len(_launches) >= 1024:
+        _launches.clear()  # plans are few per process; this only bounds a pathological one
+    _launches[key] = (plan, launch)
+    return launch
 
 
 def _worker_elements(plan: Plan):

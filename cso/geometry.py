@@ -167,6 +167,14 @@ def make_geometry(x_shape, w_shape, *, stride=1, padding=0, dilation=1, groups=1
         Naming the parameter and what was expected, for any shape or parameter
         that does not describe a valid convolution.
     """
+    if (
+        type(x_shape) is tuple
+        and type(w_shape) is tuple
+        and type(stride) is type(padding) is type(dilation) is type(groups) is int
+        and all(type(d) is int for d in x_shape + w_shape)
+    ):
+        # The common call (NumPy shapes, int parameters) is its own key.
+        return _make_geometry_cached(x_shape, w_shape, stride, padding, dilation, groups)
     key = _plain(
         (
             tuple(x_shape) if isinstance(x_shape, (tuple, list)) else x_shape,

@@ -2,6 +2,7 @@
 
 import threading
 
+import numba
 import numpy as np
 import pytest
 from conftest import assert_matches_reference
@@ -107,3 +108,17 @@ def test_a_kept_workspace_left_full_by_another_layer_does_not_change_a_result(rn
     after = cso.conv2d(x, w, padding=(2, 1), threads=1)
     np.testing.assert_array_equal(after, alone)
     assert_matches_reference(after, x, w, padding=(2, 1))
+
+
+@pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2, reason="needs a pool of two threads")
+def test_threads_above_this_threads_numba_count_are_used_and_the_count_restored(rng):
+    x = rng.standard_normal((2, 6, 15, 21)).astype(np.float32)
+    w = rng.standard_normal((20, 6, 3, 3)).astype(np.float32)
+    before = numba.get_num_threads()
+    numba.set_num_threads(1)
+    try:
+        y = cso.conv2d(x, w, padding=1, threads=2)
+        assert numba.get_num_threads() == 1
+    finally:
+        numba.set_num_threads(before)
+    assert_matches_reference(y, x, w, padding=1)
