@@ -64,6 +64,7 @@ class Traffic:
     transposed_stores: int = 0
     packed_filter_elements: int = 0
     packed_input_elements: int = 0
+    in_place_filter_reads: int = 0
     imbalance: float = 1.0
 
     def as_dict(self) -> dict:
@@ -79,6 +80,7 @@ class Traffic:
             "transposed_stores": self.transposed_stores,
             "packed_filter_elements": self.packed_filter_elements,
             "packed_input_elements": self.packed_input_elements,
+            "in_place_filter_reads": self.in_place_filter_reads,
             "imbalance": self.imbalance,
         }
 
@@ -241,6 +243,18 @@ def packed_input_elements(
     return times * window_tiles * input_all // element_bytes
 
 
+def in_place_filter_reads(
+    vector_operand: str, filters_prepacked: bool, macs: int, windows_per_tile: int
+) -> int:
+    """Filter elements the micro-kernels read in place from KCRS:
+    ``MACs / Nwin`` (one broadcast per ``Nwin`` multiply-adds) for a
+    window-vectorised kernel called with unpacked filters, else 0 (its
+    packed edge tiles are counted too: a few per call)."""
+    if vector_operand != "windows" or filters_prepacked:
+        return 0
+    return macs // windows_per_tile
+
+
 def thread_imbalance(
     threads: int,
     outer_jobs: int,
@@ -294,15 +308,18 @@ def weighted_cost(
     transposed_stores=0,
     packed_filter_elements=0,
     packed_input_elements=0,
+    in_place_filter_reads=0,
 ):
     """``dram*c_dram + l3*c_l3 + l2*c_l2 + misses*c_tlb + calls*c_call
     + spill*c_spill + macs*c_mac*s/4 + stores*c_store + packed*c_pack
-    + inputs*c_input`` (a float64 MAC takes two float32 lanes; ``stores`` are
-    transposed element stores, ``packed`` filter elements packed in the call,
-    ``inputs`` input elements packed into panels).  The counts are named as
-    :class:`Traffic`'s fields."""
+    + inputs*c_input + reads*c_in_place`` (a float64 MAC takes two float32
+    lanes; ``stores`` are transposed element stores, ``packed`` filter
+    elements packed in the call, ``inputs`` input elements packed into
+    panels, ``reads`` filter elements read in place).  The counts are named
+    as :class:`Traffic`'s fields."""
     return (
-        transposed_stores * hardware.transposed_store_cost
+        in_place_filter_reads * hardware.in_place_filter_cost
+        + transposed_stores * hardware.transposed_store_cost
         + packed_filter_elements * hardware.filter_pack_cost
         + packed_input_elements * hardware.input_pack_cost
         + dram * hardware.dram_cost
@@ -406,6 +423,9 @@ def schedule_traffic(
     # tiles; WS: window tiles), the stationary tile's reuse.
     reuse = min(k2, filter_tiles if schedule == "IS" else window_tiles)
     spill = l1_spill_bytes(stationary, streamed, out_tile, l1_usable, calls, reuse)
+    macs = padded_macs(
+        window_tiles, windows_per_tile, filter_tiles, filters_per_tile, channels * kernel_area
+    )
     counts = dict(
         dram=levels["dram"],
         l3=levels["l3"],
@@ -413,9 +433,7 @@ def schedule_traffic(
         tlb_misses=misses,
         kernel_calls=calls,
         l1_spill=spill,
-        padded_macs=padded_macs(
-            window_tiles, windows_per_tile, filter_tiles, filters_per_tile, channels * kernel_area
-        ),
+        padded_macs=macs,
         transposed_stores=transposed_stores(
             vector_operand, calls, filters_per_tile * windows_per_tile
         ),
@@ -424,6 +442,9 @@ def schedule_traffic(
         ),
         packed_input_elements=packed_input_elements(
             schedule, input_in_place, filter_blocks, window_tiles, input_all, s
+        ),
+        in_place_filter_reads=in_place_filter_reads(
+            vector_operand, filters_prepacked, macs, windows_per_tile
         ),
     )
     imbalance = thread_imbalance(

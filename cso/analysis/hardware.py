@@ -94,6 +94,15 @@ class Hardware:
         (the model's units run at some 450 million per millisecond).
         Without it the model priced a packed byte like an L2 write (0.25),
         some 80 times too cheap to weigh re-packing against idle threads.
+    in_place_filter_cost : float
+        Extra cost per filter element a window-vectorised micro-kernel reads
+        in place from the KCRS array (one broadcast from each of ``Nf`` rows
+        ``C*R*S`` elements apart per step) instead of from a packed panel.
+        ``experiments/in_place_filters.py`` runs each of ResNet-50's 23
+        window-vectorised per-call plans both ways: median 0.011 ns, about
+        6 units, per element (the layers' own figures spread from -9 to 30).
+        It is what a per-call filter-vectorised plan saves besides padding,
+        against the packing it pays for.
     source : str
         Where the figures came from ("py-cpuinfo", "sysfs", "defaults", "user").
     """
@@ -120,6 +129,7 @@ class Hardware:
     transposed_store_cost: float = 128.0
     filter_pack_cost: float = 100.0
     input_pack_cost: float = 80.0
+    in_place_filter_cost: float = 6.0
     source: str = "user"
 
     def __post_init__(self):

@@ -220,7 +220,13 @@ def test_cost_model_counts_by_hand():
         + 8 * AVX512.call_cost
         + is_traffic.padded_macs * AVX512.mac_cost
         + window_tiles * input_all // 4 * AVX512.input_pack_cost
+        # Per call, the window-vectorised kernel broadcasts one filter
+        # element in place per 16 windows: MACs / 16 reads.
+        + is_traffic.padded_macs // 16 * AVX512.in_place_filter_cost
     )
+    assert is_traffic.in_place_filter_reads == is_traffic.padded_macs // 16
+    prepacked = schedule_traffic("IS", k2=1, k3=2, filters_prepacked=True, **common)
+    assert prepacked.in_place_filter_reads == 0
     # Packed input elements: IS packs once, WS once per filter block (2 here).
     assert is_traffic.packed_input_elements == window_tiles * input_all // 4
     assert ws_traffic.packed_input_elements == 2 * window_tiles * input_all // 4
