@@ -27,9 +27,11 @@ from .packed import (  # noqa: E402
     save_packed,
 )
 from .tune import TunedPlans, TuneResult, tune  # noqa: E402
+from .workspace import release as release_workspace  # noqa: E402
 
 __all__ = [
     "conv2d",
+    "release_workspace",
     "plan_conv2d",
     "Plan",
     "Hardware",

@@ -76,3 +76,11 @@ def test_a_buffer_over_the_keep_limit_is_not_kept():
 )
 def test_worker_stride_rounds_up_to_whole_cache_lines(elements, dtype, stride):
     assert workspace.worker_stride(elements, dtype) == stride
+
+
+def test_the_public_release_drops_this_threads_buffer():
+    import cso
+
+    kept = workspace.workspace(256, np.float32)
+    cso.release_workspace()
+    assert not np.shares_memory(kept, workspace.workspace(256, np.float32))
