@@ -13,13 +13,13 @@ from .geometry import make_geometry, result_dtype
 from .macrokernel.bounds import LoopBounds
 from .microkernels.registry import loop_module
 from .packing.inputs import subsample_pixels
-from .workspace import worker_stride, workspace
 from .packing.filters import (
     pack_bias,
     pack_edge_filter_rows,
     pack_edge_filters,
     pack_filters_panels,
 )
+from .workspace import worker_stride, workspace
 
 
 # dtype.name is slow enough (a microsecond) to show in a small layer's call.
