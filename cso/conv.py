@@ -106,6 +106,12 @@ def conv2d(
     ------
     TypeError, ValueError
         Before any work, naming the parameter and what was expected.
+
+    Notes
+    -----
+    The input panels a call packs go into scratch memory that the calling
+    thread keeps for its next calls (:mod:`cso.workspace`); fresh memory
+    would fault on every page.  :func:`cso.release_workspace` frees it.
     """
     from .packed import PackedFilters
 
