@@ -9,7 +9,7 @@ import numpy as np
 
 from .analysis.hardware import Hardware
 from .analysis.plan import Plan, plan_for_geometry
-from .geometry import make_geometry, result_dtype
+from .geometry import ceil_div, make_geometry, result_dtype
 from .macrokernel.bounds import LoopBounds
 from .microkernels.registry import loop_module
 from .packing.inputs import subsample_pixels
@@ -401,7 +401,7 @@ def _worker_elements(plan: Plan):
     ``Nc*R*S x Nwin``; scratch for one ``Nf x Nwin`` edge tile of output.
     """
     g = plan.geometry
-    window_tiles = -(-g.windows // plan.windows_per_tile)
+    window_tiles = ceil_div(g.windows, plan.windows_per_tile)
     kept = plan.l3_tiles if plan.schedule == "IS" else plan.l2_tiles
     tile = plan.channel_tile * g.kernel_height * g.kernel_width * plan.windows_per_tile
     return min(kept, window_tiles) * tile, plan.filters_per_tile * plan.windows_per_tile
