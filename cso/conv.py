@@ -12,7 +12,6 @@ from .analysis.plan import Plan, plan_for_geometry
 from .geometry import ceil_div, make_geometry, result_dtype
 from .macrokernel.bounds import LoopBounds
 from .microkernels.registry import loop_module
-from .packing.inputs import subsample_pixels
 from .packing.filters import (
     pack_bias,
     pack_edge_filter_rows,
@@ -283,14 +282,7 @@ def _run(x, filters, packed_bias, has_bias, y, plan: Plan, threads: int, variant
     """
     filter_array, edge_filters, filters_packed = filters
     launch = _launch(plan, filters_packed, threads, variant)
-    g = plan.geometry
     x_ready = np.ascontiguousarray(x, dtype=y.dtype)
-    if launch.subsample:
-        # A strided, unpadded 1x1 convolution reads only every stride-th pixel:
-        # keep just those (a small strided copy), and it becomes a stride-1 1x1
-        # convolution whose input is read in place, with no packing.
-        with _numba_threads(threads):
-            x_ready = subsample_pixels(x_ready, g.stride_h, g.stride_w, g.out_height, g.out_width)
     arguments = (
         _writeable(x_ready).reshape(-1),
         filter_array,
@@ -316,7 +308,6 @@ class _Launch(NamedTuple):
 
     loop_nest: object
     bounds: LoopBounds
-    subsample: bool
     workspace_elements: int
 
 
@@ -335,9 +326,8 @@ def _launch(plan: Plan, filters_packed: bool, threads: int, variant) -> _Launch:
     if entry is not None and entry[0] is plan:
         return entry[1]
     g = plan.geometry
-    pointwise = g.kernel_height == g.kernel_width == 1
+    pointwise = g.kernel_height == g.kernel_width == 1 and (g.stride_h, g.stride_w) == (1, 1)
     unpadded = g.pad_top == g.pad_bottom == g.pad_left == g.pad_right == 0
-    subsample = pointwise and unpadded and (g.stride_h, g.stride_w) != (1, 1)
     # The one window is the whole input: a dot-product plan reads it in place.
     whole_input = g.windows == 1 and (g.kernel_height, g.kernel_width) == (g.height, g.width)
     panel_elements, scratch_elements = _worker_elements(plan)
@@ -350,12 +340,12 @@ def _launch(plan: Plan, filters_packed: bool, threads: int, variant) -> _Launch:
         filters=g.filters_per_group,
         kernel_height=g.kernel_height,
         kernel_width=g.kernel_width,
-        stride_h=1 if subsample else g.stride_h,
-        stride_w=1 if subsample else g.stride_w,
+        stride_h=g.stride_h,
+        stride_w=g.stride_w,
         dilation_h=g.dilation_h,
         dilation_w=g.dilation_w,
-        height=g.out_height if subsample else g.height,
-        width=g.out_width if subsample else g.width,
+        height=g.height,
+        width=g.width,
         pad_top=g.pad_top,
         pad_left=g.pad_left,
         out_height=g.out_height,
@@ -386,7 +376,7 @@ def _launch(plan: Plan, filters_packed: bool, threads: int, variant) -> _Launch:
         if plan.schedule == "IS"
         else module.convolve_weight_stationary
     )
-    launch = _Launch(loop_nest, bounds, subsample, threads * stride)
+    launch = _Launch(loop_nest, bounds, threads * stride)
     if len(_launches) >= 1024:
         _launches.clear()  # plans are few per process; this only bounds a pathological one
     _launches[key] = (plan, launch)

@@ -437,13 +437,13 @@ def _whole_input_window(geometry) -> bool:
 
 
 def _input_in_place(geometry, element_bytes, hardware) -> bool:
-    # A strided 1x1 convolution is subsampled first (see cso.conv): its plane is P*Q.
     padded = geometry.pad_top or geometry.pad_bottom or geometry.pad_left or geometry.pad_right
     return tiles.reads_input_in_place(
         geometry.kernel_height,
         geometry.kernel_width,
+        (geometry.stride_h, geometry.stride_w) != (1, 1),
         padded,
-        geometry.windows * element_bytes,
+        geometry.height * geometry.width * element_bytes,
         hardware.page_bytes,
     )
 

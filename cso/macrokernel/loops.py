@@ -26,8 +26,8 @@ Contracts relied on
 * ``bias``: ``[G][T_f*Nf]``, zero past ``K_g``.
 * ``x_flat``: the input ``[N][C][H][W]`` flattened, unpadded: packing
   writes the padding's zeros into the panels.  When
-  ``b.input_in_place`` (1x1, stride 1 or subsampled, no padding, small
-  planes: see the plan) a full window tile's
+  ``b.input_in_place`` (1x1, stride 1, no padding, small planes: see the
+  plan) a full window tile's
   panel *is* ``x_flat`` from ``image + c0*H*W + w0`` with row stride ``H*W``,
   and only edge tiles are packed into ``[nc*R*S][Nwin]`` panels.  For a
   dot-product kernel the one window is the whole input (``P*Q = 1``,

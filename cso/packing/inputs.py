@@ -22,31 +22,17 @@ rows ``s = 0 .. S-1`` of every channel of the tile:
 * other strides: each row is a masked gather of the elements at
   ``q*sw + s*dw``.
 
-A 1x1, stride-1, unpadded convolution needs no input panel at all: its
-panel is the input itself with row stride ``H*W`` (see the loop nests).
+A 1x1, stride-1, unpadded convolution with a small plane needs no input
+panel at all: its panel is the input itself with row stride ``H*W`` (see
+the loop nests).  A strided 1x1 convolution is packed like any other, its
+pixels gathered straight from ``x``.
 """
 
 from __future__ import annotations
 
-import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from .vector_copy import pack_row_runs
-
-
-@njit(nogil=True, parallel=True, cache=True)
-def subsample_pixels(x, stride_h, stride_w, out_height, out_width):
-    """``x[:, :, ::stride_h, ::stride_w]`` (the first ``P x Q`` pixels) as a new
-    C-contiguous array, copied by all threads: a strided 1x1 convolution reads
-    nothing else, and as a serial copy it held back two-thread scaling."""
-    batch, channels = x.shape[0], x.shape[1]
-    result = np.empty((batch, channels, out_height, out_width), dtype=x.dtype)
-    for plane in prange(batch * channels):
-        n, c = plane // channels, plane % channels
-        for p in range(out_height):
-            for q in range(out_width):
-                result[n, c, p, q] = x[n, c, p * stride_h, q * stride_w]
-    return result
 
 
 # Not cached on its own: Numba's cache would not notice a change to the

@@ -25,6 +25,14 @@ def _check(rng, x_shape, w_shape, dtype=np.float32, bias=True, **params):
     [
         ("1x1", (1, 64, 14, 14), (128, 64, 1, 1), {}),
         ("1x1 stride 2", (1, 32, 15, 15), (40, 32, 1, 1), dict(stride=2)),
+        # Planes over half a page, strides the vector copies gather across.
+        ("1x1 stride (2, 3), batch 2", (2, 20, 41, 47), (24, 20, 1, 1), dict(stride=(2, 3))),
+        (
+            "1x1 stride 4, two groups",
+            (1, 16, 64, 64),
+            (18, 16 // 2, 1, 1),
+            dict(stride=4, groups=2),
+        ),
         ("7x7 stride 2 on 3 channels", (1, 3, 64, 64), (64, 3, 7, 7), dict(stride=2, padding=3)),
         ("windows not a multiple of Nwin", (1, 8, 7, 7), (16, 8, 3, 3), dict(padding=1)),
         ("K not a multiple of Nf", (1, 8, 12, 12), (29, 8, 3, 3), dict(padding=1)),

@@ -306,14 +306,17 @@ def test_two_threads_split_the_filters_of_a_14x14_layer():
 
 
 def test_input_read_in_place_only_for_small_planes():
-    assert tiles.reads_input_in_place(1, 1, False, 14 * 14 * 4, 4096)
-    assert not tiles.reads_input_in_place(1, 1, False, 56 * 56 * 4, 4096)
-    assert not tiles.reads_input_in_place(3, 3, False, 14 * 14 * 4, 4096)
-    assert not tiles.reads_input_in_place(1, 1, True, 14 * 14 * 4, 4096)
+    assert tiles.reads_input_in_place(1, 1, False, False, 14 * 14 * 4, 4096)
+    assert not tiles.reads_input_in_place(1, 1, False, False, 56 * 56 * 4, 4096)
+    assert not tiles.reads_input_in_place(3, 3, False, False, 14 * 14 * 4, 4096)
+    assert not tiles.reads_input_in_place(1, 1, False, True, 14 * 14 * 4, 4096)
+    assert not tiles.reads_input_in_place(1, 1, True, False, 14 * 14 * 4, 4096)
     assert plan_conv2d((1, 256, 14, 14), (64, 256, 1, 1), hardware=AVX512).input_in_place
     assert not plan_conv2d((1, 64, 56, 56), (64, 64, 1, 1), hardware=AVX512).input_in_place
-    # Stride 2 subsamples first: the plane read is 14x14.
-    assert plan_conv2d((1, 64, 28, 28), (64, 64, 1, 1), stride=2, hardware=AVX512).input_in_place
+    # Stride 2: the windows are every other pixel, gathered into panels.
+    assert not plan_conv2d(
+        (1, 64, 28, 28), (64, 64, 1, 1), stride=2, hardware=AVX512
+    ).input_in_place
 
 
 def test_filter_vectorised_kernels_when_their_packing_pays():
