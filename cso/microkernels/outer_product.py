@@ -300,9 +300,11 @@ class _Emitter:
             # Software prefetch of the row prefetch_distance steps ahead, one
             # per cache line: the panels stream from L2, and the hardware
             # prefetchers alone left ResNet-50's layers 2-9% slower
-            # (experiments/prefetch.py).  The broadcast operand is fetched too
+            # (experiments/variants.py).  The broadcast operand is fetched too
             # where its row is contiguous (the input of a filter-vectorised
-            # kernel); in-place KCRS filters are Nf strided streams.  Past the
+            # kernel); in-place KCRS filters are Nf strided streams, and
+            # prefetching them too (one row per step, in turn) made ResNet-50
+            # 3.5% slower.  Past the
             # tile's depth a packed panel runs on into the next call's panel,
             # worth fetching.  Limiting the input read in place to the depth
             # (1x1 layers) cost more in the loop than it saved.

@@ -70,6 +70,10 @@ _VARIANTS = {
 _VARIANTS["skeleton"] = _VARIANTS["no-kernel"] + _VARIANTS["no-pack"]
 # The micro-kernel without its software prefetch (see _module_source).
 _VARIANTS["no-prefetch"] = ""
+# The per-tile helpers called as functions rather than inlined into the loops.
+_VARIANTS["outlined"] = (
+    "\n_tile = njit(nogil=True)(_tile.py_func)\n_pack_tile = njit(nogil=True)(_pack_tile.py_func)\n"
+)
 
 
 def _module_source(
@@ -101,11 +105,13 @@ def loop_module(
     filters_per_tile, windows_per_tile, dtype_name, vector_lanes
         The micro-kernel: ``Nf x Nwin`` of ``dtype_name`` with vectors of
         ``vector_lanes`` elements.
-    variant : {None, "no-kernel", "no-pack", "skeleton", "no-prefetch"}
+    variant : {None, "no-kernel", "no-pack", "skeleton", "no-prefetch", "outlined"}
         None for the real thing; the next three drop the micro-kernel, the
         input packing, or both, to time the rest (see ``python -m cso bench
         --breakdown``), and their results are meaningless; "no-prefetch" is
-        the real thing without the micro-kernel's software prefetch.
+        the real thing without the micro-kernel's software prefetch, and
+        "outlined" without the per-tile helpers inlined into the loops
+        (``python experiments/variants.py``).
     vector_operand : {"windows", "filters"}
         The micro-kernel's vector dimension
         (:func:`~cso.microkernels.outer_product.build_outer_product_kernel`).

@@ -72,6 +72,22 @@ def test_measurement_variants():
     assert "_skeleton_" in skeleton.__file__
 
 
+def test_outlined_variant_computes_the_same():
+    # experiments/variants.py times it against the shipped loops: same bits or it is no baseline.
+    import cso
+    from cso.conv import _prepare_filters, _run
+
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((1, 16, 20, 20)).astype(np.float32)
+    w = rng.standard_normal((20, 16, 3, 3)).astype(np.float32)
+    plan = cso.plan_conv2d(x.shape, w.shape, padding=1, threads=1)
+    filters, bias = _prepare_filters(w, None, plan)
+    shipped, outlined = (np.empty(plan.geometry.output_shape, np.float32) for _ in range(2))
+    _run(x, filters, bias, False, shipped, plan, 1)
+    _run(x, filters, bias, False, outlined, plan, 1, "outlined")
+    assert np.array_equal(shipped, outlined)
+
+
 def test_stage_times_add_up():
     from cso.bench import stage_times
 

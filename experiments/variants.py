@@ -1,16 +1,24 @@
-"""The micro-kernel's software prefetch: each layer with and without it.
+"""The loop nest as shipped against a variant of it: each layer, both ways.
 
-    python experiments/prefetch.py [--model resnet50|vgg16] [--threads T] [--rounds R]
+    python experiments/variants.py [--variant no-prefetch|outlined] [--model M]
+                                   [--threads T] [--rounds R]
 
 For every distinct layer of the model, the same plan and the same operands
 are run through two builds of its loop nest, timed interleaved in one
-process (best of the rounds): the kernel as shipped (prefetching its
-contiguous operand rows 16 reduction steps ahead) and the ``no-prefetch``
-variant.  Both per call (KCRS filters read in place) and with filters packed
-ahead (``cso.pack_filters``, where the analysis may take the
-filter-vectorised kernel).  The results must be identical bit for bit: a
-prefetch changes no arithmetic.  Prints each layer's speedup from
-prefetching and the model totals.
+process (best of the rounds): as shipped, and the variant
+(:func:`cso.microkernels.registry.loop_module`):
+
+* ``no-prefetch``: the micro-kernel without its software prefetch of its
+  contiguous operand rows 16 reduction steps ahead;
+* ``outlined``: the per-tile helpers (``_tile``, ``_pack_tile``) called as
+  functions instead of inlined into the loops.
+
+Both per call (KCRS filters read in place) and with filters packed ahead
+(``cso.pack_filters``, where the analysis may take the filter-vectorised
+kernel).  The results must be identical bit for bit: neither variant
+changes any arithmetic.  Prints each layer's speedup of the shipped build
+over the variant (time with the variant / time as shipped) and the model
+totals.
 """
 
 from __future__ import annotations
@@ -28,48 +36,49 @@ from cso.conv import _packed_operands, _prepare_filters, _run  # noqa: E402
 from cso.models import MODELS  # noqa: E402
 
 
-def _programs(x, w, kwargs, threads, packed_ahead):
+def _programs(x, w, kwargs, threads, packed_ahead, variant):
     """``(plan, {variant: program})`` for one layer, per call or packed ahead."""
     if packed_ahead:
         packed = cso.pack_filters(w, x.shape, threads=threads, **kwargs)
         plan = packed.plan
-        if plan.vector_operand == "reduction":
+        if plan.vector_operand == "reduction" and variant == "no-prefetch":
             return plan, None  # dot-product kernels do not prefetch
         filters, bias, _ = _packed_operands(packed, plan)
     else:
         plan = cso.plan_conv2d(x.shape, w.shape, threads=threads, **kwargs)
-        if plan.vector_operand == "reduction":
+        if plan.vector_operand == "reduction" and variant == "no-prefetch":
             return plan, None
         filters, bias = _prepare_filters(w, None, plan)
     outputs = {v: np.empty(plan.geometry.output_shape, np.float32) for v in ("on", "off")}
     return plan, {
         "on": lambda: _run(x, filters, bias, False, outputs["on"], plan, threads),
-        "off": lambda: _run(x, filters, bias, False, outputs["off"], plan, threads, "no-prefetch"),
+        "off": lambda: _run(x, filters, bias, False, outputs["off"], plan, threads, variant),
     }
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--variant", default="no-prefetch", choices=("no-prefetch", "outlined"))
     parser.add_argument("--model", default="resnet50", choices=sorted(MODELS))
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     rng = np.random.default_rng(0)
     totals = {(mode, v): 0.0 for mode in ("per call", "packed") for v in ("on", "off")}
-    print(f"{'layer':<28} {'per call':>16} {'packed':>16}   (time without / with prefetch)")
+    print(f"{'layer':<28} {'per call':>16} {'packed':>16}   (time {args.variant} / as shipped)")
     for layer in MODELS[args.model]():
         x = rng.standard_normal(layer.x_shape, dtype=np.float32)
         w = rng.standard_normal(layer.w_shape, dtype=np.float32)
         kwargs = dict(stride=layer.stride, padding=layer.padding)
         cells = []
         for mode in ("per call", "packed"):
-            plan, programs = _programs(x, w, kwargs, args.threads, mode == "packed")
+            plan, programs = _programs(x, w, kwargs, args.threads, mode == "packed", args.variant)
             if programs is None:
                 cells.append(f"{'(dot product)':>16}")
                 continue
             results = {name: program().copy() for name, program in programs.items()}
             if not np.array_equal(results["on"], results["off"]):
-                raise AssertionError(f"{layer.name}: prefetching changed the result")
+                raise AssertionError(f"{layer.name}: {args.variant} changed the result")
             best = best_times(programs, args.rounds, 0.2)
             for variant, seconds in best.items():
                 totals[(mode, variant)] += seconds * layer.count
@@ -79,7 +88,7 @@ def main():
     for mode in ("per call", "packed"):
         on, off = totals[(mode, "on")] * 1e3, totals[(mode, "off")] * 1e3
         print(
-            f"total {mode:<9} {off:8.2f} ms without, {on:8.2f} ms with prefetch: "
+            f"total {mode:<9} {off:8.2f} ms {args.variant}, {on:8.2f} ms as shipped: "
             f"{off / on:.3f}x ({args.model}, batch 1, {args.threads} thread(s))"
         )
 
