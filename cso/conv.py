@@ -326,7 +326,8 @@ def _launch(plan: Plan, filters_packed: bool, threads: int, variant) -> _Launch:
     if entry is not None and entry[0] is plan:
         return entry[1]
     g = plan.geometry
-    pointwise = g.kernel_height == g.kernel_width == 1 and (g.stride_h, g.stride_w) == (1, 1)
+    # A strided 1x1 convolution's windows are not a contiguous run of x.
+    unstrided_pointwise = (g.kernel_height, g.kernel_width, g.stride_h, g.stride_w) == (1, 1, 1, 1)
     unpadded = g.pad_top == g.pad_bottom == g.pad_left == g.pad_right == 0
     # The one window is the whole input: a dot-product plan reads it in place.
     whole_input = g.windows == 1 and (g.kernel_height, g.kernel_width) == (g.height, g.width)
@@ -356,7 +357,7 @@ def _launch(plan: Plan, filters_packed: bool, threads: int, variant) -> _Launch:
         filters_per_tile=plan.filters_per_tile,
         windows_per_tile=plan.windows_per_tile,
         # Only where the layout allows it, whatever a hand-made plan says.
-        input_in_place=plan.input_in_place and (pointwise or whole_input) and unpadded,
+        input_in_place=plan.input_in_place and (unstrided_pointwise or whole_input) and unpadded,
         filters_packed=filters_packed,
         window_parts=plan.window_parts,
         edge_rows=plan.vector_operand == "reduction",

@@ -215,9 +215,10 @@ def _in_place(b, window_start):
     return b.input_in_place and window_start + b.windows_per_tile <= b.out_height * b.out_width
 
 
-# Inlined by Numba into the loop nests (as _tile is): as a call it took a
-# tuple of seven arrays and some twenty scalars apart each time, about 150
-# cycles per micro-kernel call, a tenth of a 1x1 layer with 64 channels.
+# Inlined by Numba into the loop nests (as _tile is): as calls, every
+# micro-kernel call also passed a tuple of seven arrays and some twenty
+# scalars, and ResNet-50 ran 1.02-1.04x slower, its 1x1 layers with 64
+# channels 1.14-1.21x (experiments/variants.py --variant outlined).
 @njit(nogil=True, inline="always")
 def _pack_tile(operands, b, image, group, channel_start, channels, window_start, panel_offset):
     """Pack one input tile into ``panels``, unless the kernel reads it in place."""

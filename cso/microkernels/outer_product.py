@@ -304,9 +304,8 @@ class _Emitter:
             # where its row is contiguous (the input of a filter-vectorised
             # kernel); in-place KCRS filters are Nf strided streams, and
             # prefetching them too (one row per step, in turn) made ResNet-50
-            # 3.5% slower.  Past the
-            # tile's depth a packed panel runs on into the next call's panel,
-            # worth fetching.  Limiting the input read in place to the depth
+            # 3.5% slower.  Past the tile's depth a packed panel runs on into
+            # the next call's panel, worth fetching.  Limiting the input read in place to the depth
             # (1x1 layers) cost more in the loop than it saved.
             if vector_operand == "windows":
                 self._prefetch_ahead(input_row, input_ahead, windows)

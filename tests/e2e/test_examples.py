@@ -120,3 +120,23 @@ def test_two_threads_match_one(rng):
     two = cso.conv2d(x, w, padding=1, threads=min(2, cso.conv.numba.config.NUMBA_NUM_THREADS))
     assert_matches_reference(one, x, w, padding=1)
     assert_matches_reference(two, x, w, padding=1)
+
+
+@pytest.mark.parametrize(
+    "x_shape, w_shape, params",
+    [
+        ((1, 16, 40, 40), (20, 16, 1, 1), {}),  # allowed, on a plane the planner would pack
+        ((1, 16, 21, 21), (20, 16, 1, 1), dict(stride=2)),  # windows not contiguous in x
+        ((1, 16, 12, 12), (20, 16, 1, 1), dict(padding=1)),
+        ((1, 16, 12, 12), (20, 16, 3, 3), {}),
+    ],
+)
+def test_hand_made_plan_reading_the_input_in_place(rng, x_shape, w_shape, params):
+    # The loop nests read x in place only where its layout allows, whatever the plan says.
+    import dataclasses
+
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    w = rng.standard_normal(w_shape).astype(np.float32)
+    plan = cso.plan_conv2d(x_shape, w_shape, threads=1, **params)
+    forced = dataclasses.replace(plan, input_in_place=True)
+    assert_matches_reference(cso.conv2d(x, w, plan=forced, **params), x, w, **params)
