@@ -1,6 +1,6 @@
 """The loop nest as shipped against a variant of it: each layer, both ways.
 
-    python experiments/variants.py [--variant no-prefetch|outlined] [--model M]
+    python experiments/variants.py [--variant no-prefetch|outlined|tile-by-tile] [--model M]
                                    [--threads T] [--rounds R]
 
 For every distinct layer of the model, the same plan and the same operands
@@ -11,7 +11,10 @@ process (best of the rounds): as shipped, and the variant
 * ``no-prefetch``: the micro-kernel without its software prefetch of its
   contiguous operand rows 16 reduction steps ahead;
 * ``outlined``: the per-tile helpers (``_tile``, ``_pack_tile``) called as
-  functions instead of inlined into the loops.
+  functions instead of inlined into the loops;
+* ``tile-by-tile``: the panels of 1x1, stride-1 layers packed one window
+  tile at a time (``Nwin`` elements of every channel), as other layers are,
+  instead of channel by channel over the whole block of tiles.
 
 Both per call (KCRS filters read in place) and with filters packed ahead
 (``cso.pack_filters``, where the analysis may take the filter-vectorised
@@ -58,7 +61,9 @@ def _programs(x, w, kwargs, threads, packed_ahead, variant):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--variant", default="no-prefetch", choices=("no-prefetch", "outlined"))
+    parser.add_argument(
+        "--variant", default="no-prefetch", choices=("no-prefetch", "outlined", "tile-by-tile")
+    )
     parser.add_argument("--model", default="resnet50", choices=sorted(MODELS))
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=5)

@@ -205,7 +205,10 @@ def reads_input_in_place(
     Since the micro-kernel prefetches its input rows itself, the two are
     close on ResNet-50's 56x56 and 28x28 layers (reading in place took
     0.94-1.08x the packed plan's time, no consistent winner), so the
-    threshold stays where it was measured.  A strided 1x1
+    threshold stays where it was measured; since then packing these layers
+    got 1.02-1.13x faster (channel by channel, see
+    :func:`cso.packing.inputs.pack_pointwise_panels`), which can only
+    favour packing above the threshold.  A strided 1x1
     convolution's windows are every ``stride``-th pixel, not a contiguous
     run: it is packed like any other (gathering the pixels straight from
     ``x`` beat subsampling it first and reading that in place by 1.02-1.14x

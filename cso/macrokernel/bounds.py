@@ -31,6 +31,7 @@ LoopBounds = namedtuple(
         "filters_per_tile",  # Nf
         "windows_per_tile",  # Nwin
         "input_in_place",  # 1x1, stride 1, unpadded: full tiles read x directly
+        "pack_channels_outer",  # 1x1, stride 1, unpadded: a block's tiles packed channel by channel
         "filters_packed",  # filters are full panels; else KCRS in place + edge panels
         "window_parts",  # WS: contiguous parts the window tiles are split into
         "edge_rows",  # edge filter panels are [G][Nf][C*R*S] (dot products), else [G][C*R*S][Nf]

@@ -29,7 +29,10 @@ Contracts relied on
   ``b.input_in_place`` (1x1, stride 1, no padding, small planes: see the
   plan) a full window tile's
   panel *is* ``x_flat`` from ``image + c0*H*W + w0`` with row stride ``H*W``,
-  and only edge tiles are packed into ``[nc*R*S][Nwin]`` panels.  For a
+  and only edge tiles are packed into ``[nc*R*S][Nwin]`` panels.  When
+  ``b.pack_channels_outer`` (the other 1x1, stride-1, unpadded plans) the
+  tiles' panels are the same layout, packed a block at a time channel by
+  channel (:func:`~cso.packing.inputs.pack_pointwise_panels`).  For a
   dot-product kernel the one window is the whole input (``P*Q = 1``,
   ``R = H``, ``S = W``): its elements are ``x_flat`` from ``image + c0*H*W``,
   contiguous.
@@ -51,7 +54,7 @@ Contracts relied on
 from numba import njit, prange
 
 from cso.packing.filters import filter_panel_offset
-from cso.packing.inputs import pack_input_panel
+from cso.packing.inputs import pack_input_panel, pack_pointwise_panels
 from cso.packing.vector_copy import copy_run
 
 # Bound by cso.microkernels.registry in each generated specialisation.
@@ -89,10 +92,7 @@ def convolve_input_stationary(x_flat, filters, edge_filters, bias, has_bias, y_f
             for channel_index in range(channel_tiles):
                 c0, channels = _channel_range(b, channel_index, channel_tiles)
                 panel_size = channels * area * nwin
-                for t in range(tiles):
-                    _pack_tile(
-                        operands, b, image, group, c0, channels, (first + t) * nwin, t * panel_size
-                    )
+                _pack_block(operands, b, image, group, c0, channels, first, tiles, panel_size)
                 for f0 in range(0, filter_tiles, b.l2_tiles):
                     for t in range(tiles):
                         for f in range(f0, min(f0 + b.l2_tiles, filter_tiles)):
@@ -148,10 +148,7 @@ def convolve_weight_stationary(x_flat, filters, edge_filters, bias, has_bias, y_
                 panel_size = channels * area * nwin
                 for w0 in range(first_window, last_window, b.l2_tiles):
                     tiles = min(b.l2_tiles, last_window - w0)
-                    for t in range(tiles):
-                        _pack_tile(
-                            operands, b, image, group, c0, channels, (w0 + t) * nwin, t * panel_size
-                        )
+                    _pack_block(operands, b, image, group, c0, channels, w0, tiles, panel_size)
                     for f in range(first_filter, last_filter):
                         for t in range(tiles):
                             _tile(
@@ -213,6 +210,39 @@ def _channel_range(b, index, count):
 def _in_place(b, window_start):
     """Whether this window tile is read from the input itself, unpacked."""
     return b.input_in_place and window_start + b.windows_per_tile <= b.out_height * b.out_width
+
+
+@njit(nogil=True, inline="always")
+def _pack_block(operands, b, image, group, channel_start, channels, first_tile, tiles, panel_size):
+    """Pack window tiles ``[first_tile, first_tile + tiles)`` into consecutive
+    panels ``panel_size`` apart: channel by channel for a 1x1 block, else
+    one tile at a time."""
+    nwin = b.windows_per_tile
+    if b.pack_channels_outer:
+        plane = b.height * b.width
+        pack_pointwise_panels(
+            operands[0],
+            ((image * b.groups + group) * b.channels + channel_start) * plane,
+            plane,
+            channels,
+            first_tile * nwin,
+            tiles,
+            nwin,
+            operands[5],
+            panel_size,
+        )
+        return
+    for t in range(tiles):
+        _pack_tile(
+            operands,
+            b,
+            image,
+            group,
+            channel_start,
+            channels,
+            (first_tile + t) * nwin,
+            t * panel_size,
+        )
 
 
 # Inlined by Numba into the loop nests (as _tile is): as calls, every

@@ -65,11 +65,22 @@ _VARIANTS = {
     "no-kernel": ("\n@njit(nogil=True)\ndef microkernel(*args):\n    return\n"),
     # The panels then hold what earlier calls packed into the kept workspace
     # (zeros at first): finite operands, see cso.workspace.
-    "no-pack": "\n@njit(nogil=True)\ndef _pack_tile(*args):\n    return\n",
+    "no-pack": (
+        "\n@njit(nogil=True)\ndef _pack_tile(*args):\n    return\n"
+        "\n@njit(nogil=True)\ndef _pack_block(*args):\n    return\n"
+    ),
 }
 _VARIANTS["skeleton"] = _VARIANTS["no-kernel"] + _VARIANTS["no-pack"]
 # The micro-kernel without its software prefetch (see _module_source).
 _VARIANTS["no-prefetch"] = ""
+# 1x1 panels packed tile by tile, as other layers are, not channel by channel.
+_VARIANTS["tile-by-tile"] = (
+    '\n@njit(nogil=True, inline="always")\n'
+    "def _pack_block(operands, b, image, group, c0, channels, first_tile, tiles, size):\n"
+    "    for t in range(tiles):\n"
+    "        start = (first_tile + t) * b.windows_per_tile\n"
+    "        _pack_tile(operands, b, image, group, c0, channels, start, t * size)\n"
+)
 # The per-tile helpers called as functions rather than inlined into the loops.
 _VARIANTS["outlined"] = (
     "\n_tile = njit(nogil=True)(_tile.py_func)\n_pack_tile = njit(nogil=True)(_pack_tile.py_func)\n"
@@ -105,13 +116,14 @@ def loop_module(
     filters_per_tile, windows_per_tile, dtype_name, vector_lanes
         The micro-kernel: ``Nf x Nwin`` of ``dtype_name`` with vectors of
         ``vector_lanes`` elements.
-    variant : {None, "no-kernel", "no-pack", "skeleton", "no-prefetch", "outlined"}
+    variant : {None, "no-kernel", "no-pack", "skeleton", "no-prefetch", "outlined", "tile-by-tile"}
         None for the real thing; the next three drop the micro-kernel, the
         input packing, or both, to time the rest (see ``python -m cso bench
         --breakdown``), and their results are meaningless; "no-prefetch" is
         the real thing without the micro-kernel's software prefetch, and
-        "outlined" without the per-tile helpers inlined into the loops
-        (``python experiments/variants.py``).
+        "outlined" without the per-tile helpers inlined into the loops, and
+        "tile-by-tile" packs 1x1 panels one tile at a time, not channel by
+        channel (``python experiments/variants.py``).
     vector_operand : {"windows", "filters"}
         The micro-kernel's vector dimension
         (:func:`~cso.microkernels.outer_product.build_outer_product_kernel`).

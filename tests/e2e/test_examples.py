@@ -25,6 +25,13 @@ def _check(rng, x_shape, w_shape, dtype=np.float32, bias=True, **params):
     [
         ("1x1", (1, 64, 14, 14), (128, 64, 1, 1), {}),
         ("1x1 stride 2", (1, 32, 15, 15), (40, 32, 1, 1), dict(stride=2)),
+        # Packed channel by channel in blocks of tiles, the last tile past P*Q.
+        (
+            "1x1 over half a page, two groups, batch 2",
+            (2, 40, 23, 29),
+            (38, 20, 1, 1),
+            dict(groups=2),
+        ),
         # Planes over half a page, strides the vector copies gather across.
         ("1x1 stride (2, 3), batch 2", (2, 20, 41, 47), (24, 20, 1, 1), dict(stride=(2, 3))),
         (

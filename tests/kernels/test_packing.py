@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from cso.packing.filters import pack_bias, pack_edge_filters, pack_filters_panels
-from cso.packing.inputs import pack_input_panel
+from cso.packing.inputs import POINTWISE_CHUNK, pack_input_panel, pack_pointwise_panels
 from cso.packing.transpose import transpose_block
 from cso.packing.vector_copy import copy_run, pack_row_runs
 
@@ -157,6 +157,44 @@ def test_input_panels(stride, dilation, padding):
             )
             assert np.array_equal(panel[7:], expected)
             assert np.isnan(panel[:7]).all()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_pointwise_panels_are_the_tiles_panels(dtype):
+    # A 1x1 block packed channel by channel: each tile's panel as
+    # pack_input_panel makes it, across chunk boundaries and past P*Q.
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((2, 6, 23, 29)).astype(dtype)
+    plane, nwin = 23 * 29, 16
+    window_tiles = -(-plane // nwin)
+    flat = x.reshape(-1)
+    for image, c0, nc in ((0, 0, 6), (1, 2, 3)):
+        for first, tiles in ((0, 1), (3, POINTWISE_CHUNK + 1), (window_tiles - 5, 5)):
+            size = nc * nwin
+            panels = np.full(tiles * size + 9, np.nan, dtype)
+            pack_pointwise_panels(
+                flat, (image * 6 + c0) * plane, plane, nc, first * nwin, tiles, nwin, panels, size
+            )
+            for t in range(tiles):
+                expected = _expected_panel(
+                    x,
+                    image,
+                    c0,
+                    nc,
+                    1,
+                    1,
+                    1,
+                    1,
+                    1,
+                    1,
+                    (0, 0, 0, 0),
+                    23,
+                    29,
+                    (first + t) * nwin,
+                    nwin,
+                )
+                assert np.array_equal(panels[t * size : (t + 1) * size], expected)
+            assert np.isnan(panels[tiles * size :]).all()
 
 
 def test_filter_panels_layout():
