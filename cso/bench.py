@@ -201,7 +201,8 @@ def stage_times(x, w, params, threads, rounds=5) -> dict:
     """Where one call's time goes, by difference between variants of the loop nest.
 
     ``total``: the call's loop nest with its filter preparation.  ``filters``:
-    packing the edge filter tiles and the bias (per call).  ``kernel``: total
+    that preparation (packing the filters for a filter-vectorised plan, or
+    a group's tile when it has fewer than ``Nf`` filters, and the bias).  ``kernel``: total
     minus the same program with a no-op micro-kernel.  ``input packing``: total
     minus the program that never packs.  ``rest``: the skeleton (neither
     kernel nor packing) less the filter preparation: the loops, edge-tile

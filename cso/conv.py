@@ -162,26 +162,60 @@ def conv2d(
 def _prepare_filters(w, bias, plan: Plan):
     """``((filters, edge_panels, packed), packed_bias)`` for :func:`_run`.
 
-    Window-vectorised kernels read full filter tiles in place from KCRS; only
-    the last, partial tile of each group is packed (zero rows past K), a few
-    kilobytes.  A filter-vectorised kernel loads vectors along the filters,
-    so every tile is packed (this plan is normally made only for filters
-    packed ahead of time, see :func:`cso.pack_filters`).
+    Window-vectorised and dot-product kernels read the filters in place
+    from KCRS, a last, partial tile included (see :func:`_edge_filters`).
+    A filter-vectorised kernel loads vectors along the filters, so every
+    tile is packed, in the call unless packed ahead of time
+    (:func:`cso.pack_filters`).
     """
     g = plan.geometry
     dtype = np.dtype(plan.dtype)
     if plan.vector_operand == "filters":
         with _numba_threads(plan.threads):
             panels = pack_filters_panels(np.asarray(w), g.groups, plan.filters_per_tile, dtype)
-        packed_bias = pack_bias(bias, g.filters, g.groups, plan.filters_per_tile, dtype)
-        return (panels, panels[: plan.filters_per_tile], True), packed_bias
+        return (panels, panels[: plan.filters_per_tile], True), _bias_panel(bias, plan)
     w_flat = _writeable(np.ascontiguousarray(w, dtype=dtype)).reshape(-1)
+    return (w_flat, _edge_filters(w_flat, plan), False), _bias_panel(bias, plan)
+
+
+def _bias_panel(bias, plan: Plan):
+    """``bias`` packed as ``[G][T_f*Nf]``; without one, shared zeros (the
+    micro-kernels load the bias row either way, and add it only when there
+    is a bias)."""
+    g = plan.geometry
+    if bias is None:
+        padded = ceil_div(g.filters_per_group, plan.filters_per_tile) * plan.filters_per_tile
+        return _placeholder(g.groups * padded, plan.dtype)
+    return pack_bias(bias, g.filters, g.groups, plan.filters_per_tile, np.dtype(plan.dtype))
+
+
+def _edge_filters(w_flat, plan: Plan):
+    """The packed last filter tile of each group, for filters read in place.
+
+    Only groups of fewer than ``Nf`` filters need it: otherwise the loop
+    nests read a last, partial tile as the ``Nf`` KCRS rows that end at
+    ``K_g`` and keep its own rows, and this is a placeholder never read.
+    """
+    g = plan.geometry
+    if g.filters_per_group >= plan.filters_per_tile:
+        return _placeholder(plan.filters_per_tile, w_flat.dtype)
     pack_edge = pack_edge_filter_rows if plan.vector_operand == "reduction" else pack_edge_filters
-    edge_filters = pack_edge(
+    return pack_edge(
         w_flat, g.groups, g.filters_per_group, g.reduction_length, plan.filters_per_tile
     )
-    packed_bias = pack_bias(bias, g.filters, g.groups, plan.filters_per_tile, dtype)
-    return (w_flat, edge_filters, False), packed_bias
+
+
+_placeholders: dict = {}
+
+
+def _placeholder(size: int, dtype) -> np.ndarray:
+    """A shared array of ``size`` zeros, for an operand the loop nests never
+    write and whose values they never use."""
+    key = (size, np.dtype(dtype))
+    array = _placeholders.get(key)
+    if array is None:
+        array = _placeholders[key] = np.zeros(size, dtype)
+    return array
 
 
 def _check_out(out, shape, dtype, inputs):
@@ -266,11 +300,7 @@ def _packed_operands(packed, plan: Plan):
     has_bias = packed.bias is not None
     bias_panel = packed.bias if has_bias else np.zeros(plan.filters_per_tile, packed.dtype)
     if plan.vector_operand == "reduction":
-        g = plan.geometry
-        edge = pack_edge_filter_rows(
-            packed.panels, g.groups, g.filters_per_group, g.reduction_length, plan.filters_per_tile
-        )
-        return (packed.panels, edge, False), bias_panel, has_bias
+        return (packed.panels, _edge_filters(packed.panels, plan), False), bias_panel, has_bias
     return (packed.panels, packed.panels[: plan.filters_per_tile], True), bias_panel, has_bias
 
 

@@ -14,9 +14,12 @@ Contracts relied on
   - packed: ``filters`` is ``[G][T_f][C_g*R*S][Nf]`` as
     :mod:`cso.packing.filters` says (strides ``(Nf, 1)``);
   - in place: ``filters`` is the KCRS array flattened, read with strides
-    ``(1, C_g*R*S)``, and ``edge_filters`` holds the packed last tile
-    ``[G][C_g*R*S][Nf]`` of each group when ``K_g % Nf`` (zero rows past K),
-    or ``[G][Nf][C_g*R*S]`` (``b.edge_rows``) for dot-product kernels, which
+    ``(1, C_g*R*S)``.  A last, partial tile (``K_g % Nf``) reads the ``Nf``
+    rows that end at ``K_g``, overlapping the tile before it, and keeps
+    only its own rows of the result.  Only groups of fewer than ``Nf``
+    filters have no such rows: then ``edge_filters`` holds each group's
+    tile packed, ``[G][C_g*R*S][Nf]`` (zero rows past ``K_g``), or
+    ``[G][Nf][C_g*R*S]`` (``b.edge_rows``) for dot-product kernels, which
     read every filter as a row.
 
   A filter-vectorised micro-kernel (``vector_operand="filters"``) loads
@@ -314,13 +317,20 @@ def _tile(
 
     # Filters: packed panels, the KCRS array in place, or the packed edge tile.
     source = filters
+    # Rows computed ahead of the tile's own: a last, partial tile read in
+    # place takes the Nf rows that end at K, and drops the first `shift`
+    # (the previous tile's), so no filter row needs packing.
+    shift = 0
     if b.filters_packed:
         filter_offset = filter_panel_offset(
             group, filter_tile, channel_start, filter_tiles, reduction, area, nf
         )
         k_stride, i_stride = nf, 1
-    elif rows == nf:
-        filter_offset = (group * b.filters + filter_start) * reduction + channel_start * area
+    elif b.filters >= nf:
+        shift = nf - rows
+        filter_offset = (
+            group * b.filters + filter_start - shift
+        ) * reduction + channel_start * area
         k_stride, i_stride = 1, reduction
     elif b.edge_rows:
         source = edge_filters
@@ -345,7 +355,7 @@ def _tile(
 
     first = channel_start == 0
     last = has_bias and channel_start + channels == b.channels
-    bias_offset = group * filter_tiles * nf + filter_start
+    bias_offset = group * filter_tiles * nf + filter_start - shift
     y_offset = ((image * b.groups + group) * b.filters + filter_start) * windows + window_start
     # A full tile goes straight into y; an edge tile into scratch (overwritten),
     # whose valid part is then copied or added into y.
@@ -374,9 +384,10 @@ def _tile(
         return
     if first:
         for i in range(rows):
-            copy_run(y_flat, y_offset + i * windows, scratch, i * nwin, columns)
+            copy_run(y_flat, y_offset + i * windows, scratch, (shift + i) * nwin, columns)
     else:
         for i in range(rows):
             row = y_offset + i * windows
+            tile_row = (shift + i) * nwin
             for j in range(columns):
-                y_flat[row + j] += scratch[i * nwin + j]
+                y_flat[row + j] += scratch[tile_row + j]

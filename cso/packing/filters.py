@@ -9,8 +9,10 @@ side by side.  Filters beyond ``K_g`` are zero, so the last tile is full.
 
 Dot-product kernels (a fully connected layer as a convolution) read each
 filter as a contiguous row instead: their "panels" are the KCRS array as it
-is (:func:`pack_filters_rows`, an aligned copy), with the last partial tile's
-rows from :func:`pack_edge_filter_rows`.
+is (:func:`pack_filters_rows`, an aligned copy).  Filters read in place
+need a packed tile only for groups of fewer than ``Nf`` filters
+(:func:`pack_edge_filters`, :func:`pack_edge_filter_rows`); a larger group's
+last, partial tile is read as the ``Nf`` rows that end at ``K_g``.
 
 Because the reduction index runs over channels outermost, the panel of any
 channel tile ``[c0, c0 + Nc)`` is the contiguous run of rows starting at
@@ -83,9 +85,10 @@ def pack_edge_filters(
 ) -> np.ndarray:
     """The last, partial filter tile of each group as panels ``[G][C_g*R*S][Nf]``.
 
-    When filters are read in place (strides ``(1, C_g*R*S)``) only this tile
-    needs packing: its rows past ``K_g`` must be zeros, not the next
-    group's filters or memory past the array.  Empty when ``Nf`` divides ``K_g``.
+    For filters read in place (strides ``(1, C_g*R*S)``) in groups of fewer
+    than ``Nf`` filters: the tile's rows past ``K_g`` must be zeros, not the
+    next group's filters or memory past the array.  Empty when ``Nf``
+    divides ``K_g``.
     """
     tile = _last_tile_rows(w_flat, groups, filters_per_group, reduction, filters_per_tile)
     if tile is None:

@@ -62,15 +62,27 @@ def test_channels_split_into_several_tiles(rng):
 
     x = rng.standard_normal((1, 300, 9, 9)).astype(np.float32)
     w = rng.standard_normal((20, 300, 3, 3)).astype(np.float32)
-    for schedule in ("IS", "WS"):
-        for channel_tile in (7, 64, 151):  # 43, 5 and 2 channel tiles, uneven splits
-            plan = with_tiles(
-                cso.plan_conv2d(x.shape, w.shape, padding=1, hardware=AVX512_LIKE),
-                schedule=schedule,
-                channel_tile=channel_tile,
-            )
-            assert plan.channel_tile == channel_tile
-            assert_matches_reference(cso.conv2d(x, w, padding=1, plan=plan), x, w, padding=1)
+    b = rng.standard_normal(20).astype(np.float32)
+    # Packed filters, and filters read in place, whose last tile (6 of 14
+    # filters) is then the KCRS rows ending at K, accumulated tile by tile.
+    for vector_operand, filters_per_tile in (("filters", 32), ("windows", 14)):
+        for schedule in ("IS", "WS"):
+            for channel_tile in (7, 64, 151):  # 43, 5 and 2 channel tiles, uneven splits
+                plan = with_tiles(
+                    cso.plan_conv2d(
+                        x.shape,
+                        w.shape,
+                        padding=1,
+                        hardware=AVX512_LIKE,
+                        vector_operand=vector_operand,
+                        filters_per_tile=filters_per_tile,
+                    ),
+                    schedule=schedule,
+                    channel_tile=channel_tile,
+                )
+                assert plan.channel_tile == channel_tile
+                y = cso.conv2d(x, w, b, padding=1, plan=plan)
+                assert_matches_reference(y, x, w, b, padding=1)
 
 
 def test_result_dtype_and_mixed_inputs(rng):
