@@ -112,28 +112,23 @@ def conv2d(
     thread keeps for its next calls (:mod:`cso.workspace`); fresh memory
     would fault on every page.  :func:`cso.release_workspace` frees it.
     """
-    from .packed import PackedFilters
-
-    if isinstance(w, PackedFilters):
+    if isinstance(w, _packed_filters_class()):
         if tuned:
             raise ValueError("tuned must be False with packed filters: they carry their own plan")
         return _conv2d_packed(x, w, bias, stride, padding, dilation, groups, out, threads, plan)
     x = _as_array(x, "x")
     w = _as_array(w, "w")
-    for array, name, letters in ((x, "x", "(N, C, H, W)"), (w, "w", "(K, C // groups, R, S)")):
-        if array.ndim != 4:
-            raise ValueError(
-                f"{name} must be 4-D {letters}, got {array.ndim}-D shape {array.shape}"
-            )
-    geometry = make_geometry(
-        x.shape, w.shape, stride=stride, padding=padding, dilation=dilation, groups=groups
-    )
-    dtype = result_dtype(x.dtype, w.dtype)
+    key = _call_key(x, w, bias, (stride, padding, dilation, groups, threads))
+    call = _validated.get(key) if key is not None else None
+    if call is None:
+        call = _validate(x, w, bias, stride, padding, dilation, groups, threads)
+        if key is not None:
+            if len(_validated) >= 1024:
+                _validated.clear()  # bounds a process that calls many shapes
+            _validated[key] = call
+    geometry, dtype, threads = call.geometry, call.dtype, call.threads
     if bias is not None:
         bias = _as_array(bias, "bias")
-        if bias.shape != (geometry.filters,):
-            raise ValueError(f"bias must have shape ({geometry.filters},) (K), got {bias.shape}")
-    threads = _check_threads(threads)
     _check_out(out, geometry.output_shape, dtype, (x, w, bias))
     if plan is not None:
         if not isinstance(plan, Plan):
@@ -152,11 +147,90 @@ def conv2d(
 
         plan = tuned_plan(geometry, dtype.name, threads, tuned)
     if plan is None:
-        plan = plan_for_geometry(
-            geometry, _DTYPE_NAMES[dtype], Hardware.detect(), None, None, None, threads
-        )
+        plan = call.plan
+        if plan is None:
+            plan = plan_for_geometry(
+                geometry, _DTYPE_NAMES[dtype], Hardware.detect(), None, None, None, threads
+            )
+            # Hardware.detect() is fixed once it has succeeded: so is this plan.
+            call.plan = plan
     filters, packed_bias = _prepare_filters(w, bias, plan)
     return _run(x, filters, packed_bias, bias is not None, y, plan, threads)
+
+
+class _Call:
+    """What validating a call's shapes, dtypes and parameters found, and the
+    analysis' plan for it once needed."""
+
+    __slots__ = ("geometry", "dtype", "threads", "plan")
+
+    def __init__(self, geometry, dtype, threads):
+        self.geometry, self.dtype, self.threads, self.plan = geometry, dtype, threads, None
+
+
+# Validated calls by _call_key: a repeated call skips the checks, the
+# geometry and the planner's memo (some 5 of its 15 microseconds of Python).
+_validated: dict = {}
+
+
+def _validate(x, w, bias, stride, padding, dilation, groups, threads) -> _Call:
+    """Every check of ``conv2d``'s operands and parameters, in order (the
+    first failure raises)."""
+    for array, name, letters in ((x, "x", "(N, C, H, W)"), (w, "w", "(K, C // groups, R, S)")):
+        if array.ndim != 4:
+            raise ValueError(
+                f"{name} must be 4-D {letters}, got {array.ndim}-D shape {array.shape}"
+            )
+    geometry = make_geometry(
+        x.shape, w.shape, stride=stride, padding=padding, dilation=dilation, groups=groups
+    )
+    dtype = result_dtype(x.dtype, w.dtype)
+    if bias is not None:
+        bias = _as_array(bias, "bias")
+        if bias.shape != (geometry.filters,):
+            raise ValueError(f"bias must have shape ({geometry.filters},) (K), got {bias.shape}")
+    return _Call(geometry, dtype, _check_threads(threads))
+
+
+def _call_key(x, w, bias, parameters):
+    """A key under which a validated call may be looked up, or None.
+
+    None unless ``bias`` is None or an ndarray and every parameter is a
+    plain ``int``, ``str`` or ``None``, or a (nested) tuple of ints: equal
+    keys must mean calls that validate alike, and ``True == 1`` or
+    ``np.int64(1) == 1`` would make other types collide with ones the
+    checks treat differently.
+    """
+    if bias is None:
+        bias_key = None
+    elif type(bias) is np.ndarray:
+        bias_key = (bias.shape, bias.dtype)
+    else:
+        return None
+    for value in parameters:
+        if not _plain(value):
+            return None
+    return (x.shape, x.dtype, w.shape, w.dtype, bias_key, parameters)
+
+
+def _plain(value, depth=0) -> bool:
+    kind = type(value)
+    if kind is int or kind is str or value is None:
+        return True
+    return kind is tuple and depth < 2 and all(_plain(item, depth + 1) for item in value)
+
+
+_packed_filters = None
+
+
+def _packed_filters_class():
+    # cso.packed imports this module; an import statement in every call costs a microsecond.
+    global _packed_filters
+    if _packed_filters is None:
+        from .packed import PackedFilters
+
+        _packed_filters = PackedFilters
+    return _packed_filters
 
 
 def _prepare_filters(w, bias, plan: Plan):

@@ -52,6 +52,26 @@ def test_bad_input_names_the_parameter(args, kwargs, error, pattern):
         cso.conv2d(*args, **kwargs)
 
 
+@pytest.mark.parametrize(
+    "kwargs, error, pattern",
+    [
+        (dict(stride=True), TypeError, "stride must be an integer, got bool"),
+        (dict(stride=(1, True)), TypeError, r"stride\[1\] must be an integer"),
+        (dict(threads=True), TypeError, "threads must be an int or None"),
+        (dict(bias=np.ones(5, np.float32)), ValueError, r"bias must have shape \(6,\)"),
+        (dict(bias=np.ones(6, complex)), TypeError, "bias"),
+        (dict(padding=(1, 1, 1)), ValueError, "padding"),
+    ],
+)
+def test_a_call_validated_before_does_not_let_a_bad_one_through(kwargs, error, pattern):
+    # The call's checks are memoised by shapes, dtypes and parameters: a bad
+    # parameter that compares equal to a good one (True == 1) still raises.
+    good = dict(stride=1, threads=1, bias=np.ones(6, np.float32), padding=1)
+    cso.conv2d(X, W, **good)
+    with pytest.raises(error, match=pattern):
+        cso.conv2d(X, W, **dict(good, **kwargs))
+
+
 def test_plan_for_another_problem_is_refused():
     plan = cso.plan_conv2d((1, 4, 9, 9), W.shape)
     with pytest.raises(ValueError, match="plan was made for another problem"):
