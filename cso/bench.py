@@ -296,8 +296,8 @@ def _kernel_name(plan) -> str:
 
 def _print_table(rows, peers, out):
     header = (
-        f"{'layer':<28} {'n':>2} {'GFLOP':>6} {'sch':>3} {'cso GF/s':>9} {'peak':>5}"
-        f" {'kernel':>7} {'packed':>7} {'peak':>5}"
+        f"{'layer':<28} {'n':>2} {'GFLOP':>6} {'sch':>3} {'kernel':>7} {'cso GF/s':>9}"
+        f" {'peak':>5} {'packed':>7} {'kernel':>7} {'peak':>5}"
     )
     for peer in peers:
         header += f" {peer + ' GF/s':>12} {'x ' + peer:>9} {'packed x':>9}"
@@ -305,8 +305,8 @@ def _print_table(rows, peers, out):
     for r in rows:
         line = (
             f"{r['layer']:<28} {r['count']:>2} {r['gflop']:>6.3f} {r['schedule']:>3} "
-            f"{r['cso_gflops']:>9.1f} {r['cso_peak_share']:>5.0%} {r['packed_kernel']:>7} "
-            f"{r['packed_gflops']:>7.1f} {r['packed_peak_share']:>5.0%}"
+            f"{r['kernel']:>7} {r['cso_gflops']:>9.1f} {r['cso_peak_share']:>5.0%} "
+            f"{r['packed_gflops']:>7.1f} {r['packed_kernel']:>7} {r['packed_peak_share']:>5.0%}"
         )
         for peer in peers:
             line += (
