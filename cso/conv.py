@@ -169,7 +169,8 @@ class _Call:
 
 
 # Validated calls by _call_key: a repeated call skips the checks, the
-# geometry and the planner's memo (some 5 of its 15 microseconds of Python).
+# geometry and the planner's memo (a tiny call 17.0 -> 13.2 microseconds,
+# experiments/call_overhead.py).
 _validated: dict = {}
 
 

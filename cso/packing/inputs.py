@@ -41,8 +41,9 @@ from .vector_copy import pack_row_runs
 # Tiles per channel-by-channel pass of pack_pointwise_panels.  Each pass reads
 # POINTWISE_CHUNK*Nwin elements of a channel's row and writes one row of as
 # many panels: more tiles make longer reads but scatter the writes over more
-# pages.  ResNet-50's 1x1 layers: 8 made every layer faster than tile by tile
-# (1.02-1.07x), 16 and a whole block left 64->64 @56 at 0.99-1.03x.
+# pages.  On ResNet-50's 1x1 layers 8, 16 and a whole block each ran 1.03-1.04x
+# faster in total than tile by tile; 8 was the one with every layer faster
+# (1.02-1.07x), where a whole block left 64->64 @56 at 0.99x.
 POINTWISE_CHUNK = 8
 
 
