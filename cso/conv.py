@@ -121,14 +121,13 @@ def conv2d(
     key = _call_key(x, w, bias, (stride, padding, dilation, groups, threads))
     call = _validated.get(key) if key is not None else None
     if call is None:
-        call = _validate(x, w, bias, stride, padding, dilation, groups, threads)
+        call, bias = _validate(x, w, bias, stride, padding, dilation, groups, threads)
         if key is not None:
             if len(_validated) >= 1024:
                 _validated.clear()  # bounds a process that calls many shapes
             _validated[key] = call
+    # On a hit, bias is None or an ndarray of a dtype and shape checked before.
     geometry, dtype, threads = call.geometry, call.dtype, call.threads
-    if bias is not None:
-        bias = _as_array(bias, "bias")
     _check_out(out, geometry.output_shape, dtype, (x, w, bias))
     if plan is not None:
         if not isinstance(plan, Plan):
@@ -174,9 +173,9 @@ class _Call:
 _validated: dict = {}
 
 
-def _validate(x, w, bias, stride, padding, dilation, groups, threads) -> _Call:
+def _validate(x, w, bias, stride, padding, dilation, groups, threads):
     """Every check of ``conv2d``'s operands and parameters, in order (the
-    first failure raises)."""
+    first failure raises): ``(_Call, bias as an array or None)``."""
     for array, name, letters in ((x, "x", "(N, C, H, W)"), (w, "w", "(K, C // groups, R, S)")):
         if array.ndim != 4:
             raise ValueError(
@@ -190,7 +189,7 @@ def _validate(x, w, bias, stride, padding, dilation, groups, threads) -> _Call:
         bias = _as_array(bias, "bias")
         if bias.shape != (geometry.filters,):
             raise ValueError(f"bias must have shape ({geometry.filters},) (K), got {bias.shape}")
-    return _Call(geometry, dtype, _check_threads(threads))
+    return _Call(geometry, dtype, _check_threads(threads)), bias
 
 
 def _call_key(x, w, bias, parameters):
@@ -440,7 +439,7 @@ def _launch(plan: Plan, filters_packed: bool, threads: int, variant) -> _Launch:
     # Packed 1x1 panels are runs of x's rows: copied channel by channel, each
     # row read a run at a time (ResNet-50's such layers 1.02-1.13x faster,
     # python experiments/variants.py --variant tile-by-tile).
-    pointwise_packed = unstrided_pointwise and unpadded and not input_in_place
+    pack_channels_outer = unstrided_pointwise and unpadded and not input_in_place
     panel_elements, scratch_elements = _worker_elements(plan)
     scratch_offset = worker_stride(panel_elements, plan.dtype)
     stride = scratch_offset + worker_stride(scratch_elements, plan.dtype)
@@ -468,7 +467,7 @@ def _launch(plan: Plan, filters_packed: bool, threads: int, variant) -> _Launch:
         windows_per_tile=plan.windows_per_tile,
         # Only where the layout allows it, whatever a hand-made plan says.
         input_in_place=input_in_place,
-        pack_channels_outer=pointwise_packed,
+        pack_channels_outer=pack_channels_outer,
         filters_packed=filters_packed,
         window_parts=plan.window_parts,
         edge_rows=plan.vector_operand == "reduction",
