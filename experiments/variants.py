@@ -1,7 +1,7 @@
 """The loop nest as shipped against a variant of it: each layer, both ways.
 
-    python experiments/variants.py [--variant no-prefetch|outlined|tile-by-tile] [--model M]
-                                   [--threads T] [--rounds R]
+    python experiments/variants.py [--variant no-prefetch|outlined|tile-by-tile|element-stores]
+                                   [--model M] [--threads T] [--rounds R]
 
 For every distinct layer of the model, the same plan and the same operands
 are run through two builds of its loop nest, timed interleaved in one
@@ -14,7 +14,10 @@ process (best of the rounds): as shipped, and the variant
   functions instead of inlined into the loops;
 * ``tile-by-tile``: the panels of 1x1, stride-1 layers packed one window
   tile at a time (``Nwin`` elements of every channel), as other layers are,
-  instead of channel by channel over the whole block of tiles.
+  instead of channel by channel over the whole block of tiles;
+* ``element-stores``: a filter-vectorised micro-kernel writes its tile back
+  one element at a time instead of transposing it in registers (layers
+  with windows in the vectors run the same code both ways).
 
 Both per call (KCRS filters read in place) and with filters packed ahead
 (``cso.pack_filters``, where the analysis may take the filter-vectorised
@@ -62,7 +65,9 @@ def _programs(x, w, kwargs, threads, packed_ahead, variant):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--variant", default="no-prefetch", choices=("no-prefetch", "outlined", "tile-by-tile")
+        "--variant",
+        default="no-prefetch",
+        choices=("no-prefetch", "outlined", "tile-by-tile", "element-stores"),
     )
     parser.add_argument("--model", default="resnet50", choices=sorted(MODELS))
     parser.add_argument("--threads", type=int, default=1)

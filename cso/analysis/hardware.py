@@ -78,8 +78,12 @@ class Hardware:
         too: unlike a single L2 stream, this is not hidden behind the FMAs.
     transposed_store_cost : float
         Cost of storing one output element from a filter-vectorised
-        micro-kernel, which writes its tile lane by lane (an extract and a
-        scalar store, about one cycle: 128 units).
+        micro-kernel.  128 units (about a cycle) was measured when the tile
+        was written lane by lane; transposed in registers it now takes some
+        0.35 cycle.  The measured value (60) flips 17 of 140 ResNet-50 and
+        VGG-16 plans and loses on VGG-16's per-call 3x3 layers (0.92-0.98x,
+        one-off script), so some other term of those plans is low and 128
+        stays as a calibration until it is found.
     filter_pack_cost : float
         Cost of packing one filter element per call, which a
         filter-vectorised micro-kernel needs unless the filters were packed

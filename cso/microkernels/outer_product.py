@@ -38,8 +38,9 @@ Two orientations, one contract
   input value per window ``j``.  ``Nf`` must be a multiple of ``VL`` and
   ``Nwin`` may be anything, which is the point: a layer with 49 or 196
   windows wastes lanes when windows are the vector dimension (49 in 64
-  lanes), none when 32 filters are.  The tile is stored transposed, one
-  element at a time: that costs ``O(Nf*Nwin)`` against the reduction's
+  lanes), none when 32 filters are.  The tile is transposed in registers
+  and stored one vector per filter, masked to the ``Nwin`` windows: that
+  costs ``O(Nf*Nwin*log VL / VL)`` against the reduction's
   ``O(Nf*Nwin*depth)``.
 * ``vector_operand="reduction"`` (dot products): ``acc[i][j]`` is one
   vector of partial sums over ``VL`` consecutive reduction indices; each
@@ -76,6 +77,7 @@ def build_outer_product_kernel(
     vector_lanes: int,
     vector_operand: str = "windows",
     prefetch_distance: int = 16,
+    transposed_store: bool = True,
 ):
     """Return a Numba intrinsic computing one ``Nf x Nwin`` output tile.
 
@@ -96,6 +98,12 @@ def build_outer_product_kernel(
         Reduction steps ahead at which the windows and filters orientations
         prefetch their contiguous operand rows into L1; 0 for none.  16
         steps (1-2 KiB of a packed panel) measured best of 8, 16 and 32.
+    transposed_store : bool
+        Filters orientation only: write the tile back by transposing it in
+        registers (True), or one element at a time (False, kept to measure
+        the difference: ``python experiments/variants.py --variant
+        element-stores``).  Vectors whose lanes are not a power of two
+        always take the element path.
 
     Returns
     -------
@@ -177,7 +185,9 @@ def build_outer_product_kernel(
             if vector_operand == "reduction":
                 emitter.emit_dot_products(broadcasts, vectors)
             else:
-                emitter.emit(vector_operand, broadcasts, vectors, prefetch_distance)
+                emitter.emit(
+                    vector_operand, broadcasts, vectors, prefetch_distance, transposed_store
+                )
             return context.get_dummy_value()
 
         return sig, codegen
@@ -265,7 +275,7 @@ class _Emitter:
             # llvm.prefetch(address, read, keep in all levels, data cache)
             builder.call(self.prefetch, [address, _i32(0), _i32(3), _i32(1)])
 
-    def emit(self, vector_operand, broadcasts, vectors, prefetch_distance):
+    def emit(self, vector_operand, broadcasts, vectors, prefetch_distance, transposed_store=True):
         """The loop over the reduction, accumulators as phis so that LLVM keeps
         them in registers throughout, then the write-back of the tile."""
         builder = self.builder
@@ -341,7 +351,12 @@ class _Emitter:
                 phi.add_incoming(updated[a][v], loop_end)
                 row.append(phi)
             finals.append(row)
-        write_back = self._write_rows if vector_operand == "windows" else self._write_columns
+        if vector_operand == "windows":
+            write_back = self._write_rows
+        elif transposed_store and not self.lanes & (self.lanes - 1):
+            write_back = self._write_columns
+        else:
+            write_back = self._write_columns_by_element
         # Overwriting never reads the old tile: no load on the first channel
         # tile, and stale memory (even NaN) cannot leak in.
         with builder.if_else(self.overwrite) as (overwrite_block, accumulate_block):
@@ -474,7 +489,106 @@ class _Emitter:
 
     def _write_columns(self, finals, accumulate):
         """Filters orientation: ``finals[j][v]`` is window ``j`` of filters
-        ``v*VL ..``: each lane goes to its own output row (a transposed store)."""
+        ``v*VL ..``; output row ``i`` wants filter ``i`` across the windows.
+
+        Each block of ``VL`` windows is transposed in registers (``log2 VL``
+        rounds of two-vector shuffles), then stored as one vector per filter,
+        masked to the windows that exist.  Extracting and storing one element
+        at a time cost about 400 cycles per 32x14 tile, a tenth of a call of
+        depth 256 (``python experiments/kernel_ceiling.py``)."""
+        builder = self.builder
+        lanes = self.lanes
+        vectors = len(finals[0])
+        windows = len(finals)
+        bias_terms = [
+            builder.select(self.add_bias, self.load_vector(self.bias, v * lanes), self.zero)
+            for v in range(vectors)
+        ]
+        pointer_type = self.vector_type.as_pointer()
+        mask_type = ir.VectorType(ir.IntType(1), lanes)
+        align = ir.Constant(ir.IntType(32), self.element_bytes)
+        masked_load = cgutils.get_or_insert_function(
+            builder.module,
+            ir.FunctionType(
+                self.vector_type, [pointer_type, ir.IntType(32), mask_type, self.vector_type]
+            ),
+            f"llvm.masked.load.v{lanes}{self.suffix}.p0",
+        )
+        masked_store = cgutils.get_or_insert_function(
+            builder.module,
+            ir.FunctionType(
+                ir.VoidType(), [self.vector_type, pointer_type, ir.IntType(32), mask_type]
+            ),
+            f"llvm.masked.store.v{lanes}{self.suffix}.p0",
+        )
+        stores = []
+        for first in range(0, windows, lanes):
+            count = min(lanes, windows - first)
+            mask = ir.Constant(mask_type, [1 if lane < count else 0 for lane in range(lanes)])
+            for v in range(vectors):
+                block = [
+                    builder.fadd(finals[first + j][v], bias_terms[v]) if j < count else self.undef
+                    for j in range(lanes)
+                ]
+                for lane, column in enumerate(self._transpose(block)):
+                    row = builder.mul(self.constant(v * lanes + lane), self.out_stride)
+                    pointer = builder.bitcast(
+                        builder.gep(self.out, [builder.add(row, self.constant(first))]),
+                        pointer_type,
+                    )
+                    stores.append((pointer, column, count, mask))
+        if accumulate:
+            # Every old value is read before any is written: rows fewer than
+            # VL windows apart overlap within a vector, and a load that
+            # partly overlaps a masked store still in flight stalls.
+            olds = [
+                builder.load(pointer, align=self.element_bytes)
+                if count == lanes
+                else builder.call(masked_load, [pointer, align, mask, self.zero])
+                for pointer, _, count, mask in stores
+            ]
+            stores = [
+                (pointer, builder.fadd(old, column), count, mask)
+                for old, (pointer, column, count, mask) in zip(olds, stores)
+            ]
+        for pointer, column, count, mask in stores:
+            # Masked, so that nothing past the tile's last window is written:
+            # the next tile's outputs may live there.
+            if count == lanes:
+                builder.store(column, pointer, align=self.element_bytes)
+            else:
+                builder.call(masked_store, [column, pointer, align, mask])
+
+    def _transpose(self, rows):
+        """``rows[j][i] -> result[i][j]`` for ``VL`` vectors of ``VL`` lanes.
+
+        Round ``d`` (``VL/2, .., 1``) swaps the ``d x d`` blocks off the
+        diagonal of every ``2d x 2d`` block: ``log2 VL`` rounds of ``VL``
+        two-vector shuffles."""
+        builder = self.builder
+        lanes = self.lanes
+        rows = list(rows)
+        step = lanes // 2
+        while step:
+            upper = ir.Constant(
+                ir.VectorType(ir.IntType(32), lanes),
+                [lanes + c - step if c & step else c for c in range(lanes)],
+            )
+            lower = ir.Constant(
+                ir.VectorType(ir.IntType(32), lanes),
+                [lanes + c if c & step else c + step for c in range(lanes)],
+            )
+            for r in range(lanes):
+                if not r & step:
+                    a, b = rows[r], rows[r + step]
+                    rows[r] = builder.shuffle_vector(a, b, upper)
+                    rows[r + step] = builder.shuffle_vector(a, b, lower)
+            step //= 2
+        return rows
+
+    def _write_columns_by_element(self, finals, accumulate):
+        """Filters orientation, one element at a time: lane ``i`` of
+        ``finals[j][v]`` is extracted and stored to row ``v*VL + i``."""
         builder = self.builder
         vectors = len(finals[0])
         bias_terms = [

@@ -73,6 +73,8 @@ _VARIANTS = {
 _VARIANTS["skeleton"] = _VARIANTS["no-kernel"] + _VARIANTS["no-pack"]
 # The micro-kernel without its software prefetch (see _module_source).
 _VARIANTS["no-prefetch"] = ""
+# A filter-vectorised tile written back one element at a time (see _module_source).
+_VARIANTS["element-stores"] = ""
 # 1x1 panels packed tile by tile, as other layers are, not channel by channel.
 _VARIANTS["tile-by-tile"] = (
     '\n@njit(nogil=True, inline="always")\n'
@@ -91,12 +93,15 @@ def _module_source(
     filters_per_tile, windows_per_tile, dtype_name, vector_lanes, variant, vector_operand
 ) -> str:
     template = pathlib.Path(_loops_module.__file__).read_text()
-    prefetch = ", prefetch_distance=0" if variant == "no-prefetch" else ""
+    prefetch = {
+        "no-prefetch": ", prefetch_distance=0",
+        "element-stores": ", transposed_store=False",
+    }
     binding = (
         "\n\n# ---- specialisation written by cso.microkernels.registry ----\n"
         "from cso.microkernels.outer_product import build_outer_product_kernel\n"
         f"microkernel = build_outer_product_kernel({filters_per_tile}, {windows_per_tile}, "
-        f"{dtype_name!r}, {vector_lanes}, {vector_operand!r}{prefetch})\n"
+        f"{dtype_name!r}, {vector_lanes}, {vector_operand!r}{prefetch.get(variant, '')})\n"
     )
     return template + binding + _VARIANTS[variant]
 
@@ -116,14 +121,17 @@ def loop_module(
     filters_per_tile, windows_per_tile, dtype_name, vector_lanes
         The micro-kernel: ``Nf x Nwin`` of ``dtype_name`` with vectors of
         ``vector_lanes`` elements.
-    variant : {None, "no-kernel", "no-pack", "skeleton", "no-prefetch", "outlined", "tile-by-tile"}
+    variant : {None, "no-kernel", "no-pack", "skeleton", "no-prefetch", "outlined", \
+"tile-by-tile", "element-stores"}
         None for the real thing; the next three drop the micro-kernel, the
         input packing, or both, to time the rest (see ``python -m cso bench
         --breakdown``), and their results are meaningless; "no-prefetch" is
         the real thing without the micro-kernel's software prefetch, and
         "outlined" without the per-tile helpers inlined into the loops, and
         "tile-by-tile" packs 1x1 panels one tile at a time, not channel by
-        channel (``python experiments/variants.py``).
+        channel, and "element-stores" writes a filter-vectorised tile back
+        one element at a time, not transposed in registers
+        (``python experiments/variants.py``).
     vector_operand : {"windows", "filters"}
         The micro-kernel's vector dimension
         (:func:`~cso.microkernels.outer_product.build_outer_product_kernel`).

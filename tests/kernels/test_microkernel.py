@@ -17,6 +17,9 @@ SHAPES = [
     (32, 7, "float32", 16, "filters"),
     (16, 5, "float64", 8, "filters"),
     (48, 1, "float32", 16, "filters"),
+    # Windows past one vector: a full block of VL transposed, then a partial one.
+    (16, 20, "float32", 16, "filters"),
+    (8, 16, "float64", 8, "filters"),
 ]
 
 

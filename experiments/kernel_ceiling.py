@@ -1,0 +1,146 @@
+"""The micro-kernel's ceiling on this machine: cso's generated kernels against hand-written C.
+
+    python experiments/kernel_ceiling.py [--depth D] [--rounds R]
+
+One thread, float32, every operand L1-resident (one tile called over and
+over).  Prints, as GFLOP/s and shares of the FMA peak (cso's probe,
+:func:`cso.microkernels.peak.fma_peak_gflops`):
+
+* cso's micro-kernels (LLVM vector IR through Numba): the windows-in-the-
+  vectors shapes 8x32, 14x32 and 6x64, and the filters-in-the-vectors 32x14
+  written back transposed in registers (as shipped) and one element at a
+  time (``transposed_store=False``);
+* the same shapes written independently in C with AVX-512 intrinsics
+  (``experiments/kernel_ceiling.c``, built with ``gcc -O3 -march=native``;
+  skipped, with a message, when there is no gcc or no AVX-512), whose 32x14
+  keeps its tile in registers' order (no transpose): the ceiling of the
+  loop itself;
+* the C 8x32 loop with its operands held in registers ("no loads"): the
+  FMA peak reached by a loop of this shape.
+
+If cso's kernels and the C ones reach the same share, and both stay below
+"no loads", the gap to the peak is the machine's (loads issued beside two
+FMAs per cycle), not cso's code generation: no layer can run its
+multiply-adds faster than this.  Rounds alternate between cso and the C
+program; each figure is the best round.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+from numba import njit
+
+from cso.microkernels.outer_product import build_outer_product_kernel
+from cso.microkernels.peak import fma_peak_gflops
+from cso.packing.filters import aligned_empty
+
+HERE = pathlib.Path(__file__).resolve().parent
+# (name, Nf, Nwin, vector operand, transposed store): the C program's names.
+KERNELS = [
+    ("8x32w", 8, 32, "windows", True),
+    ("14x32w", 14, 32, "windows", True),
+    ("6x64w", 6, 64, "windows", True),
+    ("32x14f", 32, 14, "filters", True),
+    ("32x14f element stores", 32, 14, "filters", False),
+]
+
+
+def cso_runner(nf, nwin, operand, transposed, depth):
+    """A function that calls one cso kernel ``calls`` times on one tile; its flops per call."""
+    kernel = build_outer_product_kernel(
+        nf, nwin, "float32", 16, operand, transposed_store=transposed
+    )
+    # The output tile's rows are a 14x14 plane apart, as in a layer's y.
+    out_stride = nwin if operand == "windows" else 196
+
+    @njit(nogil=True)
+    def run(filters, inputs, out, bias, calls):
+        for _ in range(calls):
+            kernel(
+                depth, filters, 0, nf, 1, inputs, 0, nwin, out, 0, out_stride, bias, 0, True, False
+            )
+
+    operands = [
+        aligned_empty(size, np.float32) for size in (depth * nf, depth * nwin, nf * out_stride)
+    ]
+    for array in operands:
+        array[:] = 1.0 / array.size
+    bias = np.zeros(nf, np.float32)
+    run(*operands, bias, 1)
+    return (lambda calls: run(*operands, bias, calls)), 2 * nf * nwin * depth
+
+
+def time_cso(runner, flops, seconds):
+    run, calls = runner, max(1, int(seconds * 2e11 / flops))
+    start = time.perf_counter()
+    run(calls)
+    return flops * calls / (time.perf_counter() - start) / 1e9
+
+
+def build_c():
+    """The compiled C program's path, or a reason it could not be built."""
+    compiler = shutil.which("gcc")
+    if compiler is None:
+        return None, "no gcc on PATH"
+    binary = pathlib.Path(tempfile.mkdtemp()) / "kernel_ceiling"
+    build = subprocess.run(
+        [compiler, "-O3", "-march=native", str(HERE / "kernel_ceiling.c"), "-o", str(binary)],
+        capture_output=True,
+        text=True,
+    )
+    if build.returncode:
+        return None, f"gcc failed: {build.stderr.strip()[:200]}"
+    return binary, None
+
+
+def time_c(binary, depth, seconds):
+    output = subprocess.run(
+        [str(binary), str(depth), str(seconds)], capture_output=True, text=True, check=True
+    ).stdout
+    rates = {}
+    for line in output.splitlines():
+        name, rate = line.rsplit(" ", 1)
+        rates[name] = float(rate)
+    return rates
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--depth", type=int, default=128, help="reduction steps per call")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    peak = fma_peak_gflops("float32", 16)
+    runners = {
+        name: cso_runner(nf, nwin, operand, transposed, args.depth)
+        for name, nf, nwin, operand, transposed in KERNELS
+    }
+    binary, why_not = build_c()
+    best_cso = dict.fromkeys(runners, 0.0)
+    best_c = {}
+    for _ in range(args.rounds):
+        for name, (run, flops) in runners.items():
+            best_cso[name] = max(best_cso[name], time_cso(run, flops, 0.2))
+        if binary is not None:
+            for name, rate in time_c(binary, args.depth, 0.2).items():
+                best_c[name] = max(best_c.get(name, 0.0), rate)
+    print(f"one thread, float32, L1-resident tile, depth {args.depth}; FMA peak {peak:.1f} GFLOP/s")
+    if binary is None:
+        print(f"(C kernels skipped: {why_not})")
+    print(f"{'kernel':<24} {'cso GF/s':>9} {'peak':>5} {'C GF/s':>8} {'peak':>5}")
+    for name in list(runners) + [n for n in best_c if n not in runners]:
+        cso_cell = f"{best_cso[name]:9.1f} {best_cso[name] / peak:5.0%}" if name in runners else ""
+        c_cell = f"{best_c[name]:8.1f} {best_c[name] / peak:5.0%}" if name in best_c else ""
+        print(f"{name:<24} {cso_cell:>15} {c_cell:>14}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
