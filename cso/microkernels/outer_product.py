@@ -264,6 +264,34 @@ class _Emitter:
             self.vector_pointer(pointer, element_offset), align=self.element_bytes
         )
 
+    def masked_intrinsic(self, operation):
+        """``llvm.masked.load`` or ``llvm.masked.store`` for one vector of this
+        kernel's type: ``load(pointer, align, mask, passthrough)``,
+        ``store(value, pointer, align, mask)``."""
+        pointer_type = self.vector_type.as_pointer()
+        mask_type = ir.VectorType(ir.IntType(1), self.lanes)
+        if operation == "load":
+            signature = ir.FunctionType(
+                self.vector_type, [pointer_type, ir.IntType(32), mask_type, self.vector_type]
+            )
+        else:
+            signature = ir.FunctionType(
+                ir.VoidType(), [self.vector_type, pointer_type, ir.IntType(32), mask_type]
+            )
+        return cgutils.get_or_insert_function(
+            self.builder.module, signature, f"llvm.masked.{operation}.v{self.lanes}{self.suffix}.p0"
+        )
+
+    def bias_vectors(self, vectors):
+        """The bias of filters ``v*VL ..`` for ``v < vectors``, or zeros
+        without ``add_bias`` (filters orientation: the bias runs along the lanes)."""
+        return [
+            self.builder.select(
+                self.add_bias, self.load_vector(self.bias, v * self.lanes), self.zero
+            )
+            for v in range(vectors)
+        ]
+
     def _prefetch_ahead(self, row, step, elements):
         """Prefetch into L1 the ``elements`` from ``row + step`` (``step``: elements)."""
         builder = self.builder
@@ -371,15 +399,8 @@ class _Emitter:
         is exact and nothing past an operand is read), lanes summed at the end."""
         builder = self.builder
         lanes = self.lanes
-        mask_type = ir.VectorType(ir.IntType(1), lanes)
         pointer_type = self.vector_type.as_pointer()
-        masked_load = cgutils.get_or_insert_function(
-            builder.module,
-            ir.FunctionType(
-                self.vector_type, [pointer_type, ir.IntType(32), mask_type, self.vector_type]
-            ),
-            f"llvm.masked.load.v{lanes}{self.suffix}.p0",
-        )
+        masked_load = self.masked_intrinsic("load")
         align = ir.Constant(ir.IntType(32), self.element_bytes)
         lane_index = ir.Constant(ir.VectorType(self.intp, lanes), list(range(lanes)))
         index_undef = ir.Constant(ir.VectorType(self.intp, lanes), ir.Undefined)
@@ -500,27 +521,12 @@ class _Emitter:
         lanes = self.lanes
         vectors = len(finals[0])
         windows = len(finals)
-        bias_terms = [
-            builder.select(self.add_bias, self.load_vector(self.bias, v * lanes), self.zero)
-            for v in range(vectors)
-        ]
+        bias_terms = self.bias_vectors(vectors)
         pointer_type = self.vector_type.as_pointer()
         mask_type = ir.VectorType(ir.IntType(1), lanes)
         align = ir.Constant(ir.IntType(32), self.element_bytes)
-        masked_load = cgutils.get_or_insert_function(
-            builder.module,
-            ir.FunctionType(
-                self.vector_type, [pointer_type, ir.IntType(32), mask_type, self.vector_type]
-            ),
-            f"llvm.masked.load.v{lanes}{self.suffix}.p0",
-        )
-        masked_store = cgutils.get_or_insert_function(
-            builder.module,
-            ir.FunctionType(
-                ir.VoidType(), [self.vector_type, pointer_type, ir.IntType(32), mask_type]
-            ),
-            f"llvm.masked.store.v{lanes}{self.suffix}.p0",
-        )
+        masked_load = self.masked_intrinsic("load")
+        masked_store = self.masked_intrinsic("store")
         stores = []
         for first in range(0, windows, lanes):
             count = min(lanes, windows - first)
@@ -591,10 +597,7 @@ class _Emitter:
         ``finals[j][v]`` is extracted and stored to row ``v*VL + i``."""
         builder = self.builder
         vectors = len(finals[0])
-        bias_terms = [
-            builder.select(self.add_bias, self.load_vector(self.bias, v * self.lanes), self.zero)
-            for v in range(vectors)
-        ]
+        bias_terms = self.bias_vectors(vectors)
         rows = [
             builder.gep(self.out, [builder.mul(self.constant(i), self.out_stride)])
             for i in range(vectors * self.lanes)

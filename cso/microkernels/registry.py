@@ -93,7 +93,8 @@ def _module_source(
     filters_per_tile, windows_per_tile, dtype_name, vector_lanes, variant, vector_operand
 ) -> str:
     template = pathlib.Path(_loops_module.__file__).read_text()
-    prefetch = {
+    # The builder's keyword for each variant that changes the micro-kernel itself.
+    kernel_options = {
         "no-prefetch": ", prefetch_distance=0",
         "element-stores": ", transposed_store=False",
     }
@@ -101,7 +102,7 @@ def _module_source(
         "\n\n# ---- specialisation written by cso.microkernels.registry ----\n"
         "from cso.microkernels.outer_product import build_outer_product_kernel\n"
         f"microkernel = build_outer_product_kernel({filters_per_tile}, {windows_per_tile}, "
-        f"{dtype_name!r}, {vector_lanes}, {vector_operand!r}{prefetch.get(variant, '')})\n"
+        f"{dtype_name!r}, {vector_lanes}, {vector_operand!r}{kernel_options.get(variant, '')})\n"
     )
     return template + binding + _VARIANTS[variant]
 
