@@ -220,3 +220,41 @@ def reads_input_in_place(
         and not padded
         and 2 * plane_bytes <= page_bytes
     )
+
+
+def shares_input_panels(
+    schedule: str,
+    threads: int,
+    outer_jobs: int,
+    filter_blocks: int,
+    window_parts: int,
+    input_in_place: bool,
+    panel_bytes: int,
+    l2_usable: int,
+) -> bool:
+    """Whether a WS call packs its input panels once, for all threads to share.
+
+    WS splits the work of one (group, image) between threads by filter
+    block (``B_f`` blocks) when the outer jobs ``G*N`` are fewer than the
+    threads; each block then packs every input tile it streams, so each
+    thread packs the whole input.  Shared, the panels of all ``G*N``
+    (group, image) pairs (``G*N * T_w * IN_all`` bytes) are packed in a
+    parallel pass of their own, each thread a part, before the loop nest
+    reads them (a second parallel launch, some 2 us here, where the
+    duplicated packing was 7-8% of a 3x3 512-channel 7x7 layer)::
+
+        WS and T > 1 and G*N < T and B_f > 1 and parts = 1
+          and not in place and G*N * T_w * IN_all <= L2
+
+    The bound keeps the panels a thread's blocks re-read in its L2 (half of
+    them packed there, the other half fetched once from the other core).
+    """
+    return (
+        schedule == "WS"
+        and threads > 1
+        and outer_jobs < threads
+        and filter_blocks > 1
+        and window_parts == 1
+        and not input_in_place
+        and panel_bytes <= l2_usable
+    )
