@@ -400,18 +400,11 @@ def _run(x, filters, packed_bias, has_bias, y, plan: Plan, threads: int, variant
     # The loop nest runs `threads` workers of its own (one per part of the
     # workspace), so Numba's thread count needs changing only when it is lower.
     if numba.get_num_threads() >= threads:
-        _run_loop_nest(launch, arguments)
+        launch.loop_nest(*arguments)
     else:
         with _numba_threads(threads):
-            _run_loop_nest(launch, arguments)
+            launch.loop_nest(*arguments)
     return y
-
-
-def _run_loop_nest(launch, arguments):
-    if launch.pack_shared is not None:
-        # x, the workspace and the bounds: the panels every worker will read.
-        launch.pack_shared(arguments[0], arguments[6], arguments[7])
-    launch.loop_nest(*arguments)
 
 
 class _Launch(NamedTuple):
@@ -420,8 +413,6 @@ class _Launch(NamedTuple):
     loop_nest: object
     bounds: LoopBounds
     workspace_elements: int
-    # The parallel pass that packs the shared panels first, or None.
-    pack_shared: object = None
 
 
 _launches: dict = {}
@@ -449,12 +440,7 @@ def _launch(plan: Plan, filters_packed: bool, threads: int, variant) -> _Launch:
     # row read a run at a time (ResNet-50's such layers 1.02-1.13x faster,
     # python experiments/variants.py --variant tile-by-tile).
     pack_channels_outer = unstrided_pointwise and unpadded and not input_in_place
-    shared_panels = plan.shared_panels and not input_in_place and variant != "own-panels"
     panel_elements, scratch_elements = _worker_elements(plan)
-    shared_elements = 0
-    if shared_panels:
-        shared_elements = worker_stride(_shared_elements(plan), plan.dtype)
-        panel_elements = 0
     scratch_offset = worker_stride(panel_elements, plan.dtype)
     stride = scratch_offset + worker_stride(scratch_elements, plan.dtype)
     bounds = LoopBounds(
@@ -487,8 +473,6 @@ def _launch(plan: Plan, filters_packed: bool, threads: int, variant) -> _Launch:
         edge_rows=plan.vector_operand == "reduction",
         workspace_stride=stride,
         scratch_offset=scratch_offset,
-        shared_panels=shared_panels,
-        shared_elements=shared_elements,
     )
     module = loop_module(
         plan.filters_per_tile,
@@ -503,12 +487,7 @@ def _launch(plan: Plan, filters_packed: bool, threads: int, variant) -> _Launch:
         if plan.schedule == "IS"
         else module.convolve_weight_stationary
     )
-    launch = _Launch(
-        loop_nest,
-        bounds,
-        shared_elements + threads * stride,
-        module.pack_shared_panels if shared_panels else None,
-    )
+    launch = _Launch(loop_nest, bounds, threads * stride)
     if len(_launches) >= 1024:
         _launches.clear()  # plans are few per process; this only bounds a pathological one
     _launches[key] = (plan, launch)
@@ -527,19 +506,6 @@ def _worker_elements(plan: Plan):
     kept = plan.l3_tiles if plan.schedule == "IS" else plan.l2_tiles
     tile = plan.channel_tile * g.kernel_height * g.kernel_width * plan.windows_per_tile
     return min(kept, window_tiles) * tile, plan.filters_per_tile * plan.windows_per_tile
-
-
-def _shared_elements(plan: Plan) -> int:
-    """Elements of the shared panels: every tile of every (group, image),
-    ``G*N * T_c * T_w`` panels of ``Nc*R*S x Nwin`` (the loop nests' contract)."""
-    g = plan.geometry
-    tiles = (
-        g.groups
-        * g.batch
-        * ceil_div(g.channels_per_group, plan.channel_tile)
-        * ceil_div(g.windows, plan.windows_per_tile)
-    )
-    return tiles * plan.channel_tile * g.kernel_height * g.kernel_width * plan.windows_per_tile
 
 
 class _numba_threads:

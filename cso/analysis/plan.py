@@ -95,37 +95,6 @@ class Plan:
     vector_operand: str = "windows"
     filters_prepacked: bool = False
 
-    @property
-    def shared_panels(self) -> bool:
-        """Whether the call packs the input panels once for all threads to
-        share (WS with one image split by filter blocks between threads;
-        :func:`~cso.analysis.tiles.shares_input_panels`).
-
-        Decided after the schedule and tiles, not priced by the cost model:
-        priced, sharing made the model trade window parts for filter blocks
-        on four ResNet-50 layers at two threads, which ran 0.90-1.00x as
-        fast as before (the split, not the sharing, lost)."""
-        g, hw = self.geometry, self.hardware
-        element_bytes = np.dtype(self.dtype).itemsize
-        area = g.kernel_height * g.kernel_width
-        window_tiles = ceil_div(g.windows, self.windows_per_tile)
-        filter_tiles = ceil_div(g.filters_per_group, self.filters_per_tile)
-        outer_jobs = g.groups * g.batch
-        return tiles.shares_input_panels(
-            self.schedule,
-            self.threads,
-            outer_jobs,
-            ceil_div(filter_tiles, self.l3_tiles),
-            self.window_parts,
-            self.input_in_place,
-            outer_jobs
-            * window_tiles
-            * tiles.input_tile_bytes(
-                g.channels_per_group, area, self.windows_per_tile, element_bytes
-            ),
-            tiles.usable_bytes(hw.l2_bytes, hw.usable_fraction),
-        )
-
     def cost_of(self, schedule: str):
         """The modelled :class:`~cso.analysis.cost.Traffic` of ``schedule``."""
         return dict(self.costs)[schedule]

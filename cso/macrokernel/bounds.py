@@ -37,7 +37,5 @@ LoopBounds = namedtuple(
         "edge_rows",  # edge filter panels are [G][Nf][C*R*S] (dot products), else [G][C*R*S][Nf]
         "workspace_stride",  # elements of the workspace per worker
         "scratch_offset",  # where a worker's edge-tile scratch starts in its part
-        "shared_panels",  # WS: the call's input panels are packed once, before the loop nest
-        "shared_elements",  # elements of the shared panels at the workspace's start (or 0)
     ],
 )

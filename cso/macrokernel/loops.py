@@ -45,16 +45,11 @@ Contracts relied on
   also window part, that own disjoint parts of ``y``, so the parallel loop
   needs no synchronisation.  The parallel loop runs over workers; worker
   ``i`` of ``W`` takes jobs ``[i*J//W, (i+1)*J//W)`` in order.
-* ``workspace``: ``b.shared_elements`` elements of shared panels (0 unless
-  ``b.shared_panels``), then ``W`` parts of ``b.workspace_stride``
-  elements, each 64-byte aligned (:mod:`cso.workspace`): worker ``i``'s
-  input panels from the start of its part, its ``Nf x Nwin`` edge-tile
-  scratch from ``b.scratch_offset``.  The caller keeps it between calls,
-  so the loop nests allocate nothing.
-* Shared panels (``b.shared_panels``, WS only): :func:`pack_shared_panels`
-  has packed every input tile of the call, and the loop nest packs
-  nothing.  Tile ``w`` of channel tile ``ci`` of (group, image) ``o =
-  group*N + image`` starts at ``((o*T_c + ci)*T_w + w) * Nc*R*S*Nwin``.
+* ``workspace``: ``W`` parts of ``b.workspace_stride`` elements, each
+  64-byte aligned (:mod:`cso.workspace`): worker ``i``'s input panels from
+  the start of its part, its ``Nf x Nwin`` edge-tile scratch from
+  ``b.scratch_offset``.  The caller keeps it between calls, so the loop
+  nests allocate nothing.
 * ``filters``, ``edge_filters``, ``x_flat`` and the panels share one Numba
   type (writeable, C-contiguous, 1-D), so a branch may pick either.
 """
@@ -89,7 +84,7 @@ def convolve_input_stationary(x_flat, filters, edge_filters, bias, has_bias, y_f
     window_tiles, filter_tiles, channel_tiles = _tile_counts(b)
     blocks = (window_tiles + b.l3_tiles - 1) // b.l3_tiles
     jobs = b.groups * b.batch * blocks
-    workers = _workers(workspace, b)
+    workers = workspace.size // b.workspace_stride
     for worker in prange(workers):
         panels, scratch = _worker_buffers(workspace, b, worker)
         operands = (x_flat, filters, edge_filters, bias, y_flat, panels, scratch)
@@ -100,7 +95,7 @@ def convolve_input_stationary(x_flat, filters, edge_filters, bias, has_bias, y_f
             for channel_index in range(channel_tiles):
                 c0, channels = _channel_range(b, channel_index, channel_tiles)
                 panel_size = channels * area * nwin
-                _pack_block(x_flat, panels, b, image, group, c0, channels, first, tiles, panel_size)
+                _pack_block(operands, b, image, group, c0, channels, first, tiles, panel_size)
                 for f0 in range(0, filter_tiles, b.l2_tiles):
                     for t in range(tiles):
                         for f in range(f0, min(f0 + b.l2_tiles, filter_tiles)):
@@ -129,13 +124,10 @@ def convolve_weight_stationary(x_flat, filters, edge_filters, bias, has_bias, y_
                     window part)                                # (plan.window_parts)
           for c0 in ceil(C/Nc) even channel tiles (<= Nc each) # partial sums in y
             for w0 in the part's blocks of K2 window tiles
-              pack the K2 input tiles                           # ~ L2 (unless shared)
+              pack the K2 input tiles                           # ~ L2
               for f in the K3 filter tiles                      # one in L1, all in L3
                 for w in the K2 input tiles
                   micro-kernel: y[f, w] (+)= FS(c0, f) x IN(c0, w)
-
-    With ``b.shared_panels`` the tiles were packed by
-    :func:`pack_shared_panels` before this call, and are only read here.
     """
     nwin = b.windows_per_tile
     area = b.kernel_height * b.kernel_width
@@ -143,8 +135,7 @@ def convolve_weight_stationary(x_flat, filters, edge_filters, bias, has_bias, y_
     blocks = (filter_tiles + b.l3_tiles - 1) // b.l3_tiles
     parts = b.window_parts
     jobs = b.groups * b.batch * blocks * parts
-    workers = _workers(workspace, b)
-    tile_elements = b.channel_tile * area * nwin
+    workers = workspace.size // b.workspace_stride
     for worker in prange(workers):
         panels, scratch = _worker_buffers(workspace, b, worker)
         operands = (x_flat, filters, edge_filters, bias, y_flat, panels, scratch)
@@ -160,16 +151,7 @@ def convolve_weight_stationary(x_flat, filters, edge_filters, bias, has_bias, y_
                 panel_size = channels * area * nwin
                 for w0 in range(first_window, last_window, b.l2_tiles):
                     tiles = min(b.l2_tiles, last_window - w0)
-                    first_panel, panel_step = 0, panel_size
-                    if b.shared_panels:
-                        outer = group * b.batch + image
-                        first_panel = (outer * channel_tiles + channel_index) * window_tiles + w0
-                        first_panel *= tile_elements
-                        panel_step = tile_elements
-                    else:
-                        _pack_block(
-                            x_flat, panels, b, image, group, c0, channels, w0, tiles, panel_size
-                        )
+                    _pack_block(operands, b, image, group, c0, channels, w0, tiles, panel_size)
                     for f in range(first_filter, last_filter):
                         for t in range(tiles):
                             _tile(
@@ -182,60 +164,8 @@ def convolve_weight_stationary(x_flat, filters, edge_filters, bias, has_bias, y_
                                 channels,
                                 f,
                                 (w0 + t) * nwin,
-                                first_panel + t * panel_step,
+                                t * panel_size,
                             )
-
-
-@njit(nogil=True, parallel=True, cache=True)
-def pack_shared_panels(x_flat, workspace, b):
-    """Pack every input tile of the call into the shared panels, in parallel.
-
-    ::
-
-        for worker                                              # parallel
-         for its run of the G*N*T_c*T_w tiles, (group, image, channel tile, window tile)
-          pack the tile                                         # ~ its core's L2
-
-    Runs before :func:`convolve_weight_stationary` when ``b.shared_panels``:
-    a job of that loop nest is one filter block, and without this every
-    block, on every thread, packs the same tiles.  Consecutive tiles of one
-    channel tile are packed by one call, so 1x1 panels are still copied
-    channel by channel.
-    """
-    nwin = b.windows_per_tile
-    tile_elements = b.channel_tile * b.kernel_height * b.kernel_width * nwin
-    window_tiles, _, channel_tiles = _tile_counts(b)
-    count = b.groups * b.batch * channel_tiles * window_tiles
-    workers = _workers(workspace, b)
-    panels = workspace[: b.shared_elements]
-    for worker in prange(workers):
-        tile = worker * count // workers
-        end = (worker + 1) * count // workers
-        while tile < end:
-            window_tile = tile % window_tiles
-            run = min(end - tile, window_tiles - window_tile)
-            outer_channel = tile // window_tiles
-            outer, channel_index = outer_channel // channel_tiles, outer_channel % channel_tiles
-            c0, channels = _channel_range(b, channel_index, channel_tiles)
-            _pack_block(
-                x_flat,
-                panels[tile * tile_elements :],
-                b,
-                outer % b.batch,
-                outer // b.batch,
-                c0,
-                channels,
-                window_tile,
-                run,
-                tile_elements,
-            )
-            tile += run
-
-
-@njit(nogil=True, cache=True)
-def _workers(workspace, b):
-    """``W``: the workers the caller sized the workspace for."""
-    return (workspace.size - b.shared_elements) // b.workspace_stride
 
 
 @njit(nogil=True, cache=True)
@@ -257,14 +187,11 @@ def _job(b, job, blocks):
 def _worker_buffers(workspace, b, worker):
     """``(panels, scratch)``: worker ``worker``'s input panels and edge tile.
 
-    Worker ``i`` owns ``workspace[shared + i*stride : shared + (i+1)*stride]``:
-    its panels from the start, its ``Nf x Nwin`` scratch tile from
-    ``scratch_offset``.  With shared panels, its panels are those.
+    Worker ``i`` owns ``workspace[i*stride : (i+1)*stride]``: its panels
+    from the start, its ``Nf x Nwin`` scratch tile from ``scratch_offset``.
     """
-    start = b.shared_elements + worker * b.workspace_stride
+    start = worker * b.workspace_stride
     panels = workspace[start : start + b.scratch_offset]
-    if b.shared_panels:
-        panels = workspace[: b.shared_elements]
     scratch_start = start + b.scratch_offset
     scratch = workspace[scratch_start : scratch_start + b.filters_per_tile * b.windows_per_tile]
     return panels, scratch
@@ -289,31 +216,28 @@ def _in_place(b, window_start):
 
 
 @njit(nogil=True, inline="always")
-def _pack_block(
-    x_flat, panels, b, image, group, channel_start, channels, first_tile, tiles, panel_size
-):
+def _pack_block(operands, b, image, group, channel_start, channels, first_tile, tiles, panel_size):
     """Pack window tiles ``[first_tile, first_tile + tiles)`` into consecutive
-    panels ``panel_size`` apart from the start of ``panels``: channel by
-    channel for a 1x1 block, else one tile at a time."""
+    panels ``panel_size`` apart: channel by channel for a 1x1 block, else
+    one tile at a time."""
     nwin = b.windows_per_tile
     if b.pack_channels_outer:
         plane = b.height * b.width
         pack_pointwise_panels(
-            x_flat,
+            operands[0],
             ((image * b.groups + group) * b.channels + channel_start) * plane,
             plane,
             channels,
             first_tile * nwin,
             tiles,
             nwin,
-            panels,
+            operands[5],
             panel_size,
         )
         return
     for t in range(tiles):
         _pack_tile(
-            x_flat,
-            panels,
+            operands,
             b,
             image,
             group,
@@ -329,12 +253,11 @@ def _pack_block(
 # scalars, and ResNet-50 ran 1.02-1.04x slower, its 1x1 layers with 64
 # channels 1.14-1.21x (experiments/variants.py --variant outlined).
 @njit(nogil=True, inline="always")
-def _pack_tile(
-    x_flat, panels, b, image, group, channel_start, channels, window_start, panel_offset
-):
+def _pack_tile(operands, b, image, group, channel_start, channels, window_start, panel_offset):
     """Pack one input tile into ``panels``, unless the kernel reads it in place."""
     if _in_place(b, window_start):
         return
+    x_flat, panels = operands[0], operands[5]
     image_offset = (image * b.groups + group) * b.channels * b.height * b.width
     pack_input_panel(
         x_flat,

@@ -78,13 +78,11 @@ _VARIANTS["element-stores"] = ""
 # 1x1 panels packed tile by tile, as other layers are, not channel by channel.
 _VARIANTS["tile-by-tile"] = (
     '\n@njit(nogil=True, inline="always")\n'
-    "def _pack_block(x_flat, panels, b, image, group, c0, channels, first_tile, tiles, size):\n"
+    "def _pack_block(operands, b, image, group, c0, channels, first_tile, tiles, size):\n"
     "    for t in range(tiles):\n"
     "        start = (first_tile + t) * b.windows_per_tile\n"
-    "        _pack_tile(x_flat, panels, b, image, group, c0, channels, start, t * size)\n"
+    "        _pack_tile(operands, b, image, group, c0, channels, start, t * size)\n"
 )
-# Every thread packs its own input panels where the plan shares them (see cso.conv._launch).
-_VARIANTS["own-panels"] = ""
 # The per-tile helpers called as functions rather than inlined into the loops.
 _VARIANTS["outlined"] = (
     "\n_tile = njit(nogil=True)(_tile.py_func)\n_pack_tile = njit(nogil=True)(_pack_tile.py_func)\n"
@@ -125,7 +123,7 @@ def loop_module(
         The micro-kernel: ``Nf x Nwin`` of ``dtype_name`` with vectors of
         ``vector_lanes`` elements.
     variant : {None, "no-kernel", "no-pack", "skeleton", "no-prefetch", "outlined", \
-"tile-by-tile", "element-stores", "own-panels"}
+"tile-by-tile", "element-stores"}
         None for the real thing; the next three drop the micro-kernel, the
         input packing, or both, to time the rest (see ``python -m cso bench
         --breakdown``), and their results are meaningless; "no-prefetch" is
@@ -133,9 +131,8 @@ def loop_module(
         "outlined" without the per-tile helpers inlined into the loops, and
         "tile-by-tile" packs 1x1 panels one tile at a time, not channel by
         channel, and "element-stores" writes a filter-vectorised tile back
-        one element at a time, not transposed in registers, and
-        "own-panels" has every thread pack its own input panels where the
-        plan would share them (``python experiments/variants.py``).
+        one element at a time, not transposed in registers
+        (``python experiments/variants.py``).
     vector_operand : {"windows", "filters"}
         The micro-kernel's vector dimension
         (:func:`~cso.microkernels.outer_product.build_outer_product_kernel`).
