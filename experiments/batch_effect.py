@@ -34,12 +34,16 @@ from cso.models import resnet50  # noqa: E402
 DEFAULT_LAYERS = ("l1 3x3 64 @56", "l1 1x1 256->64 @56", "l4 3x3 512 @7")
 
 
-def _ways(run, x, y, batch):
-    """``{way: program}`` for one program ``run(x_images, y_images)``."""
+WAYS = ("batch", "distinct", "same")
+
+
+def _ways(run_batch, run_image, batch):
+    """``{way: program}`` of one program: ``run_batch()`` on all the images,
+    ``run_image(i)`` on image ``i`` alone."""
     return {
-        "batch": lambda: run(x, y),
-        "distinct": lambda: [run(x[i : i + 1], y[i : i + 1]) for i in range(batch)],
-        "same": lambda: [run(x[:1], y[:1]) for _ in range(batch)],
+        "batch": run_batch,
+        "distinct": lambda: [run_image(i) for i in range(batch)],
+        "same": lambda: [run_image(0) for _ in range(batch)],
     }
 
 
@@ -69,34 +73,29 @@ def main(argv=None) -> None:
         error = float(np.max(np.abs(y - cso.reference.conv2d(x, w, **kwargs))))
         if not error < 1e-2:
             raise AssertionError(f"{name}: cso's error {error}")
-        programs = {}
-        for way, program in _ways(
-            lambda xs, ys: cso.conv2d(xs, w, threads=1, out=ys, **kwargs), x, y, args.batch
-        ).items():
-            programs[("cso", way)] = program
+        ways = {
+            "cso": _ways(
+                lambda: cso.conv2d(x, w, threads=1, out=y, **kwargs),
+                lambda i: cso.conv2d(x[i : i + 1], w, threads=1, out=y[i : i + 1], **kwargs),
+                args.batch,
+            )
+        }
         if torch_run is not None:
-            # Each image its own array, so that torch's tensors wrap them once.
-            images = [np.ascontiguousarray(x[i : i + 1]) for i in range(args.batch)]
-
-            def torch_ways(run=torch_run):
-                return {
-                    "batch": lambda: run(x, w, layer.stride, layer.padding),
-                    "distinct": lambda: [
-                        run(image, w, layer.stride, layer.padding) for image in images
-                    ],
-                    "same": lambda: [
-                        run(images[0], w, layer.stride, layer.padding) for _ in images
-                    ],
-                }
-
-            for way, program in torch_ways().items():
-                programs[("torch", way)] = program
+            # Arrays kept alive: the peer wraps one array at a time, keyed by its
+            # id, which a view made and freed on each call could pass on.
+            images = [x[i : i + 1] for i in range(args.batch)]
+            ways["torch"] = _ways(
+                lambda: torch_run(x, w, layer.stride, layer.padding),
+                lambda i: torch_run(images[i], w, layer.stride, layer.padding),
+                args.batch,
+            )
+        programs = {(who, way): run for who, runs in ways.items() for way, run in runs.items()}
         for program in programs.values():
             program()
         best = best_times(programs, args.rounds)
-        per_image = layer.flops / args.batch / 1e9
-        for who in dict.fromkeys(who for who, _ in programs):
-            rate = {way: per_image * args.batch / best[(who, way)] for way in _ways(None, x, y, 1)}
+        for who in ways:
+            # Every way does the N images' work: its rate is comparable per image.
+            rate = {way: layer.flops / 1e9 / best[(who, way)] for way in WAYS}
             print(
                 f"{name:26} {who:8} {rate['batch']:8.1f} {rate['distinct']:9.1f} "
                 f"{rate['same']:8.1f} {rate['batch'] / rate['distinct']:14.3f}x "
