@@ -444,7 +444,8 @@ def _launch(plan: Plan, filters_packed: bool, threads: int, variant) -> _Launch:
     scratch_offset = worker_stride(panel_elements, plan.dtype)
     stride = scratch_offset + worker_stride(scratch_elements, plan.dtype)
     bounds = LoopBounds(
-        batch=g.batch,
+        batch=plan.image_jobs,
+        window_images=g.batch // plan.image_jobs,
         groups=g.groups,
         channels=g.channels_per_group,
         filters=g.filters_per_group,
@@ -502,7 +503,7 @@ def _worker_elements(plan: Plan):
     ``Nc*R*S x Nwin``; scratch for one ``Nf x Nwin`` edge tile of output.
     """
     g = plan.geometry
-    window_tiles = ceil_div(g.windows, plan.windows_per_tile)
+    window_tiles = ceil_div(plan.window_count, plan.windows_per_tile)
     kept = plan.l3_tiles if plan.schedule == "IS" else plan.l2_tiles
     tile = plan.channel_tile * g.kernel_height * g.kernel_width * plan.windows_per_tile
     return min(kept, window_tiles) * tile, plan.filters_per_tile * plan.windows_per_tile

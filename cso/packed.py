@@ -125,6 +125,7 @@ def pack_filters(
     hardware=None,
     dtype=None,
     threads=None,
+    plan=None,
 ) -> PackedFilters:
     """Plan the convolution of ``input_shape`` by ``w`` and pack ``w`` for it.
 
@@ -143,6 +144,10 @@ def pack_filters(
         Precision of the panels (default: ``np.result_type(w, np.float32)``).
     threads : int, optional
         Workers to plan for (default: all cores).
+    plan : Plan, optional
+        Pack for this plan instead of the analysis' own: one for exactly
+        this problem and dtype, such as ``cso.plan_conv2d(...,
+        filters_prepacked=True)`` with a setting forced.
 
     Returns
     -------
@@ -162,15 +167,23 @@ def pack_filters(
         bias = _as_array(bias, "bias")
         if bias.shape != (geometry.filters,):
             raise ValueError(f"bias must have shape ({geometry.filters},) (K), got {bias.shape}")
-    plan = plan_conv2d(
-        input_shape,
-        w.shape,
-        dtype=dtype,
-        hardware=hardware,
-        threads=threads,
-        filters_prepacked=True,
-        **params,
-    )
+    if plan is None:
+        plan = plan_conv2d(
+            input_shape,
+            w.shape,
+            dtype=dtype,
+            hardware=hardware,
+            threads=threads,
+            filters_prepacked=True,
+            **params,
+        )
+    elif not isinstance(plan, Plan):
+        raise TypeError(f"plan must be a cso.Plan, got {type(plan).__name__}")
+    elif not plan.matches(geometry, dtype):
+        raise ValueError(
+            "plan was made for another problem: expected a plan for "
+            f"{geometry} in {dtype.name}, got one for {plan.geometry} in {plan.dtype}"
+        )
     if plan.vector_operand == "reduction":
         # Dot products read each filter as a row: the KCRS array is the panel.
         panels = pack_filters_rows(w, dtype)

@@ -1,9 +1,12 @@
 """The analytic cost model: bytes moved at each memory level by each schedule.
 
 Counts are per (group, image), summed over all channel tiles, and read
-straight off the loop nests in :mod:`cso.macrokernel.loops`.  Notation:
-``T_w = ceil(P*Q / Nwin)`` window tiles, ``T_f = ceil(K/Nf)`` filter tiles,
-``T_c = ceil(C/Nc)`` channel tiles, ``IN_all = C*R*S*Nwin*s`` and
+straight off the loop nests in :mod:`cso.macrokernel.loops`.  A plan that
+folds the batch into the windows works on one window space of ``N*P*Q``
+windows: its counts are taken over that space and divided by ``N``, so that
+both ways compare per image.  Notation:
+``T_w = ceil(P*Q / Nwin)`` window tiles (``ceil(N*P*Q / Nwin)`` folded),
+``T_f = ceil(K/Nf)`` filter tiles, ``T_c = ceil(C/Nc)`` channel tiles, ``IN_all = C*R*S*Nwin*s`` and
 ``FS_all = C*R*S*Nf*s`` (a tile's panels over all channel tiles),
 ``OUT = Nwin*Nf*s`` and ``RAW = C*H*W*s`` (the unpacked input).
 
@@ -95,7 +98,8 @@ def level_of(size: int, l2_usable: int, l3_usable: int) -> str:
 
 
 def compulsory_bytes(raw_input: int, all_filters: int, all_outputs: int) -> int:
-    """``RAW + T_f*FS_all + K*P*Q*s``: every operand read or written once from DRAM."""
+    """``RAW + T_f*FS_all + K*P*Q*s``: every operand read or written once from
+    DRAM (the filters' share of one window space, when a batch shares them)."""
     return raw_input + all_filters + all_outputs
 
 
@@ -355,6 +359,7 @@ def schedule_traffic(
     input_in_place: bool = False,
     threads: int = 1,
     outer_jobs: int = 1,
+    images: int = 1,
 ) -> Traffic:
     """Bytes per level and cost of one schedule, per (group, image).
 
@@ -366,20 +371,30 @@ def schedule_traffic(
     the ``batch`` images of the call.  ``input_in_place``: the kernel reads
     the input unpacked (no panels written).  ``threads`` and ``outer_jobs``
     (groups x images) weigh the cost by the busiest thread's share.
+    ``images``: the images whose windows make one window space (``N`` when
+    the batch is folded into the windows, else 1; ``windows`` stays one
+    image's ``P*Q``); the counts over that space are divided by it.
     """
     l2_usable = int(hardware.l2_bytes * hardware.usable_fraction)
     l3_usable = int(hardware.l3_bytes * hardware.usable_fraction)
     s = element_bytes
-    window_tiles = ceil_div(windows, windows_per_tile)
+    window_tiles = ceil_div(images * windows, windows_per_tile)
     filter_tiles = ceil_div(filters, filters_per_tile)
     channel_tiles = ceil_div(channels, channel_tile)
     input_all = channels * kernel_area * windows_per_tile * s
     filter_all = channels * kernel_area * filters_per_tile * s
-    raw_input = channels * height * width * s
+    raw_input = images * channels * height * width * s
     out_tile = windows_per_tile * filters_per_tile * s
     all_filters = filter_tiles * filter_all
-    all_outputs = filters * windows * s
-    levels = {"dram": compulsory_bytes(raw_input, all_filters, all_outputs), "l3": 0, "l2": 0}
+    all_outputs = images * filters * windows * s
+    # Filters that fit in L3 come from DRAM once per call, whatever the batch:
+    # each of the call's window spaces (N, or one folded) takes its share.
+    shared_by = batch // images if all_filters <= l3_usable else 1
+    levels = {
+        "dram": compulsory_bytes(raw_input, all_filters // max(1, shared_by), all_outputs),
+        "l3": 0,
+        "l2": 0,
+    }
     partials = partial_sum_bytes(channel_tiles, window_tiles, filter_tiles, out_tile)
     levels[level_of(all_outputs, l2_usable, l3_usable)] += partials
     filters_level = "l3" if all_filters <= l3_usable else "dram"
@@ -438,7 +453,8 @@ def schedule_traffic(
             vector_operand, calls, filters_per_tile * windows_per_tile
         ),
         packed_filter_elements=packed_filter_elements(
-            vector_operand, filters_prepacked, filter_tiles, filter_all, s, batch
+            # One packing serves the call's window spaces: N, or one when folded.
+            vector_operand, filters_prepacked, filter_tiles, filter_all, s, batch // images
         ),
         packed_input_elements=packed_input_elements(
             schedule, input_in_place, filter_blocks, window_tiles, input_all, s
@@ -454,5 +470,6 @@ def schedule_traffic(
         window_parts if schedule == "WS" else 1,
         largest_job_share(schedule, window_tiles, filter_tiles, k3, window_parts),
     )
+    counts = {name: count // images for name, count in counts.items()}
     cost = imbalance * weighted_cost(hardware, s, **counts)
     return Traffic(cost=cost, imbalance=imbalance, **counts)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from dataclasses import asdict, dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -75,6 +76,14 @@ class Plan:
         window is the whole input, :func:`~cso.analysis.tiles.reads_whole_input_per_window`).
     filters_prepacked : bool
         Planned for filters packed ahead of time (no packing in the call).
+    batch_folded : bool
+        The batch is folded into the windows: the ``N`` images' ``P*Q``
+        windows are one run of ``N*P*Q`` (image after image), tiled as one,
+        so that a tile may hold the end of one image and the start of the
+        next.  A small plane then fills its last tile with the next image's
+        windows instead of padding (49 windows in 14-wide tiles pad 12.5%,
+        8 x 49 none), and the jobs are blocks of that run instead of images.
+        The model decides (:func:`~cso.analysis.tiles.padded_window_share`).
     """
 
     schedule: str
@@ -94,6 +103,17 @@ class Plan:
     hardware: Hardware
     vector_operand: str = "windows"
     filters_prepacked: bool = False
+    batch_folded: bool = False
+
+    @property
+    def image_jobs(self) -> int:
+        """Images the loop nest takes as separate jobs: ``N``, or 1 when folded."""
+        return 1 if self.batch_folded else self.geometry.batch
+
+    @property
+    def window_count(self) -> int:
+        """Windows of one job's window run: ``P*Q``, or ``N*P*Q`` when folded."""
+        return self.geometry.windows * (self.geometry.batch if self.batch_folded else 1)
 
     def cost_of(self, schedule: str):
         """The modelled :class:`~cso.analysis.cost.Traffic` of ``schedule``."""
@@ -126,6 +146,7 @@ class Plan:
             "hardware": asdict(self.hardware),
             "vector_operand": self.vector_operand,
             "filters_prepacked": self.filters_prepacked,
+            "batch_folded": self.batch_folded,
         }
 
     @staticmethod
@@ -152,6 +173,7 @@ class Plan:
             hardware=Hardware(**fields["hardware"]),
             vector_operand=str(fields.get("vector_operand", "windows")),
             filters_prepacked=bool(fields.get("filters_prepacked", False)),
+            batch_folded=bool(fields.get("batch_folded", False)),
         )
 
     def matches(self, geometry: ConvGeometry, dtype) -> bool:
@@ -183,6 +205,7 @@ def plan_conv2d(
     threads=None,
     vector_operand=None,
     filters_prepacked=False,
+    fold_batch=None,
 ) -> Plan:
     """Plan a convolution: tiles, their cache distribution and the schedule.
 
@@ -211,6 +234,10 @@ def plan_conv2d(
         every filter packed; without this the model charges that packing to
         the call (``Hardware.filter_pack_cost`` per element, shared by the
         batch), which few batch-1 layers repay.
+    fold_batch : bool, optional
+        Force folding the batch into the windows (``True``) or computing
+        image by image (``False``) instead of the model's choice (see
+        :attr:`Plan.batch_folded`).
 
     Returns
     -------
@@ -235,6 +262,8 @@ def plan_conv2d(
     threads = hardware.cores if threads is None else threads
     if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1:
         raise ValueError(f"threads must be a positive int or None, got {threads!r}")
+    if fold_batch not in (None, True, False):
+        raise ValueError(f"fold_batch must be True, False or None, got {fold_batch!r}")
     return plan_for_geometry(
         geometry,
         dtype.name,
@@ -245,6 +274,7 @@ def plan_conv2d(
         int(threads),
         vector_operand=vector_operand,
         filters_prepacked=bool(filters_prepacked),
+        fold_batch=fold_batch,
     )
 
 
@@ -260,12 +290,16 @@ def plan_for_geometry(
     *,
     vector_operand=None,
     filters_prepacked=False,
+    fold_batch=None,
 ) -> Plan:
     """:func:`plan_conv2d` on validated arguments (memoised: plans are pure and frozen).
 
     Every micro-kernel shape of :func:`~cso.analysis.tiles.register_blocks`
     and :func:`~cso.analysis.tiles.filter_vector_blocks`, or the one asked
-    for, is planned, and the cheapest plan is returned.
+    for, is planned image by image, and the cheapest is returned, or the
+    same shape with the batch folded into the windows when that pads fewer
+    columns (:func:`~cso.analysis.tiles.folding_saves_padding`) and costs
+    less per image.
     """
     element_bytes = np.dtype(dtype_name).itemsize
     lanes = max(1, hardware.vector_bytes // element_bytes)
@@ -303,8 +337,8 @@ def plan_for_geometry(
                 f"{name} must be a multiple of the vector lanes ({lanes}) when the "
                 f"micro-kernel's vectors hold {operand}, got {size}"
             )
-    plans = [
-        _plan_for_shape(
+    def plan_for(nf, nwin, operand, folded):
+        return _plan_for_shape(
             geometry,
             dtype_name,
             hardware,
@@ -314,11 +348,37 @@ def plan_for_geometry(
             threads,
             operand,
             filters_prepacked,
+            folded,
         )
+
+    def cost_of(plan):
+        # Per image either way; a tie keeps the batch image by image.
+        return (plan.cost_of(plan.schedule).cost, plan.batch_folded)
+
+    shapes = [
+        (nf, nwin, operand)
         for nf, nwin, operand in shapes
         if operand == "reduction" or (nf if operand == "filters" else nwin) % lanes == 0
     ]
-    return min(plans, key=lambda plan: plan.cost_of(plan.schedule).cost)
+    if fold_batch:
+        if vector_operand == "reduction":
+            raise ValueError(
+                "fold_batch=True needs a micro-kernel that tiles windows, not dot products"
+            )
+        shapes = [shape for shape in shapes if shape[2] != "reduction"]
+    best = min((plan_for(*shape, bool(fold_batch)) for shape in shapes), key=cost_of)
+    # Folding is weighed for the shape chosen image by image, not across
+    # shapes: with the padding gone the model ranks the shapes wrongly (it
+    # put 8x32 folded 4% ahead of 32x14 on l3 1x1 1024->256 @14 at batch 8,
+    # which ran 1.2x slower; experiments/batch_folding.py).
+    nwin, operand = best.windows_per_tile, best.vector_operand
+    if (
+        fold_batch is None
+        and operand != "reduction"
+        and tiles.folding_saves_padding(geometry.batch, geometry.windows, nwin)
+    ):
+        best = min(best, plan_for(best.filters_per_tile, nwin, operand, True), key=cost_of)
+    return best
 
 
 def _plan_for_shape(
@@ -331,9 +391,11 @@ def _plan_for_shape(
     threads,
     vector_operand="windows",
     filters_prepacked=False,
+    folded=False,
 ) -> Plan:
     """The plan for one micro-kernel shape: each schedule with its cheapest
     channel tile, then the cheaper schedule (or the forced one)."""
+    space = _window_space(geometry, folded)
     element_bytes = np.dtype(dtype_name).itemsize
     lanes = max(1, hardware.vector_bytes // element_bytes)
     channels = geometry.channels_per_group
@@ -347,10 +409,11 @@ def _plan_for_shape(
         # sharing work between threads) its modelled cost likes best.
         for nc in tiles.channel_tile_candidates(rule_nc, channels):
             for k2, k3, parts in _parallel_options(
-                geometry, hardware, name, nc, nf, nwin, element_bytes, threads
+                geometry, space, hardware, name, nc, nf, nwin, element_bytes, threads
             ):
                 traffic = _traffic(
                     geometry,
+                    space,
                     hardware,
                     name,
                     nc,
@@ -389,14 +452,30 @@ def _plan_for_shape(
         hardware=hardware,
         vector_operand=vector_operand,
         filters_prepacked=bool(filters_prepacked),
+        batch_folded=bool(folded),
     )
 
 
-def _cache_tiles(geometry, hardware, schedule, nc, nf, nwin, element_bytes, threads):
+class _WindowSpace(NamedTuple):
+    """One job's windows: ``images`` images' ``P*Q`` each, in ``outer_jobs``
+    (group, image) jobs; the batch folded makes it all images in one job."""
+
+    outer_jobs: int
+    images: int
+    windows: int
+
+
+def _window_space(geometry, folded) -> _WindowSpace:
+    if folded:
+        return _WindowSpace(geometry.groups, geometry.batch, geometry.batch * geometry.windows)
+    return _WindowSpace(geometry.groups * geometry.batch, 1, geometry.windows)
+
+
+def _cache_tiles(geometry, space, hardware, schedule, nc, nf, nwin, element_bytes, threads):
     """``(K2, K3)`` of ``schedule`` for channel tile ``nc``: the L2 and L3 rules,
     with K3 capped so that every thread gets a block."""
     area = geometry.kernel_height * geometry.kernel_width
-    window_tiles = ceil_div(geometry.windows, nwin)
+    window_tiles = ceil_div(space.windows, nwin)
     filter_tiles = ceil_div(geometry.filters_per_group, nf)
     in_bytes = tiles.input_tile_bytes(nc, area, nwin, element_bytes)
     fs_bytes = tiles.filter_tile_bytes(nc, area, nf, element_bytes)
@@ -448,7 +527,7 @@ def _input_in_place(geometry, element_bytes, hardware) -> bool:
     )
 
 
-def _parallel_options(geometry, hardware, schedule, nc, nf, nwin, element_bytes, threads):
+def _parallel_options(geometry, space, hardware, schedule, nc, nf, nwin, element_bytes, threads):
     """``(K2, K3, window_parts)`` ways to give every thread a job.
 
     The jobs are (group, image, stationary block[, window part]).  When the
@@ -456,32 +535,34 @@ def _parallel_options(geometry, hardware, schedule, nc, nf, nwin, element_bytes,
     WS may instead keep K3 and split its windows into parts (no re-packing,
     but every part streams all of its filter block).  The cost model chooses.
     """
-    k2, k3 = _cache_tiles(geometry, hardware, schedule, nc, nf, nwin, element_bytes, threads)
-    outer = geometry.groups * geometry.batch
-    share = max(1, ceil_div(threads, outer))
-    window_tiles = ceil_div(geometry.windows, nwin)
+    k2, k3 = _cache_tiles(
+        geometry, space, hardware, schedule, nc, nf, nwin, element_bytes, threads
+    )
+    share = max(1, ceil_div(threads, space.outer_jobs))
+    window_tiles = ceil_div(space.windows, nwin)
     filter_tiles = ceil_div(geometry.filters_per_group, nf)
     resident_count = window_tiles if schedule == "IS" else filter_tiles
     options = [(k2, min(k3, tiles.parallel_cap(resident_count, share)), 1)]
     if schedule == "WS":
-        parts = _ws_window_parts(geometry, nf, nwin, k3, threads)
+        parts = _ws_window_parts(geometry, space, nf, nwin, k3, threads)
         if parts > 1:
             options.append((k2, k3, parts))
     return options
 
 
-def _ws_window_parts(geometry, nf, nwin, k3, threads) -> int:
+def _ws_window_parts(geometry, space, nf, nwin, k3, threads) -> int:
     """WS's window parts for filter blocks of ``k3`` tiles (:func:`tiles.window_parts`)."""
     return tiles.window_parts(
         threads,
-        geometry.groups * geometry.batch,
+        space.outer_jobs,
         ceil_div(ceil_div(geometry.filters_per_group, nf), k3),
-        ceil_div(geometry.windows, nwin),
+        ceil_div(space.windows, nwin),
     )
 
 
 def _traffic(
     geometry,
+    space,
     hardware,
     schedule,
     nc,
@@ -517,7 +598,8 @@ def _traffic(
         input_in_place=vector_operand == "reduction"
         or _input_in_place(geometry, element_bytes, hardware),
         threads=threads,
-        outer_jobs=geometry.groups * geometry.batch,
+        outer_jobs=space.outer_jobs,
+        images=space.images,
     )
 
 
@@ -542,16 +624,18 @@ def with_tiles(
     k3 = max(1, int(l3_tiles if l3_tiles is not None else k3))
     by_schedule[schedule] = (nc, k2, k3)
     element_bytes = np.dtype(plan.dtype).itemsize
+    space = _window_space(g, plan.batch_folded)
     window_parts = 1
     if schedule == "WS":
         window_parts = _ws_window_parts(
-            g, plan.filters_per_tile, plan.windows_per_tile, k3, plan.threads
+            g, space, plan.filters_per_tile, plan.windows_per_tile, k3, plan.threads
         )
     costs = tuple(
         (
             name,
             _traffic(
                 g,
+                space,
                 plan.hardware,
                 name,
                 by_schedule[name][0],

@@ -9,7 +9,8 @@ from collections import namedtuple
 LoopBounds = namedtuple(
     "LoopBounds",
     [
-        "batch",  # N
+        "batch",  # images taken as separate jobs: N, or 1 with the batch folded
+        "window_images",  # images whose windows make one job's window run: 1, or N folded
         "groups",  # G
         "channels",  # C per group
         "filters",  # K per group

@@ -41,6 +41,12 @@ Contracts relied on
   contiguous.
 * ``y_flat``: the output ``[N][K][P*Q]`` flattened; every element is
   written at the first channel tile and accumulated into after it.
+* Windows: a job's window run is ``b.window_images`` images' ``P*Q``
+  windows, image after image (``N`` when the plan folds the batch into
+  the windows, and then ``b.batch`` is 1).  Window ``w`` of the run is
+  window ``w % (P*Q)`` of image ``image + w // (P*Q)``.  A tile that holds
+  windows of two images is an edge tile: packed (never read in place) and
+  computed into ``scratch``, whose columns are then copied image by image.
 * Work is split into jobs ``(group, image, stationary block)``, and for WS
   also window part, that own disjoint parts of ``y``, so the parallel loop
   needs no synchronisation.  The parallel loop runs over workers; worker
@@ -170,8 +176,10 @@ def convolve_weight_stationary(x_flat, filters, edge_filters, bias, has_bias, y_
 
 @njit(nogil=True, cache=True)
 def _tile_counts(b):
-    """``(T_w, T_f, T_c)``: window, filter and channel tiles of one (group, image)."""
-    window_tiles = (b.out_height * b.out_width + b.windows_per_tile - 1) // b.windows_per_tile
+    """``(T_w, T_f, T_c)``: window, filter and channel tiles of one job's
+    (group, window run)."""
+    windows = b.window_images * b.out_height * b.out_width
+    window_tiles = (windows + b.windows_per_tile - 1) // b.windows_per_tile
     filter_tiles = (b.filters + b.filters_per_tile - 1) // b.filters_per_tile
     channel_tiles = (b.channels + b.channel_tile - 1) // b.channel_tile
     return window_tiles, filter_tiles, channel_tiles
@@ -211,29 +219,47 @@ def _channel_range(b, index, count):
 
 @njit(nogil=True, cache=True)
 def _in_place(b, window_start):
-    """Whether this window tile is read from the input itself, unpacked."""
-    return b.input_in_place and window_start + b.windows_per_tile <= b.out_height * b.out_width
+    """Whether this window tile is read from the input itself, unpacked:
+    only a full tile inside one image's windows is a run of ``x``."""
+    image_windows = b.out_height * b.out_width
+    return b.input_in_place and window_start % image_windows + b.windows_per_tile <= image_windows
 
 
 @njit(nogil=True, inline="always")
 def _pack_block(operands, b, image, group, channel_start, channels, first_tile, tiles, panel_size):
     """Pack window tiles ``[first_tile, first_tile + tiles)`` into consecutive
-    panels ``panel_size`` apart: channel by channel for a 1x1 block, else
-    one tile at a time."""
+    panels ``panel_size`` apart: channel by channel for a 1x1 block (each
+    image's run of whole tiles at once, a tile past an image's end on its
+    own), else one tile at a time."""
     nwin = b.windows_per_tile
     if b.pack_channels_outer:
         plane = b.height * b.width
-        pack_pointwise_panels(
-            operands[0],
-            ((image * b.groups + group) * b.channels + channel_start) * plane,
-            plane,
-            channels,
-            first_tile * nwin,
-            tiles,
-            nwin,
-            operands[5],
-            panel_size,
-        )
+        image_windows = b.out_height * b.out_width
+        t = 0
+        while t < tiles:
+            window_start = (first_tile + t) * nwin
+            image_index = image + window_start // image_windows
+            local = window_start % image_windows
+            run = min(tiles - t, (image_windows - local) // nwin)
+            if run == 0:
+                _pack_tile(
+                    operands, b, image, group, channel_start, channels, window_start, t * panel_size
+                )
+                t += 1
+                continue
+            pack_pointwise_panels(
+                operands[0],
+                ((image_index * b.groups + group) * b.channels + channel_start) * plane,
+                plane,
+                channels,
+                local,
+                run,
+                nwin,
+                operands[5],
+                t * panel_size,
+                panel_size,
+            )
+            t += run
         return
     for t in range(tiles):
         _pack_tile(
@@ -275,11 +301,13 @@ def _pack_tile(operands, b, image, group, channel_start, channels, window_start,
         b.dilation_h,
         b.dilation_w,
         b.out_width,
-        b.out_height * b.out_width,
+        b.window_images * b.out_height * b.out_width,
         window_start,
         b.windows_per_tile,
         panels,
         panel_offset,
+        b.out_height * b.out_width,
+        b.groups * b.channels * b.height * b.width,
     )
 
 
@@ -299,8 +327,9 @@ def _tile(
     """One micro-kernel call for output tile (filter_tile, window_start).
 
     Picks where the operands are read from, then writes full tiles straight
-    into ``y``; edge tiles are computed into ``scratch`` and only their valid
-    part is copied, so the kernel itself never sees an edge.  ``operands`` is
+    into ``y``; edge tiles (past the last filter or window, or across two
+    images) are computed into ``scratch`` and only their valid part is
+    copied, so the kernel itself never sees an edge.  ``operands`` is
     ``(x_flat, filters, edge_filters, bias, y_flat, panels, scratch)``.
     """
     x_flat, filters, edge_filters, bias, y_flat, panels, scratch = operands
@@ -308,11 +337,14 @@ def _tile(
     nwin = b.windows_per_tile
     area = b.kernel_height * b.kernel_width
     reduction = b.channels * area
-    windows = b.out_height * b.out_width
+    windows = b.out_height * b.out_width  # of one image: y's row length
     filter_tiles = (b.filters + nf - 1) // nf
     filter_start = filter_tile * nf
     rows = min(nf, b.filters - filter_start)
-    columns = min(nwin, windows - window_start)
+    columns = min(nwin, b.window_images * windows - window_start)
+    # The image of the tile's first window, and that window within it.
+    image += window_start // windows
+    local_start = window_start % windows
     depth = channels * area
 
     # Filters: packed panels, the KCRS array in place, or the packed edge tile.
@@ -350,16 +382,16 @@ def _tile(
         inputs = x_flat
         inputs_offset = (
             (image * b.groups + group) * b.channels + channel_start
-        ) * plane + window_start
+        ) * plane + local_start
         inputs_stride = plane
 
     first = channel_start == 0
     last = has_bias and channel_start + channels == b.channels
     bias_offset = group * filter_tiles * nf + filter_start - shift
-    y_offset = ((image * b.groups + group) * b.filters + filter_start) * windows + window_start
+    y_offset = ((image * b.groups + group) * b.filters + filter_start) * windows + local_start
     # A full tile goes straight into y; an edge tile into scratch (overwritten),
     # whose valid part is then copied or added into y.
-    full = rows == nf and columns == nwin
+    full = rows == nf and local_start + nwin <= windows
     out, out_offset, out_stride, overwrite = y_flat, y_offset, windows, first
     if not full:
         out, out_offset, out_stride, overwrite = scratch, 0, nwin, True
@@ -382,12 +414,19 @@ def _tile(
     )
     if full:
         return
-    if first:
+    # The valid columns, one image's run at a time.
+    done = 0
+    while done < columns:
+        local = (local_start + done) % windows
+        count = min(columns - done, windows - local)
+        image_index = image + (local_start + done) // windows
+        start = ((image_index * b.groups + group) * b.filters + filter_start) * windows + local
         for i in range(rows):
-            copy_run(y_flat, y_offset + i * windows, scratch, (shift + i) * nwin, columns)
-    else:
-        for i in range(rows):
-            row = y_offset + i * windows
-            tile_row = (shift + i) * nwin
-            for j in range(columns):
-                y_flat[row + j] += scratch[tile_row + j]
+            row = start + i * windows
+            tile_row = (shift + i) * nwin + done
+            if first:
+                copy_run(y_flat, row, scratch, tile_row, count)
+            else:
+                for j in range(count):
+                    y_flat[row + j] += scratch[tile_row + j]
+        done += count

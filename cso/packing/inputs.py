@@ -11,6 +11,11 @@ with ``w0 + j = p*Q + q``, and zero where that index falls in the padding
 or ``w0 + j >= P*Q``: the micro-kernel always sees a full tile and never
 tests an edge.  The input itself is never copied to add its padding.
 
+With the batch folded into the windows (``Plan.batch_folded``) the windows
+are numbered across images, ``w0 + j = n*P*Q + p*Q + q``, so one panel may
+hold the last windows of image ``n`` and the first of image ``n + 1``; the
+zero columns are then those past ``N*P*Q``.
+
 A tile may span several output rows; it is packed one output-row run at a
 time, and each kernel row ``r`` of a run is one call of
 :func:`~cso.packing.vector_copy.pack_row_runs`, which writes the ``S`` panel
@@ -72,11 +77,16 @@ def pack_input_panel(
     windows_per_tile,
     panel,
     panel_offset,
+    image_windows,
+    image_elements,
 ):
     """Pack one input panel; see the module contract.
 
     ``x_flat`` is the unpadded input ``[N][C][H][W]`` flattened and
-    ``image_offset`` the start of image ``n``'s group.
+    ``image_offset`` the start of the group in the image of window 0.
+    ``windows`` is where the zero columns start (``P*Q``, or ``N*P*Q``
+    folded); window ``w`` is in image ``w // image_windows`` (``P*Q``),
+    ``image_elements`` (``G*C*H*W``) further on in ``x_flat``.
     """
     row_stride = kernel_width * windows_per_tile
     channel_stride = kernel_height * row_stride
@@ -104,11 +114,14 @@ def pack_input_panel(
                     0,
                 )
             return
-        p = window // out_width
-        q = window - p * out_width
+        # A run ends at its output row's end, so it never crosses into another image.
+        image = window // image_windows
+        local = window - image * image_windows
+        p = local // out_width
+        q = local - p * out_width
         run = min(windows_per_tile - column, out_width - q)
         first_column = q * stride_w - pad_left
-        first_plane = image_offset + channel_start * plane
+        first_plane = image_offset + image * image_elements + channel_start * plane
         for r in range(kernel_height):
             input_row = p * stride_h + r * dilation_h - pad_top
             # A row in the padding reads nothing: width 0 masks every lane.
@@ -135,10 +148,20 @@ def pack_input_panel(
 
 @njit(nogil=True)
 def pack_pointwise_panels(
-    x_flat, first_plane, plane, channels, window_start, tiles, windows_per_tile, panels, panel_size
+    x_flat,
+    first_plane,
+    plane,
+    channels,
+    window_start,
+    tiles,
+    windows_per_tile,
+    panels,
+    panel_offset,
+    panel_size,
 ):
-    """Pack ``tiles`` consecutive window tiles of a 1x1, stride-1, unpadded
-    convolution into the panels at ``panels[t*panel_size:]``, channel by channel.
+    """Pack ``tiles`` consecutive window tiles of one image of a 1x1, stride-1,
+    unpadded convolution into the panels at ``panels[panel_offset +
+    t*panel_size:]``, channel by channel.
 
     The same panels as :func:`pack_input_panel` makes tile by tile (zero
     columns past the plane's end), but each channel's row of ``x`` (from
@@ -155,7 +178,7 @@ def pack_pointwise_panels(
     for chunk in range(0, tiles, POINTWISE_CHUNK):
         pack_row_runs(
             panels,
-            chunk * panel_size,
+            panel_offset + chunk * panel_size,
             panel_size,
             x_flat,
             first_plane,

@@ -33,7 +33,7 @@ def problems(draw):
     if padding == "same":
         stride = 1
     H, W = draw(st.integers(1, 13)), draw(st.integers(1, 40))
-    batch = draw(st.integers(1, 2))
+    batch = draw(st.integers(1, 3))
     params = dict(stride=stride, padding=padding, dilation=dilation, groups=groups)
     try:
         g = make_geometry((batch, channels, H, W), (filters, channels // groups, R, S), **params)
@@ -50,10 +50,11 @@ def problems(draw):
     vector_operand=st.sampled_from(["windows", "filters"]),
     threads=st.sampled_from([1, 2]),
     with_bias=st.booleans(),
+    fold_batch=st.booleans(),
     seed=st.integers(0, 2**32 - 1),
 )
 def test_conv2d_matches_reference(
-    problem, dtype, schedule, vector_operand, threads, with_bias, seed
+    problem, dtype, schedule, vector_operand, threads, with_bias, fold_batch, seed
 ):
     x_shape, w_shape, params, _ = problem
     threads = min(threads, numba.config.NUMBA_NUM_THREADS)
@@ -68,9 +69,11 @@ def test_conv2d_matches_reference(
         schedule=schedule,
         threads=threads,
         vector_operand=vector_operand,
+        fold_batch=fold_batch,
         **params,
     )
     assert plan.vector_operand == vector_operand
+    assert plan.batch_folded == fold_batch
     y = cso.conv2d(x, w, bias, threads=threads, plan=plan, **params)
     assert y.dtype == dtype
     assert_matches_reference(y, x, w, bias, **params)
@@ -82,16 +85,20 @@ def test_conv2d_matches_reference(
     seed=st.integers(0, 2**32 - 1),
     l1=st.sampled_from([2048, 8192, 49152]),
     l2=st.sampled_from([16384, 262144]),
+    fold_batch=st.sampled_from([None, True]),
 )
-def test_any_tiling_is_correct(problem, seed, l1, l2):
-    """Tiny injected caches force many channel tiles and small K2/K3."""
+def test_any_tiling_is_correct(problem, seed, l1, l2, fold_batch):
+    """Tiny injected caches force many channel tiles and small K2/K3 (blocks
+    of tiles that span images, when the batch is folded)."""
     x_shape, w_shape, params, _ = problem
     rng = np.random.default_rng(seed)
     x = rng.standard_normal(x_shape).astype(np.float32)
     w = rng.standard_normal(w_shape).astype(np.float32)
     hardware = cso.Hardware.detect().with_changes(l1_bytes=l1, l2_bytes=l2, l3_bytes=4 * l2)
     for schedule in ("IS", "WS"):
-        plan = cso.plan_conv2d(x_shape, w_shape, hardware=hardware, schedule=schedule, **params)
+        plan = cso.plan_conv2d(
+            x_shape, w_shape, hardware=hardware, schedule=schedule, fold_batch=fold_batch, **params
+        )
         assert_matches_reference(cso.conv2d(x, w, plan=plan, **params), x, w, **params)
 
 

@@ -151,12 +151,39 @@ def test_input_panels(stride, dilation, padding):
                 nwin,
                 panel,
                 7,
+                P * Q,
+                5 * 11 * 13,
             )
             expected = _expected_panel(
                 x, image, c0, nc, R, S, *stride, *dilation, padding, P, Q, w0, nwin
             )
             assert np.array_equal(panel[7:], expected)
             assert np.isnan(panel[:7]).all()
+
+
+def test_input_panels_across_images():
+    """With the batch folded into the windows, a panel's columns run on from
+    one image's last window into the next image's first, and are zero past
+    the last image's."""
+    rng = np.random.default_rng(2)
+    images, C, H, W = 3, 4, 5, 6
+    x = rng.standard_normal((images, C, H, W)).astype(np.float32)
+    R, S, padding = 3, 3, (1, 1, 1, 1)
+    P, Q, nwin, c0, nc = H, W, 16, 1, 3
+    for w0 in range(0, images * P * Q, nwin):
+        panel = np.full(nc * R * S * nwin + 5, np.nan, np.float32)
+        pack_input_panel(
+            x.reshape(-1), 0, H, W, 1, 1, c0, nc, R, S, 1, 1, 1, 1, Q, images * P * Q, w0,
+            nwin, panel, 5, P * Q, C * H * W,
+        )  # fmt: skip
+        expected = np.zeros((nc * R * S, nwin), np.float32)
+        for j in range(nwin):
+            image, local = divmod(w0 + j, P * Q)
+            if image < images:
+                args = (x, image, c0, nc, R, S, 1, 1, 1, 1, padding, P, Q, local, 1)
+                expected[:, j] = _expected_panel(*args)
+        assert np.array_equal(panel[5:], expected.reshape(-1))
+        assert np.isnan(panel[:5]).all()
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -171,9 +198,18 @@ def test_pointwise_panels_are_the_tiles_panels(dtype):
     for image, c0, nc in ((0, 0, 6), (1, 2, 3)):
         for first, tiles in ((0, 1), (3, POINTWISE_CHUNK + 1), (window_tiles - 5, 5)):
             size = nc * nwin
-            panels = np.full(tiles * size + 9, np.nan, dtype)
+            panels = np.full(tiles * size + 13, np.nan, dtype)
             pack_pointwise_panels(
-                flat, (image * 6 + c0) * plane, plane, nc, first * nwin, tiles, nwin, panels, size
+                flat,
+                (image * 6 + c0) * plane,
+                plane,
+                nc,
+                first * nwin,
+                tiles,
+                nwin,
+                panels,
+                4,
+                size,
             )
             for t in range(tiles):
                 expected = _expected_panel(
@@ -193,8 +229,8 @@ def test_pointwise_panels_are_the_tiles_panels(dtype):
                     (first + t) * nwin,
                     nwin,
                 )
-                assert np.array_equal(panels[t * size : (t + 1) * size], expected)
-            assert np.isnan(panels[tiles * size :]).all()
+                assert np.array_equal(panels[4 + t * size : 4 + (t + 1) * size], expected)
+            assert np.isnan(panels[:4]).all() and np.isnan(panels[4 + tiles * size :]).all()
 
 
 def test_filter_panels_layout():

@@ -66,7 +66,8 @@ def test_each_rule_holds_and_is_tight(hardware, x_shape, w_shape, stride, paddin
     assert sum(_sizes(plan, rule)) <= l1 or rule == 1
     if rule < g.channels_per_group:
         assert sum(_sizes(plan, rule + 1)) > l1
-    window_tiles = ceil_div(g.windows, plan.windows_per_tile)
+    # A plan with the batch folded tiles the N images' windows as one run.
+    window_tiles = ceil_div(plan.window_count, plan.windows_per_tile)
     filter_tiles = ceil_div(g.filters_per_group, plan.filters_per_tile)
     for name, (nc, k2, k3) in plan.tiles_by_schedule:
         # The schedule's channel tile is one of the candidates the rule starts.
@@ -90,10 +91,11 @@ def test_each_rule_holds_and_is_tight(hardware, x_shape, w_shape, stride, paddin
 
 
 def test_channel_tile_is_the_cheapest_candidate():
-    from cso.analysis.plan import _cache_tiles, _traffic
+    from cso.analysis.plan import _cache_tiles, _traffic, _window_space
 
     plan = plan_conv2d((1, 512, 7, 7), (512, 512, 3, 3), padding=1, hardware=AVX512, threads=1)
     g = plan.geometry
+    space = _window_space(g, plan.batch_folded)
     rule = tiles.channel_tile(
         _usable(AVX512, "l1"), 512, 9, plan.filters_per_tile, plan.windows_per_tile, 4
     )
@@ -101,10 +103,19 @@ def test_channel_tile_is_the_cheapest_candidate():
         chosen = dict(plan.costs)[name].cost
         for candidate in tiles.channel_tile_candidates(rule, 512):
             ck2, ck3 = _cache_tiles(
-                g, AVX512, name, candidate, plan.filters_per_tile, plan.windows_per_tile, 4, 1
+                g,
+                space,
+                AVX512,
+                name,
+                candidate,
+                plan.filters_per_tile,
+                plan.windows_per_tile,
+                4,
+                1,
             )
             other = _traffic(
                 g,
+                space,
                 AVX512,
                 name,
                 candidate,
