@@ -86,44 +86,57 @@ def _around(value: int, limit: int) -> list:
 def candidate_plans(analysis: Plan, micro_kernels) -> list:
     """Every plan the tuner may try, with where it came from.
 
-    ``micro_kernels`` holds ``(Nf, Nwin, vector_operand)`` triples.
+    ``micro_kernels`` holds ``(Nf, Nwin, vector_operand)`` triples.  Each
+    is tried image by image and, where that saves padding, with the batch
+    folded into the windows.
     """
     g = analysis.geometry
     found = {}
     for nf, nwin, operand in micro_kernels:
         own = (analysis.filters_per_tile, analysis.windows_per_tile, analysis.vector_operand)
-        base = (
-            analysis
-            if (nf, nwin, operand) == own
-            else plan_for_geometry(
-                g,
-                analysis.dtype,
-                analysis.hardware,
-                nf,
-                nwin,
-                None,
-                analysis.threads,
-                vector_operand=operand,
-            )
-        )
-        window_tiles = -(-g.windows // nwin)
-        filter_tiles = -(-g.filters_per_group // nf)
-        for schedule in SCHEDULES:
-            nc_model, k2_rule, k3_rule = dict(base.tiles_by_schedule)[schedule]
-            streamed, resident = (
-                (filter_tiles, window_tiles) if schedule == "IS" else (window_tiles, filter_tiles)
-            )
-            for nc in _around(nc_model, g.channels_per_group):
-                for k2 in _around(k2_rule, streamed):
-                    for k3 in _around(k3_rule, resident):
-                        plan = with_tiles(
-                            base, schedule=schedule, channel_tile=nc, l2_tiles=k2, l3_tiles=k3
-                        )
-                        key = (schedule, nc, k2, k3, nf, nwin, operand)
-                        origin = "analysis" if plan == analysis else "variant"
-                        if key not in found or origin == "analysis":
-                            found[key] = (plan, origin)
+        folds = [None]
+        if operand != "reduction" and tiles.folding_saves_padding(g.batch, g.windows, nwin):
+            folds = [False, True]
+        for fold in folds:
+            _add_candidates(found, analysis, own, nf, nwin, operand, fold)
     return list(found.values())
+
+
+def _add_candidates(found, analysis, own, nf, nwin, operand, fold) -> None:
+    """Into ``found``: the plans around the model's for one micro-kernel shape
+    (``fold``: the batch folded or not; None, the model's choice)."""
+    g = analysis.geometry
+    if (nf, nwin, operand) == own and fold in (None, analysis.batch_folded):
+        base = analysis
+    else:
+        base = plan_for_geometry(
+            g,
+            analysis.dtype,
+            analysis.hardware,
+            nf,
+            nwin,
+            None,
+            analysis.threads,
+            vector_operand=operand,
+            fold_batch=fold,
+        )
+    window_tiles = -(-base.window_count // nwin)
+    filter_tiles = -(-g.filters_per_group // nf)
+    for schedule in SCHEDULES:
+        nc_model, k2_rule, k3_rule = dict(base.tiles_by_schedule)[schedule]
+        streamed, resident = (
+            (filter_tiles, window_tiles) if schedule == "IS" else (window_tiles, filter_tiles)
+        )
+        for nc in _around(nc_model, g.channels_per_group):
+            for k2 in _around(k2_rule, streamed):
+                for k3 in _around(k3_rule, resident):
+                    plan = with_tiles(
+                        base, schedule=schedule, channel_tile=nc, l2_tiles=k2, l3_tiles=k3
+                    )
+                    key = (schedule, nc, k2, k3, nf, nwin, operand, plan.batch_folded)
+                    origin = "analysis" if plan == analysis else "variant"
+                    if key not in found or origin == "analysis":
+                        found[key] = (plan, origin)
 
 
 def _interleaved(pool) -> list:
@@ -142,6 +155,7 @@ def _interleaved(pool) -> list:
             plan.filters_per_tile,
             plan.windows_per_tile,
             plan.vector_operand,
+            plan.batch_folded,
         )
         families.setdefault(family, []).append(item)
     queues = sorted(families.values(), key=lambda queue: cost(queue[0]))

@@ -454,7 +454,12 @@ def schedule_traffic(
         ),
         packed_filter_elements=packed_filter_elements(
             # One packing serves the call's window spaces: N, or one when folded.
-            vector_operand, filters_prepacked, filter_tiles, filter_all, s, batch // images
+            vector_operand,
+            filters_prepacked,
+            filter_tiles,
+            filter_all,
+            s,
+            batch // images,
         ),
         packed_input_elements=packed_input_elements(
             schedule, input_in_place, filter_blocks, window_tiles, input_all, s
@@ -470,6 +475,6 @@ def schedule_traffic(
         window_parts if schedule == "WS" else 1,
         largest_job_share(schedule, window_tiles, filter_tiles, k3, window_parts),
     )
+    cost = imbalance * weighted_cost(hardware, s, **counts) / images
     counts = {name: count // images for name, count in counts.items()}
-    cost = imbalance * weighted_cost(hardware, s, **counts)
     return Traffic(cost=cost, imbalance=imbalance, **counts)

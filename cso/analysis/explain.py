@@ -48,15 +48,18 @@ def _occupancy(plan) -> list:
 def _loop_nest(plan) -> str:
     g = plan.geometry
     nf, nwin, k2, k3 = plan.filters_per_tile, plan.windows_per_tile, plan.l2_tiles, plan.l3_tiles
-    window_tiles = ceil_div(g.windows, nwin)
+    window_tiles = ceil_div(plan.window_count, nwin)
     filter_tiles = ceil_div(g.filters_per_group, nf)
     channel_tiles = ceil_div(g.channels_per_group, plan.channel_tile)
     depth = f"{plan.channel_tile}*{g.kernel_height}*{g.kernel_width}"
+    images = (
+        f"1 window run of {g.batch} image(s) folded" if plan.batch_folded else f"{g.batch} image(s)"
+    )
     if plan.schedule == "IS":
         blocks = ceil_div(window_tiles, k3)
         return "\n".join(
             [
-                f"parallel for job in {g.groups} group(s) x {g.batch} image(s) x {blocks} window "
+                f"parallel for job in {g.groups} group(s) x {images} x {blocks} window "
                 f"block(s) of {k3} tiles:",
                 f"  for c0 in {channel_tiles} channel tile(s) of <= {plan.channel_tile} channels "
                 f"(of {g.channels_per_group}):",
@@ -72,7 +75,7 @@ def _loop_nest(plan) -> str:
     blocks = ceil_div(filter_tiles, k3)
     return "\n".join(
         [
-            f"parallel for job in {g.groups} group(s) x {g.batch} image(s) x {blocks} filter "
+            f"parallel for job in {g.groups} group(s) x {images} x {blocks} filter "
             f"block(s) of {k3} tiles x {plan.window_parts} window part(s):",
             f"  for c0 in {channel_tiles} channel tile(s) of <= {plan.channel_tile} channels "
             f"(of {g.channels_per_group}):",
@@ -112,6 +115,28 @@ def _why(plan) -> str:
         f"{plan.schedule}{forced}: modelled cost {chosen.cost:.3g} against {other}'s "
         f"{rival.cost:.3g} ({share:+.1%}); the largest saving is in {biggest} "
         f"({terms[biggest]:.3g} cost units)."
+    )
+
+
+def _why_folded(plan) -> str:
+    from .plan import _plan_for_shape
+
+    by_image = _plan_for_shape(
+        plan.geometry,
+        plan.dtype,
+        plan.hardware,
+        plan.filters_per_tile,
+        plan.windows_per_tile,
+        None,
+        plan.threads,
+        plan.vector_operand,
+        plan.filters_prepacked,
+        False,
+    )
+    folded, unfolded = plan.cost_of(plan.schedule), by_image.cost_of(by_image.schedule)
+    return (
+        f"batch folded: modelled cost {folded.cost:.3g} per image against {unfolded.cost:.3g} "
+        f"image by image ({by_image.schedule}, {_padding_share(by_image):.1%} padding)."
     )
 
 
@@ -161,6 +186,13 @@ def explain(plan) -> str:
         + f"); {_padding_share(plan):.1%} of its multiply-adds are padding",
         f"  Nc = {nc} channels per tile; K2 = {plan.l2_tiles}; K3 = {plan.l3_tiles}; "
         f"planned for {plan.threads} thread(s)",
+        "  windows: "
+        + (
+            f"the batch folded into one run of {g.batch} x {g.windows} = "
+            f"{plan.window_count} windows, {ceil_div(plan.window_count, nwin)} tiles"
+            if plan.batch_folded
+            else f"{g.windows} per image, {ceil_div(g.windows, nwin)} tiles each"
+        ),
         f"  IN  = Nc*R*S*Nwin*s = {_size(in_b)}",
         f"  FS  = Nc*R*S*Nf*s   = {_size(fs_b)}",
         f"  OUT = Nwin*Nf*s     = {_size(out_b)}",
@@ -173,6 +205,8 @@ def explain(plan) -> str:
             f"(rule limit {_size(usable)})"
         )
     lines += ["", "Predicted traffic per (group, image), each schedule with its own tiles"]
+    if plan.batch_folded:
+        lines[-1] += f" (the folded run's, divided by its {g.batch} images)"
     lines.append(
         f"  {'':4} {'Nc,K2,K3':>14} {'DRAM':>10} {'L3':>10} {'L2':>10} {'L1 spill':>10} "
         f"{'TLB miss':>9} {'calls':>7} {'packed in':>10} {'busiest':>8} {'cost':>10}"
@@ -190,6 +224,9 @@ def explain(plan) -> str:
         "  (packed in: input elements written into panels; busiest: the busiest thread's "
         "work over an even share, which scales the cost)"
     )
-    lines += ["", "Choice", "  " + _why(plan), "", "Loop nest"]
+    lines += ["", "Choice", "  " + _why(plan)]
+    if plan.batch_folded:
+        lines.append("  " + _why_folded(plan))
+    lines += ["", "Loop nest"]
     lines += ["  " + line for line in _loop_nest(plan).splitlines()]
     return "\n".join(lines)

@@ -337,6 +337,7 @@ def plan_for_geometry(
                 f"{name} must be a multiple of the vector lanes ({lanes}) when the "
                 f"micro-kernel's vectors hold {operand}, got {size}"
             )
+
     def plan_for(nf, nwin, operand, folded):
         return _plan_for_shape(
             geometry,
@@ -535,9 +536,7 @@ def _parallel_options(geometry, space, hardware, schedule, nc, nf, nwin, element
     WS may instead keep K3 and split its windows into parts (no re-packing,
     but every part streams all of its filter block).  The cost model chooses.
     """
-    k2, k3 = _cache_tiles(
-        geometry, space, hardware, schedule, nc, nf, nwin, element_bytes, threads
-    )
+    k2, k3 = _cache_tiles(geometry, space, hardware, schedule, nc, nf, nwin, element_bytes, threads)
     share = max(1, ceil_div(threads, space.outer_jobs))
     window_tiles = ceil_div(space.windows, nwin)
     filter_tiles = ceil_div(geometry.filters_per_group, nf)

@@ -76,9 +76,7 @@ def folding_saves_padding(batch: int, windows: int, windows_per_tile: int) -> bo
     tiles pad 56 columns per 49 windows image by image, none folded (and
     its 28x28 outputs in 32-wide tiles, 12.5% against none).
     """
-    return ceil_div(batch * windows, windows_per_tile) < batch * ceil_div(
-        windows, windows_per_tile
-    )
+    return ceil_div(batch * windows, windows_per_tile) < batch * ceil_div(windows, windows_per_tile)
 
 
 def reads_whole_input_per_window(

@@ -232,3 +232,30 @@ def test_save_checks_its_arguments(tmp_path, layer):
         cso.save_packed(tmp_path / "p.npz", {"a": w})
     with pytest.raises(ValueError, match="non-empty dict"):
         cso.save_packed(tmp_path / "p.npz", {})
+
+
+def test_packing_for_a_given_plan(rng, tmp_path):
+    """pack_filters(plan=...) packs for that plan (here the batch folded into
+    the windows), checks it belongs to the problem, and the packed filters
+    serve other batch sizes and a file round trip."""
+    x = rng.standard_normal((3, 16, 7, 7)).astype(np.float32)
+    w = rng.standard_normal((40, 16, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(40).astype(np.float32)
+    plan = cso.plan_conv2d(
+        x.shape, w.shape, padding=1, vector_operand="filters", fold_batch=True, threads=1
+    )
+    packed = cso.pack_filters(w, x.shape, padding=1, bias=b, plan=plan)
+    assert packed.plan is plan and plan.batch_folded
+    assert_matches_reference(cso.conv2d(x, packed, threads=1), x, w, b, padding=1)
+    assert_matches_reference(cso.conv2d(x[:2], packed, threads=1), x[:2], w, b, padding=1)
+    path = tmp_path / "folded.npz"
+    cso.save_packed(path, {"layer": packed})
+    loaded = cso.load_packed(path)["layer"]
+    assert loaded.plan.batch_folded
+    assert np.array_equal(cso.conv2d(x, loaded, threads=1), cso.conv2d(x, packed, threads=1))
+    with pytest.raises(TypeError, match="plan"):
+        cso.pack_filters(w, x.shape, padding=1, plan=plan.to_dict())
+    with pytest.raises(ValueError, match="plan was made for another problem"):
+        cso.pack_filters(w, x.shape, padding=0, plan=plan)
+    with pytest.raises(ValueError, match="plan was made for another problem"):
+        cso.pack_filters(w, x.shape, padding=1, dtype=np.float64, plan=plan)

@@ -389,3 +389,82 @@ def test_plan_dict_keeps_the_vector_operand():
     older["vector_operand"] = None
     del older["vector_operand"]  # a plan stored before the field existed
     assert Plan.from_dict(older).vector_operand == "windows"
+
+
+def test_folding_saves_padding():
+    # 49 windows in 14-wide tiles: 4 tiles an image (7 columns padded), 28 for 8 folded.
+    assert tiles.folding_saves_padding(8, 49, 14)
+    assert tiles.folding_saves_padding(8, 784, 32)  # 28x28 in 32-wide tiles
+    assert not tiles.folding_saves_padding(8, 196, 14)  # 14x14: whole tiles already
+    assert not tiles.folding_saves_padding(1, 49, 14)  # one image: nothing to fold
+
+
+def test_small_planes_fold_the_batch_into_the_windows():
+    x_shape, w_shape = (8, 512, 7, 7), (512, 512, 3, 3)
+    plan = plan_conv2d(x_shape, w_shape, padding=1, hardware=AVX512, filters_prepacked=True)
+    assert plan.batch_folded
+    assert (plan.image_jobs, plan.window_count) == (1, 8 * 49)
+    assert plan.windows_per_tile == 14
+    # Per image, the folded tiles carry no padding: 392 windows are 28 whole tiles.
+    useful = 49 * 512 * 512 * 9
+    assert plan.cost_of(plan.schedule).padded_macs == useful
+    by_image = plan_conv2d(
+        x_shape, w_shape, padding=1, hardware=AVX512, filters_prepacked=True, fold_batch=False
+    )
+    assert not by_image.batch_folded and by_image.image_jobs == 8
+    assert by_image.cost_of(by_image.schedule).padded_macs == 56 * 512 * 512 * 9
+    assert plan.cost_of(plan.schedule).cost < by_image.cost_of(by_image.schedule).cost
+    # One image, or a plane whose windows fill whole tiles, has nothing to fold.
+    single = plan_conv2d((1,) + x_shape[1:], w_shape, padding=1, hardware=AVX512)
+    assert not single.batch_folded and single.window_count == 49
+    whole = plan_conv2d(
+        (8, 256, 14, 14), (256, 256, 3, 3), padding=1, hardware=AVX512, vector_operand="filters"
+    )
+    assert whole.windows_per_tile == 14 and not whole.batch_folded
+
+
+def test_fold_batch_is_validated_and_kept():
+    from cso.analysis.plan import Plan
+
+    with pytest.raises(ValueError, match="fold_batch"):
+        plan_conv2d((2, 8, 7, 7), (8, 8, 3, 3), fold_batch="yes")
+    with pytest.raises(ValueError, match="fold_batch"):
+        plan_conv2d((2, 8, 7, 7), (4, 8, 7, 7), vector_operand="reduction", fold_batch=True)
+    # A fully connected layer folds with a kernel that tiles windows.
+    forced = plan_conv2d((3, 8, 7, 7), (4, 8, 7, 7), hardware=AVX512, fold_batch=True)
+    assert forced.batch_folded and forced.vector_operand != "reduction"
+    plan = plan_conv2d((3, 8, 7, 7), (40, 8, 3, 3), hardware=AVX512, fold_batch=True)
+    assert plan.batch_folded and plan.window_count == 3 * 25
+    assert Plan.from_dict(plan.to_dict()) == plan
+    older = plan.to_dict()
+    del older["batch_folded"]  # a plan stored before the field existed
+    assert not Plan.from_dict(older).batch_folded
+
+
+def test_folded_counts_are_per_image():
+    """A folded window space of N images is counted whole, then divided by N."""
+    common = dict(
+        channels=4,
+        kernel_area=9,
+        height=7,
+        width=7,
+        filters=8,
+        windows=49,
+        channel_tile=4,
+        filters_per_tile=8,
+        windows_per_tile=16,
+        k2=1,
+        k3=100,
+        element_bytes=4,
+        hardware=AVX512,
+        batch=4,
+    )
+    folded = schedule_traffic("IS", images=4, **common)
+    by_image = schedule_traffic("IS", **common)
+    # 4 x 49 = 196 windows are 13 tiles folded, 4 x 4 = 16 image by image.
+    assert folded.padded_macs == 13 * 16 * 8 * 36 // 4
+    assert by_image.padded_macs == 4 * 16 * 8 * 36
+    assert folded.kernel_calls == 13 // 4 and by_image.kernel_calls == 4
+    # The input, the output and (shared by the batch) the filters, once, per image.
+    raw, outputs, filters = 4 * 49 * 4, 8 * 49 * 4, 8 * 36 * 4
+    assert folded.dram == by_image.dram == raw + outputs + filters // 4
