@@ -290,14 +290,16 @@ def _chart(rows, peers, path, title, out):
 
 
 def _kernel_name(plan) -> str:
-    """``14x32w``: ``Nf x Nwin``, and w or f for the vectorised operand."""
-    return f"{plan.filters_per_tile}x{plan.windows_per_tile}{plan.vector_operand[0]}"
+    """``14x32w``: ``Nf x Nwin``, w or f for the vectorised operand, and ``+``
+    when the batch is folded into the windows."""
+    folded = "+" if plan.batch_folded else ""
+    return f"{plan.filters_per_tile}x{plan.windows_per_tile}{plan.vector_operand[0]}{folded}"
 
 
 def _print_table(rows, peers, out):
     header = (
-        f"{'layer':<28} {'n':>2} {'GFLOP':>6} {'sch':>3} {'kernel':>7} {'cso GF/s':>9}"
-        f" {'peak':>5} {'packed':>7} {'kernel':>7} {'peak':>5}"
+        f"{'layer':<28} {'n':>2} {'GFLOP':>6} {'sch':>3} {'kernel':>8} {'cso GF/s':>9}"
+        f" {'peak':>5} {'packed':>7} {'kernel':>8} {'peak':>5}"
     )
     for peer in peers:
         header += f" {peer + ' GF/s':>12} {'x ' + peer:>9} {'packed x':>9}"
@@ -305,8 +307,8 @@ def _print_table(rows, peers, out):
     for r in rows:
         line = (
             f"{r['layer']:<28} {r['count']:>2} {r['gflop']:>6.3f} {r['schedule']:>3} "
-            f"{r['kernel']:>7} {r['cso_gflops']:>9.1f} {r['cso_peak_share']:>5.0%} "
-            f"{r['packed_gflops']:>7.1f} {r['packed_kernel']:>7} {r['packed_peak_share']:>5.0%}"
+            f"{r['kernel']:>8} {r['cso_gflops']:>9.1f} {r['cso_peak_share']:>5.0%} "
+            f"{r['packed_gflops']:>7.1f} {r['packed_kernel']:>8} {r['packed_peak_share']:>5.0%}"
         )
         for peer in peers:
             line += (

@@ -77,13 +77,15 @@ def convolve_input_stationary(x_flat, filters, edge_filters, bias, has_bias, y_f
     ::
 
         for worker                                              # parallel
-         for job = (group, image, window block of K3 tiles)    # the worker's share
+         for job = (group, image*, window block of K3 tiles)   # the worker's share
           for c0 in ceil(C/Nc) even channel tiles (<= Nc each) # partial sums in y
             pack the block's K3 input tiles                     # ~ L3
             for f0 in blocks of K2 filter tiles                 # ~ L2
               for w in the K3 input tiles                       # one in L1
                 for f in the K2 filter tiles
                   micro-kernel: y[f, w] (+)= FS(c0, f) x IN(c0, w)
+
+    (*) or the whole batch's folded window run (see the contract).
     """
     nwin = b.windows_per_tile
     area = b.kernel_height * b.kernel_width
@@ -126,7 +128,7 @@ def convolve_weight_stationary(x_flat, filters, edge_filters, bias, has_bias, y_
     ::
 
         for worker                                              # parallel
-         for job = (group, image, filter block of K3 tiles,    # the worker's share
+         for job = (group, image*, filter block of K3 tiles,   # the worker's share
                     window part)                                # (plan.window_parts)
           for c0 in ceil(C/Nc) even channel tiles (<= Nc each) # partial sums in y
             for w0 in the part's blocks of K2 window tiles
@@ -134,6 +136,8 @@ def convolve_weight_stationary(x_flat, filters, edge_filters, bias, has_bias, y_
               for f in the K3 filter tiles                      # one in L1, all in L3
                 for w in the K2 input tiles
                   micro-kernel: y[f, w] (+)= FS(c0, f) x IN(c0, w)
+
+    (*) or the whole batch's folded window run (see the contract).
     """
     nwin = b.windows_per_tile
     area = b.kernel_height * b.kernel_width
