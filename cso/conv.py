@@ -130,14 +130,7 @@ def conv2d(
     geometry, dtype, threads = call.geometry, call.dtype, call.threads
     _check_out(out, geometry.output_shape, dtype, (x, w, bias))
     if plan is not None:
-        if not isinstance(plan, Plan):
-            raise TypeError(f"plan must be a cso.Plan, got {type(plan).__name__}")
-        if not plan.matches(geometry, dtype):
-            raise ValueError(
-                "plan was made for another problem: expected a plan for "
-                f"{geometry} in {dtype.name}, got one for {plan.geometry} "
-                f"in {plan.dtype}"
-            )
+        _check_plan(plan, geometry, dtype)
     y = np.empty(geometry.output_shape, dtype=dtype) if out is None else out
     if geometry.batch == 0:
         return y
@@ -190,6 +183,17 @@ def _validate(x, w, bias, stride, padding, dilation, groups, threads):
         if bias.shape != (geometry.filters,):
             raise ValueError(f"bias must have shape ({geometry.filters},) (K), got {bias.shape}")
     return _Call(geometry, dtype, _check_threads(threads)), bias
+
+
+def _check_plan(plan, geometry, dtype) -> None:
+    """Raise unless ``plan`` is a :class:`Plan` made for ``geometry`` in ``dtype``."""
+    if not isinstance(plan, Plan):
+        raise TypeError(f"plan must be a cso.Plan, got {type(plan).__name__}")
+    if not plan.matches(geometry, dtype):
+        raise ValueError(
+            "plan was made for another problem: expected a plan for "
+            f"{geometry} in {dtype.name}, got one for {plan.geometry} in {plan.dtype}"
+        )
 
 
 def _call_key(x, w, bias, parameters):

@@ -153,7 +153,7 @@ def pack_filters(
     -------
     PackedFilters
     """
-    from .conv import _as_array  # the same array checks as conv2d
+    from .conv import _as_array, _check_plan  # the same checks as conv2d
 
     w = _as_array(w, "w")
     if w.ndim != 4:
@@ -177,13 +177,8 @@ def pack_filters(
             filters_prepacked=True,
             **params,
         )
-    elif not isinstance(plan, Plan):
-        raise TypeError(f"plan must be a cso.Plan, got {type(plan).__name__}")
-    elif not plan.matches(geometry, dtype):
-        raise ValueError(
-            "plan was made for another problem: expected a plan for "
-            f"{geometry} in {dtype.name}, got one for {plan.geometry} in {plan.dtype}"
-        )
+    else:
+        _check_plan(plan, geometry, dtype)
     if plan.vector_operand == "reduction":
         # Dot products read each filter as a row: the KCRS array is the panel.
         panels = pack_filters_rows(w, dtype)
