@@ -449,7 +449,7 @@ def _launch(plan: Plan, filters_packed: bool, threads: int, variant) -> _Launch:
     stride = scratch_offset + worker_stride(scratch_elements, plan.dtype)
     bounds = LoopBounds(
         batch=plan.image_jobs,
-        window_images=g.batch // plan.image_jobs,
+        window_images=g.batch if plan.batch_folded else 1,
         groups=g.groups,
         channels=g.channels_per_group,
         filters=g.filters_per_group,

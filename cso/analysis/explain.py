@@ -119,9 +119,10 @@ def _why(plan) -> str:
 
 
 def _why_folded(plan) -> str:
-    from .plan import _plan_for_shape
+    from .plan import plan_for_geometry
 
-    by_image = _plan_for_shape(
+    # The model's plan for the same micro-kernel, image by image.
+    by_image = plan_for_geometry(
         plan.geometry,
         plan.dtype,
         plan.hardware,
@@ -129,9 +130,9 @@ def _why_folded(plan) -> str:
         plan.windows_per_tile,
         None,
         plan.threads,
-        plan.vector_operand,
-        plan.filters_prepacked,
-        False,
+        vector_operand=plan.vector_operand,
+        filters_prepacked=plan.filters_prepacked,
+        fold_batch=False,
     )
     folded, unfolded = plan.cost_of(plan.schedule), by_image.cost_of(by_image.schedule)
     return (

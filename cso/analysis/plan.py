@@ -83,7 +83,8 @@ class Plan:
         next.  A small plane then fills its last tile with the next image's
         windows instead of padding (49 windows in 14-wide tiles pad 12.5%,
         8 x 49 none), and the jobs are blocks of that run instead of images.
-        The model decides (:func:`~cso.analysis.tiles.padded_window_share`).
+        The model decides where it saves padding
+        (:func:`~cso.analysis.tiles.folding_saves_padding`).
     """
 
     schedule: str

@@ -74,7 +74,7 @@ def folding_saves_padding(batch: int, windows: int, windows_per_tile: int) -> bo
     ``ceil(N*P*Q / Nwin) * Nwin`` columns.  They differ when ``Nwin`` does
     not divide ``P*Q``: 8 images of ResNet-50's 7x7 outputs in 14-wide
     tiles pad 56 columns per 49 windows image by image, none folded (and
-    its 28x28 outputs in 32-wide tiles, 12.5% against none).
+    its 28x28 outputs in 32-wide tiles, 2% against none).
     """
     return ceil_div(batch * windows, windows_per_tile) < batch * ceil_div(windows, windows_per_tile)
 
