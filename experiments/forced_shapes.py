@@ -1,0 +1,136 @@
+"""The analysis' plan against each micro-kernel shape forced on it, per layer.
+
+    python experiments/forced_shapes.py [--model resnet50] [--batch 1] [--threads 2]
+                                        [--shapes 14x32w,8x32w,32x14f] [--layers NAME ...]
+                                        [--packed] [--rounds 7]
+
+For every layer of the model (or the ``--layers`` named), the analysis' plan
+and, for each of ``--shapes``, the plan the analysis makes when forced to
+that micro-kernel (``NfxNwin`` and ``w``/``f``: windows or filters in the
+vectors; the schedule, tiles and folding still the model's for that shape)
+are timed interleaved in one process (best of the rounds), per call, or
+with ``--packed`` with filters packed ahead for each plan.  Every forced
+plan's result is checked against the model's plan's.
+
+Prints each program's time and speed, the speedup of the fastest over the
+model's plan where that is at least 3%, and the model's total against an
+oracle that takes each layer's fastest program (an upper bound: the minimum
+of noisy timings flatters the oracle by the noise).  This is how a wrong
+shape choice shows: the model picks by modelled cost, which does not count
+everything that makes a narrower kernel slower inside the loop nest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+
+import cso  # noqa: E402
+from cso.bench import best_times  # noqa: E402
+from cso.models import MODELS  # noqa: E402
+
+OPERANDS = {"w": "windows", "f": "filters"}
+
+
+def parse_shape(text):
+    """``"14x32w"`` -> ``(14, 32, "windows")``."""
+    body, operand = text[:-1], text[-1]
+    if operand not in OPERANDS or body.count("x") != 1:
+        raise argparse.ArgumentTypeError(f"a shape is NfxNwin then w or f, got {text!r}")
+    nf, nwin = (int(value) for value in body.split("x"))
+    return nf, nwin, OPERANDS[operand]
+
+
+def describe(plan):
+    folded = "+" if plan.batch_folded else ""
+    return (
+        f"{plan.filters_per_tile}x{plan.windows_per_tile}{plan.vector_operand[0]} "
+        f"{plan.schedule}{folded} Nc={plan.channel_tile} K2={plan.l2_tiles} "
+        f"K3={plan.l3_tiles} parts={plan.window_parts}"
+    )
+
+
+def programs_for(layer, batch, threads, shapes, packed):
+    """``{label: program}``: the model's plan first, then each forced shape."""
+    rng = np.random.default_rng(0)
+    x_shape = (batch,) + tuple(layer.x_shape[1:])
+    x = rng.standard_normal(x_shape, dtype=np.float32)
+    w = rng.standard_normal(layer.w_shape, dtype=np.float32)
+    kwargs = dict(stride=layer.stride, padding=layer.padding)
+    plans = [cso.plan_conv2d(x_shape, w.shape, threads=threads, filters_prepacked=packed, **kwargs)]
+    for nf, nwin, operand in shapes:
+        plans.append(
+            cso.plan_conv2d(
+                x_shape,
+                w.shape,
+                threads=threads,
+                filters_prepacked=packed,
+                filters_per_tile=nf,
+                windows_per_tile=nwin,
+                vector_operand=operand,
+                **kwargs,
+            )
+        )
+    programs = {}
+    for index, plan in enumerate(plans):
+        label = ("model  " if index == 0 else "forced ") + describe(plan)
+        if label[7:] in (key[7:] for key in programs):
+            continue  # the model's own choice, forced again
+        if packed:
+            filters = cso.pack_filters(w, x_shape, threads=threads, plan=plan, **kwargs)
+            programs[label] = lambda f=filters: cso.conv2d(x, f, threads=threads)
+        else:
+            programs[label] = lambda p=plan: cso.conv2d(x, w, threads=threads, plan=p, **kwargs)
+    return programs
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="resnet50", choices=sorted(MODELS))
+    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--shapes", default="14x32w,8x32w,32x14f")
+    parser.add_argument("--layers", nargs="*", help="layer names (default: all)")
+    parser.add_argument("--packed", action="store_true", help="filters packed ahead")
+    parser.add_argument("--rounds", type=int, default=7)
+    args = parser.parse_args()
+    shapes = [parse_shape(text) for text in args.shapes.split(",") if text]
+    total_model = total_oracle = 0.0
+    mode = "packed ahead" if args.packed else "per call"
+    print(f"{args.model}, batch {args.batch}, {args.threads} thread(s), filters {mode}")
+    for layer in MODELS[args.model]():
+        if args.layers and layer.name not in args.layers:
+            continue
+        programs = programs_for(layer, args.batch, args.threads, shapes, args.packed)
+        results = {label: program().copy() for label, program in programs.items()}
+        reference = next(iter(results.values()))
+        # float32 sums taken in another order: apart by at most about C*R*S roundings.
+        reduction = int(np.prod(layer.w_shape[1:]))
+        tolerance = reduction * np.finfo(np.float32).eps * np.abs(reference).max()
+        for label, result in results.items():
+            if np.abs(result - reference).max() > tolerance:
+                raise AssertionError(f"{layer.name}: {label} differs from the model's plan")
+        best = best_times(programs, args.rounds, 0.3)
+        model_label = next(iter(programs))
+        fastest = min(best, key=best.get)
+        total_model += best[model_label] * layer.count
+        total_oracle += best[fastest] * layer.count
+        print(f"{layer.name} (x{layer.count})")
+        flops = layer.flops * args.batch
+        for label, seconds in best.items():
+            print(f"   {label:<52} {seconds * 1e3:8.3f} ms {flops / seconds / 1e9:7.1f} GFLOP/s")
+        gain = best[model_label] / best[fastest]
+        if gain >= 1.03:
+            print(f"   -> {fastest[7:]} is {gain:.3f}x the model's plan's speed")
+    print(
+        f"total: model {total_model * 1e3:.2f} ms, oracle {total_oracle * 1e3:.2f} ms, "
+        f"model / oracle {total_model / total_oracle:.3f}x"
+    )
+
+
+if __name__ == "__main__":
+    main()
