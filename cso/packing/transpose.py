@@ -15,8 +15,9 @@ from __future__ import annotations
 
 from llvmlite import ir
 from numba import njit, prange, types
-from numba.core import cgutils
 from numba.extending import intrinsic
+
+from .vector_copy import masked_load_store
 
 _VECTOR_BYTES = 64
 
@@ -50,22 +51,12 @@ def transpose_block(
         element = context.get_value_type(float_type)
         element_bytes = 4 if float_type == types.float32 else 8
         lanes = _VECTOR_BYTES // element_bytes
-        suffix = "f32" if float_type == types.float32 else "f64"
         vector = ir.VectorType(element, lanes)
         pointer = vector.as_pointer()
         i32 = ir.IntType(32)
         intp = rows_v.type
         mask_type = ir.VectorType(ir.IntType(1), lanes)
-        load = cgutils.get_or_insert_function(
-            builder.module,
-            ir.FunctionType(vector, [pointer, i32, mask_type, vector]),
-            f"llvm.masked.load.v{lanes}{suffix}.p0",
-        )
-        store = cgutils.get_or_insert_function(
-            builder.module,
-            ir.FunctionType(ir.VoidType(), [vector, pointer, i32, mask_type]),
-            f"llvm.masked.store.v{lanes}{suffix}.p0",
-        )
+        load, store = masked_load_store(builder.module, vector)
         dst_ptr = builder.gep(
             context.make_array(signature.args[0])(context, builder, dst_a).data, [dst_off]
         )

@@ -23,6 +23,30 @@ from numba.extending import intrinsic
 _VECTOR_BYTES = 64
 
 
+def masked_load_store(module, vector):
+    """``(load, store)``: ``llvm.masked.load`` and ``llvm.masked.store`` for
+    ``vector`` (an LLVM float vector type), declared in ``module``.
+
+    Called as ``load(pointer, align, mask, passthrough)`` and
+    ``store(value, pointer, align, mask)``."""
+    suffix = "f32" if isinstance(vector.element, ir.FloatType) else "f64"
+    name = f"v{vector.count}{suffix}.p0"
+    pointer = vector.as_pointer()
+    i32 = ir.IntType(32)
+    mask_type = ir.VectorType(ir.IntType(1), vector.count)
+    load = cgutils.get_or_insert_function(
+        module,
+        ir.FunctionType(vector, [pointer, i32, mask_type, vector]),
+        f"llvm.masked.load.{name}",
+    )
+    store = cgutils.get_or_insert_function(
+        module,
+        ir.FunctionType(ir.VoidType(), [vector, pointer, i32, mask_type]),
+        f"llvm.masked.store.{name}",
+    )
+    return load, store
+
+
 @intrinsic
 def copy_run(typingctx, dst, dst_offset, src, src_offset, count):
     """Copy ``src[src_offset : src_offset + count]`` to ``dst[dst_offset : ...]``."""
@@ -41,20 +65,9 @@ def copy_run(typingctx, dst, dst_offset, src, src_offset, count):
         element = context.get_value_type(float_type)
         element_bytes = 4 if float_type == types.float32 else 8
         lanes = _VECTOR_BYTES // element_bytes
-        suffix = "f32" if float_type == types.float32 else "f64"
         vector = ir.VectorType(element, lanes)
-        mask_type = ir.VectorType(ir.IntType(1), lanes)
         pointer = vector.as_pointer()
-        load = cgutils.get_or_insert_function(
-            builder.module,
-            ir.FunctionType(vector, [pointer, ir.IntType(32), mask_type, vector]),
-            f"llvm.masked.load.v{lanes}{suffix}.p0",
-        )
-        store = cgutils.get_or_insert_function(
-            builder.module,
-            ir.FunctionType(ir.VoidType(), [vector, pointer, ir.IntType(32), mask_type]),
-            f"llvm.masked.store.v{lanes}{suffix}.p0",
-        )
+        load, store = masked_load_store(builder.module, vector)
         dst_ptr = builder.gep(
             context.make_array(signature.args[0])(context, builder, dst_a).data, [dst_off]
         )
@@ -184,20 +197,11 @@ def pack_row_runs(
         lane_vector = ir.VectorType(i32, lanes)
         mask_type = ir.VectorType(ir.IntType(1), lanes)
         pointer_vector = ir.VectorType(element.as_pointer(), lanes)
-        load = cgutils.get_or_insert_function(
-            builder.module,
-            ir.FunctionType(vector, [pointer, i32, mask_type, vector]),
-            f"llvm.masked.load.v{lanes}{suffix}.p0",
-        )
+        load, store = masked_load_store(builder.module, vector)
         gather = cgutils.get_or_insert_function(
             builder.module,
             ir.FunctionType(vector, [pointer_vector, i32, mask_type, vector]),
             f"llvm.masked.gather.v{lanes}{suffix}.v{lanes}p0",
-        )
-        store = cgutils.get_or_insert_function(
-            builder.module,
-            ir.FunctionType(ir.VoidType(), [vector, pointer, i32, mask_type]),
-            f"llvm.masked.store.v{lanes}{suffix}.p0",
         )
         dst_ptr = builder.gep(
             context.make_array(signature.args[0])(context, builder, dst_a).data, [dst_off]
