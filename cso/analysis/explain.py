@@ -6,6 +6,7 @@ import numpy as np
 
 from ..geometry import ceil_div
 from . import tiles
+from .cost import hidden_stream_cost
 
 _LEVELS = ("dram", "l3", "l2")
 
@@ -90,6 +91,17 @@ def _loop_nest(plan) -> str:
     )
 
 
+def _hidden(traffic, plan) -> float:
+    element_bytes = np.dtype(plan.dtype).itemsize
+    return hidden_stream_cost(
+        plan.hardware,
+        element_bytes,
+        streamed_dram=traffic.streamed_dram,
+        streamed_l3=traffic.streamed_l3,
+        padded_macs=traffic.padded_macs,
+    )
+
+
 def _why(plan) -> str:
     costs = dict(plan.costs)
     other = "WS" if plan.schedule == "IS" else "IS"
@@ -106,6 +118,7 @@ def _why(plan) -> str:
         "L1 spill": (rival.l1_spill - chosen.l1_spill) * hw.l1_miss_cost,
         "input packing": (rival.packed_input_elements - chosen.packed_input_elements)
         * hw.input_pack_cost,
+        "streams hidden behind the FMAs": _hidden(chosen, plan) - _hidden(rival, plan),
         "thread balance": (rival.imbalance - chosen.imbalance) * chosen.cost / chosen.imbalance,
     }
     biggest = max(terms, key=lambda name: terms[name])
@@ -171,7 +184,8 @@ def explain(plan) -> str:
         f"swept K2/K3 blocks)",
         f"  cost per byte: L2 {hw.l2_cost:g}, L3 {hw.l3_cost:g}, DRAM {hw.dram_cost:g}; "
         f"per TLB miss {hw.tlb_miss_cost:g} ({hw.tlb_entries} entries, {hw.page_bytes} B pages); "
-        f"per micro-kernel call {hw.call_cost:g}; per L1-spilled byte {hw.l1_miss_cost:g}",
+        f"per micro-kernel call {hw.call_cost:g}; per L1-spilled byte {hw.l1_miss_cost:g}; "
+        f"share of WS's filter stream hidden behind the FMAs {hw.stream_overlap:g}",
         "",
         "Problem",
         f"  x {x_shape}, w {w_shape} -> y {g.output_shape}, {plan.dtype}; "

@@ -107,6 +107,18 @@ class Hardware:
         6 units, per element (the layers' own figures spread from -9 to 30).
         It is what a per-call filter-vectorised plan saves besides padding,
         against the packing it pays for.
+    stream_overlap : float
+        Share of the cost of WS's filter stream from L3 or DRAM that hides
+        behind the micro-kernels' multiply-adds, up to their cost: the model
+        charges ``stream + macs - stream_overlap * min(stream, macs)``
+        (:func:`~cso.analysis.cost.hidden_stream_cost`); 0 sums them, 1
+        charges the larger.  ``experiments/cost_weight.py`` times the plans
+        a value changes against the plans at 0.  At 0.5 it changed 16 of
+        ResNet-50's and VGG-16's plans (batch 1 at one and two threads, per
+        call and packed ahead, batch 8): 1.02-1.08x over the changed layers
+        of each run, none slower than 0.97x.  At 1 some ran 0.91-0.95x, and
+        crediting IS's streams too moved 3x3 layers at two threads to IS,
+        0.90-0.95x.
     source : str
         Where the figures came from ("py-cpuinfo", "sysfs", "defaults", "user").
     """
@@ -134,6 +146,7 @@ class Hardware:
     filter_pack_cost: float = 100.0
     input_pack_cost: float = 80.0
     in_place_filter_cost: float = 6.0
+    stream_overlap: float = 0.5
     source: str = "user"
 
     def __post_init__(self):
@@ -154,6 +167,10 @@ class Hardware:
         for name in ("usable_fraction", "sweep_fraction"):
             if not 0.0 < getattr(self, name) <= 1.0:
                 raise ValueError(f"Hardware.{name} must be in (0, 1], got {getattr(self, name)!r}")
+        if not 0.0 <= self.stream_overlap <= 1.0:
+            raise ValueError(
+                f"Hardware.stream_overlap must be in [0, 1], got {self.stream_overlap!r}"
+            )
 
     @staticmethod
     def detect() -> "Hardware":
