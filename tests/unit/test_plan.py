@@ -145,8 +145,8 @@ def test_l3_tiles_capped_so_every_thread_has_work():
 
 
 def test_register_block_matches_the_register_file():
-    assert tiles.register_blocks(64, 32, 4) == [(14, 32), (8, 32)]
-    assert tiles.register_blocks(32, 16, 4) == [(6, 16), (4, 16)]
+    assert tiles.register_blocks(64, 32, 4) == [(14, 32), (8, 32), (8, 48)]
+    assert tiles.register_blocks(32, 16, 4) == [(6, 16), (4, 16), (4, 24)]
     assert tiles.register_block(64, 32, 4) == (14, 32)
     assert tiles.register_block(64, 32, 8) == (14, 16)
     assert tiles.register_block(32, 16, 4) == (6, 16)
