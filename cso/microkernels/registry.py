@@ -33,6 +33,7 @@ from ..macrokernel import bounds as _bounds_module
 from ..macrokernel import loops as _loops_module
 from ..packing import filters as _filters_module
 from ..packing import inputs as _inputs_module
+from ..packing import transpose as _transpose_module
 from ..packing import vector_copy as _vector_copy_module
 from . import outer_product as _outer_product_module
 from .outer_product import VECTOR_OPERANDS
@@ -45,6 +46,7 @@ _DEPENDENCIES = (
     _bounds_module,
     _filters_module,
     _inputs_module,
+    _transpose_module,
     _vector_copy_module,
     _outer_product_module,
 )

@@ -8,18 +8,43 @@ stores.  :func:`transpose_into_panels` tiles a whole filter tensor with it.
 The block transpose and the loop that calls it live in one file on purpose:
 Numba's on-disk cache of a function is invalidated only by changes to the
 function's own source file, and an intrinsic in another file could change
-under a stale cached caller.
+under a stale cached caller.  For the same reason :func:`masked_load_store`,
+which :mod:`.vector_copy`'s intrinsics share, is declared here: the kernels
+generated from those (:mod:`cso.microkernels.registry`) hash this file too.
 """
 
 from __future__ import annotations
 
 from llvmlite import ir
 from numba import njit, prange, types
+from numba.core import cgutils
 from numba.extending import intrinsic
 
-from .vector_copy import masked_load_store
-
 _VECTOR_BYTES = 64
+
+
+def masked_load_store(module, vector):
+    """``(load, store)``: ``llvm.masked.load`` and ``llvm.masked.store`` for
+    ``vector`` (an LLVM float vector type), declared in ``module``.
+
+    Called as ``load(pointer, align, mask, passthrough)`` and
+    ``store(value, pointer, align, mask)``."""
+    suffix = "f32" if isinstance(vector.element, ir.FloatType) else "f64"
+    name = f"v{vector.count}{suffix}.p0"
+    pointer = vector.as_pointer()
+    i32 = ir.IntType(32)
+    mask_type = ir.VectorType(ir.IntType(1), vector.count)
+    load = cgutils.get_or_insert_function(
+        module,
+        ir.FunctionType(vector, [pointer, i32, mask_type, vector]),
+        f"llvm.masked.load.{name}",
+    )
+    store = cgutils.get_or_insert_function(
+        module,
+        ir.FunctionType(ir.VoidType(), [vector, pointer, i32, mask_type]),
+        f"llvm.masked.store.{name}",
+    )
+    return load, store
 
 
 @intrinsic

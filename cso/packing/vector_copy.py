@@ -20,31 +20,9 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from .transpose import masked_load_store
+
 _VECTOR_BYTES = 64
-
-
-def masked_load_store(module, vector):
-    """``(load, store)``: ``llvm.masked.load`` and ``llvm.masked.store`` for
-    ``vector`` (an LLVM float vector type), declared in ``module``.
-
-    Called as ``load(pointer, align, mask, passthrough)`` and
-    ``store(value, pointer, align, mask)``."""
-    suffix = "f32" if isinstance(vector.element, ir.FloatType) else "f64"
-    name = f"v{vector.count}{suffix}.p0"
-    pointer = vector.as_pointer()
-    i32 = ir.IntType(32)
-    mask_type = ir.VectorType(ir.IntType(1), vector.count)
-    load = cgutils.get_or_insert_function(
-        module,
-        ir.FunctionType(vector, [pointer, i32, mask_type, vector]),
-        f"llvm.masked.load.{name}",
-    )
-    store = cgutils.get_or_insert_function(
-        module,
-        ir.FunctionType(ir.VoidType(), [vector, pointer, i32, mask_type]),
-        f"llvm.masked.store.{name}",
-    )
-    return load, store
 
 
 @intrinsic
