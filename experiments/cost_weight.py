@@ -32,6 +32,7 @@ import numpy as np  # noqa: E402
 import cso  # noqa: E402
 from cso.bench import best_times  # noqa: E402
 from cso.models import MODELS  # noqa: E402
+from forced_shapes import check_agree, describe, program_for  # noqa: E402
 
 
 def parse_setting(text):
@@ -47,15 +48,6 @@ def parse_setting(text):
     return name, float(value)
 
 
-def describe(plan):
-    folded = "+" if plan.batch_folded else ""
-    return (
-        f"{plan.filters_per_tile}x{plan.windows_per_tile}{plan.vector_operand[0]} "
-        f"{plan.schedule}{folded} Nc={plan.channel_tile} K2={plan.l2_tiles} "
-        f"K3={plan.l3_tiles} parts={plan.window_parts}"
-    )
-
-
 def plan_pair(layer, batch, threads, packed, shipped, changed):
     """The layer's plan on the shipped hardware and on the changed one."""
     x_shape = (batch,) + tuple(layer.x_shape[1:])
@@ -67,18 +59,15 @@ def plan_pair(layer, batch, threads, packed, shipped, changed):
 
 
 def programs_for(layer, batch, threads, packed, plans):
+    """``{"shipped": program, "changed": program}`` on one seeded input."""
     rng = np.random.default_rng(0)
     x = rng.standard_normal((batch,) + tuple(layer.x_shape[1:]), dtype=np.float32)
     w = rng.standard_normal(layer.w_shape, dtype=np.float32)
     kwargs = dict(stride=layer.stride, padding=layer.padding)
-    programs = {}
-    for label, plan in zip(("shipped", "changed"), plans):
-        if packed:
-            filters = cso.pack_filters(w, x.shape, threads=threads, plan=plan, **kwargs)
-            programs[label] = lambda f=filters: cso.conv2d(x, f, threads=threads)
-        else:
-            programs[label] = lambda p=plan: cso.conv2d(x, w, threads=threads, plan=p, **kwargs)
-    return programs
+    return {
+        label: program_for(x, w, plan, threads, packed, **kwargs)
+        for label, plan in zip(("shipped", "changed"), plans)
+    }
 
 
 def main():
@@ -111,12 +100,7 @@ def main():
         if args.list:
             continue
         programs = programs_for(layer, args.batch, args.threads, args.packed, plans)
-        results = [program().copy() for program in programs.values()]
-        # float32 sums taken in another order: apart by at most about C*R*S roundings.
-        reduction = int(np.prod(layer.w_shape[1:]))
-        tolerance = reduction * np.finfo(np.float32).eps * np.abs(results[0]).max()
-        if np.abs(results[1] - results[0]).max() > tolerance:
-            raise AssertionError(f"{layer.name}: the changed plan's result differs")
+        check_agree(layer, programs, "the shipped plan")
         best = best_times(programs, args.rounds, 0.3)
         for label in totals:
             totals[label] += best[label] * layer.count

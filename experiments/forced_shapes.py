@@ -54,6 +54,27 @@ def describe(plan):
     )
 
 
+def program_for(x, w, plan, threads, packed, **kwargs):
+    """``plan`` run on ``x`` and ``w`` as a program of no arguments: per call,
+    or with ``packed`` on filters packed ahead for it (packed here, once)."""
+    if packed:
+        filters = cso.pack_filters(w, x.shape, threads=threads, plan=plan, **kwargs)
+        return lambda: cso.conv2d(x, filters, threads=threads)
+    return lambda: cso.conv2d(x, w, threads=threads, plan=plan, **kwargs)
+
+
+def check_agree(layer, programs, reference_name):
+    """Raise if a program's result differs from the first one's by more than
+    float32 sums taken in another order may: about ``C*R*S`` roundings."""
+    results = {label: program().copy() for label, program in programs.items()}
+    reference = next(iter(results.values()))
+    reduction = int(np.prod(layer.w_shape[1:]))
+    tolerance = reduction * np.finfo(np.float32).eps * np.abs(reference).max()
+    for label, result in results.items():
+        if np.abs(result - reference).max() > tolerance:
+            raise AssertionError(f"{layer.name}: {label} differs from {reference_name}")
+
+
 def programs_for(layer, batch, threads, shapes, packed):
     """``{label: program}``: the model's plan first, then each forced shape."""
     rng = np.random.default_rng(0)
@@ -80,11 +101,7 @@ def programs_for(layer, batch, threads, shapes, packed):
         label = ("model  " if index == 0 else "forced ") + describe(plan)
         if label[7:] in (key[7:] for key in programs):
             continue  # the model's own choice, forced again
-        if packed:
-            filters = cso.pack_filters(w, x_shape, threads=threads, plan=plan, **kwargs)
-            programs[label] = lambda f=filters: cso.conv2d(x, f, threads=threads)
-        else:
-            programs[label] = lambda p=plan: cso.conv2d(x, w, threads=threads, plan=p, **kwargs)
+        programs[label] = program_for(x, w, plan, threads, packed, **kwargs)
     return programs
 
 
@@ -106,14 +123,7 @@ def main():
         if args.layers and layer.name not in args.layers:
             continue
         programs = programs_for(layer, args.batch, args.threads, shapes, args.packed)
-        results = {label: program().copy() for label, program in programs.items()}
-        reference = next(iter(results.values()))
-        # float32 sums taken in another order: apart by at most about C*R*S roundings.
-        reduction = int(np.prod(layer.w_shape[1:]))
-        tolerance = reduction * np.finfo(np.float32).eps * np.abs(reference).max()
-        for label, result in results.items():
-            if np.abs(result - reference).max() > tolerance:
-                raise AssertionError(f"{layer.name}: {label} differs from the model's plan")
+        check_agree(layer, programs, "the model's plan")
         best = best_times(programs, args.rounds, 0.3)
         model_label = next(iter(programs))
         fastest = min(best, key=best.get)

@@ -42,6 +42,7 @@ equal byte counts, and not at all on 7x7 and 14x14 layers.)
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from ..geometry import ceil_div
@@ -76,23 +77,7 @@ class Traffic:
     streamed_dram: int = 0
 
     def as_dict(self) -> dict:
-        return {
-            "dram": self.dram,
-            "l3": self.l3,
-            "l2": self.l2,
-            "tlb_misses": self.tlb_misses,
-            "kernel_calls": self.kernel_calls,
-            "l1_spill": self.l1_spill,
-            "padded_macs": self.padded_macs,
-            "cost": self.cost,
-            "transposed_stores": self.transposed_stores,
-            "packed_filter_elements": self.packed_filter_elements,
-            "packed_input_elements": self.packed_input_elements,
-            "in_place_filter_reads": self.in_place_filter_reads,
-            "imbalance": self.imbalance,
-            "streamed_l3": self.streamed_l3,
-            "streamed_dram": self.streamed_dram,
-        }
+        return dataclasses.asdict(self)
 
 
 def level_of(size: int, l2_usable: int, l3_usable: int) -> str:

@@ -33,7 +33,7 @@ def register_blocks(vector_bytes: int, vector_registers: int, element_bytes: int
     nf, nwin = register_block(vector_bytes, vector_registers, element_bytes)
     half = max(1, nf // 2 + 1)
     shapes = [(nf, nwin), (half, nwin)]
-    lanes = nwin // 2
+    lanes = max(1, vector_bytes // element_bytes)
     if 3 * half + 3 + 1 <= vector_registers:
         shapes.append((half, 3 * lanes))
     return list(dict.fromkeys(shapes))
