@@ -11,10 +11,16 @@ Programs, all float32 and touching no memory beyond L1:
 
 * ``fma loop``: cso's peak probe (:mod:`cso.microkernels.peak`), registers only;
 * cso's micro-kernels on one L1-resident tile called over and over (as in
-  ``kernel_ceiling.py``): ``14x32w``, ``8x48w`` and ``32x14f``.
+  ``kernel_ceiling.py``): ``14x32w``, ``8x48w`` and ``32x14f``;
+* the same kernels walking through many tiles, each thread its own, of
+  ``--footprints`` KiB per thread (default 1024, inside L2, and 32768,
+  beyond it): each call reads its filter panel and its input panel from
+  there, as the loop nests' calls read theirs.
 
-Nothing here shares data between the threads, so a scaling below 2x is the
-machine's (clock or a neighbour on the host), and no layer can scale better.
+The threads share no data, so below 2x on one tile the limit is the
+machine's clock or a neighbour on the host; a footprint that scales worse
+than one tile measures what the two cores' traffic to a shared level costs,
+and no layer whose operands come from that level can scale better.
 Rounds alternate between programs and between one and two threads; each
 figure is the best round.
 """
@@ -26,7 +32,12 @@ import sys
 import threading
 import time
 
+import numpy as np
+from numba import njit
+
+from cso.microkernels.outer_product import build_outer_product_kernel
 from cso.microkernels.peak import _CHAINS, _fma_loop
+from cso.packing.filters import aligned_empty
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from kernel_ceiling import cso_runner  # noqa: E402
@@ -44,6 +55,45 @@ def fma_runner():
     loop(1000)
     iterations = 100_000
     return (lambda calls: loop(iterations * calls)), iterations * _CHAINS * 16 * 2
+
+
+def walking_runner(nf, nwin, operand, depth, tiles):
+    """``(run(calls), flops per call)``: one kernel call per tile, in turn, over
+    ``tiles`` filter and input panels laid end to end."""
+    kernel = build_outer_product_kernel(nf, nwin, "float32", 16, operand)
+    out_stride = nwin if operand == "windows" else 196
+
+    @njit(nogil=True)
+    def run(filters, inputs, out, bias, calls):
+        for call in range(calls):
+            tile = call % tiles
+            kernel(
+                depth,
+                filters,
+                tile * depth * nf,
+                nf,
+                1,
+                inputs,
+                tile * depth * nwin,
+                nwin,
+                out,
+                0,
+                out_stride,
+                bias,
+                0,
+                True,
+                False,
+            )
+
+    operands = [
+        aligned_empty(size, np.float32)
+        for size in (tiles * depth * nf, tiles * depth * nwin, nf * out_stride)
+    ]
+    for array in operands:
+        array[:] = 1.0 / array.size
+    bias = np.zeros(nf, np.float32)
+    run(*operands, bias, 1)
+    return (lambda calls: run(*operands, bias, calls)), 2 * nf * nwin * depth
 
 
 def rate(runners, flops, calls):
@@ -70,11 +120,21 @@ def main():
     parser.add_argument("--depth", type=int, default=256, help="reduction steps per kernel call")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=0.3, help="rough length of one timing")
+    parser.add_argument(
+        "--footprints", default="1024,32768", help="KiB of tiles per thread, comma-separated"
+    )
     args = parser.parse_args()
+    footprints = [int(text) for text in args.footprints.split(",") if text]
     programs = {"fma loop": [fma_runner(), fma_runner()]}
     for name, nf, nwin, operand in KERNELS:
         # Two runners: each thread calls the kernel on its own operands.
         programs[name] = [cso_runner(nf, nwin, operand, True, args.depth) for _ in range(2)]
+        tile_bytes = 4 * args.depth * (nf + nwin)
+        for kib in footprints:
+            tiles = max(1, kib * 1024 // tile_bytes)
+            programs[f"{name} {kib} KiB"] = [
+                walking_runner(nf, nwin, operand, args.depth, tiles) for _ in range(2)
+            ]
     best = {(name, t): 0.0 for name in programs for t in (1, 2)}
     for _ in range(args.rounds):
         for name, pair in programs.items():
@@ -84,10 +144,10 @@ def main():
                 runners = [run for run, _ in pair[:t]]
                 best[name, t] = max(best[name, t], rate(runners, flops, calls))
     print(f"float32, L1-resident, kernel depth {args.depth}, best of {args.rounds} rounds")
-    print(f"{'program':<10} {'1 thread GF/s':>14} {'2 threads GF/s':>15} {'scaling':>8}")
+    print(f"{'program':<20} {'1 thread GF/s':>14} {'2 threads GF/s':>15} {'scaling':>8}")
     for name in programs:
         one, two = best[name, 1], best[name, 2]
-        print(f"{name:<10} {one:14.1f} {two:15.1f} {two / one:7.2f}x")
+        print(f"{name:<20} {one:14.1f} {two:15.1f} {two / one:7.2f}x")
 
 
 if __name__ == "__main__":
