@@ -1,7 +1,7 @@
 """Thread scaling, measured side by side: each layer at one thread and at two, in one process.
 
     python experiments/scaling.py [--model resnet50|vgg16] [--threads 2] [--min-gflop 0.2]
-                                  [--rounds 15]
+                                  [--rounds 15] [--layers NAME ...]
 
 The scaling target compares a layer's two-thread speed with its one-thread
 speed.  Taken from two benchmark runs, that ratio carries the machine's
@@ -79,6 +79,7 @@ def main():
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--min-gflop", type=float, default=0.2)
     parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--layers", nargs="*", help="layer names (default: all)")
     args = parser.parse_args()
     if args.threads < 2:
         parser.error("--threads must be at least 2")
@@ -91,7 +92,7 @@ def main():
     )
     for layer in MODELS[args.model]():
         gflop = layer.flops / 1e9
-        if gflop < args.min_gflop:
+        if gflop < args.min_gflop or (args.layers and layer.name not in args.layers):
             continue
         programs = _programs(layer, args.threads)
         # One untimed call each first: the first layer's first rounds also
