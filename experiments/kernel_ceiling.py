@@ -53,8 +53,10 @@ KERNELS = [
 ]
 
 
-def cso_runner(nf, nwin, operand, transposed, depth):
-    """A function that calls one cso kernel ``calls`` times on one tile; its flops per call."""
+def cso_runner(nf, nwin, operand, transposed, depth, tiles=1):
+    """A function that calls one cso kernel ``calls`` times, on one tile or
+    walking through ``tiles`` filter and input panels laid end to end; its
+    flops per call."""
     kernel = build_outer_product_kernel(
         nf, nwin, "float32", 16, operand, transposed_store=transposed
     )
@@ -63,13 +65,29 @@ def cso_runner(nf, nwin, operand, transposed, depth):
 
     @njit(nogil=True)
     def run(filters, inputs, out, bias, calls):
-        for _ in range(calls):
+        for call in range(calls):
+            tile = call % tiles
             kernel(
-                depth, filters, 0, nf, 1, inputs, 0, nwin, out, 0, out_stride, bias, 0, True, False
+                depth,
+                filters,
+                tile * depth * nf,
+                nf,
+                1,
+                inputs,
+                tile * depth * nwin,
+                nwin,
+                out,
+                0,
+                out_stride,
+                bias,
+                0,
+                True,
+                False,
             )
 
     operands = [
-        aligned_empty(size, np.float32) for size in (depth * nf, depth * nwin, nf * out_stride)
+        aligned_empty(size, np.float32)
+        for size in (tiles * depth * nf, tiles * depth * nwin, nf * out_stride)
     ]
     for array in operands:
         array[:] = 1.0 / array.size

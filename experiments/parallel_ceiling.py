@@ -32,12 +32,8 @@ import sys
 import threading
 import time
 
-import numpy as np
-from numba import njit
 
-from cso.microkernels.outer_product import build_outer_product_kernel
 from cso.microkernels.peak import _CHAINS, _fma_loop
-from cso.packing.filters import aligned_empty
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from kernel_ceiling import cso_runner  # noqa: E402
@@ -55,45 +51,6 @@ def fma_runner():
     loop(1000)
     iterations = 100_000
     return (lambda calls: loop(iterations * calls)), iterations * _CHAINS * 16 * 2
-
-
-def walking_runner(nf, nwin, operand, depth, tiles):
-    """``(run(calls), flops per call)``: one kernel call per tile, in turn, over
-    ``tiles`` filter and input panels laid end to end."""
-    kernel = build_outer_product_kernel(nf, nwin, "float32", 16, operand)
-    out_stride = nwin if operand == "windows" else 196
-
-    @njit(nogil=True)
-    def run(filters, inputs, out, bias, calls):
-        for call in range(calls):
-            tile = call % tiles
-            kernel(
-                depth,
-                filters,
-                tile * depth * nf,
-                nf,
-                1,
-                inputs,
-                tile * depth * nwin,
-                nwin,
-                out,
-                0,
-                out_stride,
-                bias,
-                0,
-                True,
-                False,
-            )
-
-    operands = [
-        aligned_empty(size, np.float32)
-        for size in (tiles * depth * nf, tiles * depth * nwin, nf * out_stride)
-    ]
-    for array in operands:
-        array[:] = 1.0 / array.size
-    bias = np.zeros(nf, np.float32)
-    run(*operands, bias, 1)
-    return (lambda calls: run(*operands, bias, calls)), 2 * nf * nwin * depth
 
 
 def rate(runners, flops, calls):
@@ -133,7 +90,7 @@ def main():
         for kib in footprints:
             tiles = max(1, kib * 1024 // tile_bytes)
             programs[f"{name} {kib} KiB"] = [
-                walking_runner(nf, nwin, operand, args.depth, tiles) for _ in range(2)
+                cso_runner(nf, nwin, operand, True, args.depth, tiles) for _ in range(2)
             ]
     best = {(name, t): 0.0 for name in programs for t in (1, 2)}
     for _ in range(args.rounds):
