@@ -27,6 +27,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 
 import cso  # noqa: E402
+from cso.analysis import tiles  # noqa: E402
 from cso.bench import best_times  # noqa: E402
 from cso.models import MODELS  # noqa: E402
 
@@ -55,9 +56,16 @@ def main():
             x_shape, layer.w_shape, threads=args.threads, fold_batch=False, **params
         )
         g = plan.geometry
-        pointwise = (g.kernel_height, g.kernel_width, g.stride_h, g.stride_w) == (1, 1, 1, 1)
-        unpadded = (g.pad_top, g.pad_bottom, g.pad_left, g.pad_right) == (0, 0, 0, 0)
-        if not (pointwise and unpadded) or plan.input_in_place or plan.vector_operand != "windows":
+        # The analysis' own rule, without its half-page bound on the plane.
+        could_read_in_place = tiles.reads_input_in_place(
+            g.kernel_height,
+            g.kernel_width,
+            (g.stride_h, g.stride_w) != (1, 1),
+            g.pad_top or g.pad_bottom or g.pad_left or g.pad_right,
+            plane_bytes=0,
+            page_bytes=0,
+        )
+        if not could_read_in_place or plan.input_in_place or plan.vector_operand != "windows":
             continue
         in_place = dataclasses.replace(plan, input_in_place=True)
         x = rng.standard_normal(x_shape, dtype=np.float32)
