@@ -15,8 +15,13 @@ if _numba.config.THREADING_LAYER in ("default", "workqueue"):
     _numba.config.THREADING_LAYER = "threadsafe"
 
 from . import reference  # noqa: E402
+from .analysis.choices import Schedule, VectorOperand  # noqa: E402
+from .analysis.detect import detect_hardware  # noqa: E402
+from .analysis.explain import explain  # noqa: E402
 from .analysis.hardware import Hardware  # noqa: E402
-from .analysis.plan import Plan, plan_conv2d  # noqa: E402
+from .analysis.plan import Plan  # noqa: E402
+from .analysis.planner import plan_conv2d  # noqa: E402
+from .analysis.weights import CostWeights  # noqa: E402
 from ._version import __version__  # noqa: E402
 from .conv import conv2d  # noqa: E402
 from .packed import (  # noqa: E402
@@ -26,15 +31,21 @@ from .packed import (  # noqa: E402
     pack_filters,
     save_packed,
 )
-from .tune import TunedPlans, TuneResult, tune  # noqa: E402
+from .tune import TuneResult, tune  # noqa: E402
+from .tuned_store import TunedPlans  # noqa: E402
 from .workspace import release as release_workspace  # noqa: E402
 
 __all__ = [
     "conv2d",
     "release_workspace",
     "plan_conv2d",
+    "explain",
     "Plan",
+    "Schedule",
+    "VectorOperand",
     "Hardware",
+    "CostWeights",
+    "detect_hardware",
     "reference",
     "pack_filters",
     "PackedFilters",

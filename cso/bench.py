@@ -22,57 +22,9 @@ import time
 
 import numpy as np
 
+from .measure import best_times, im2col_gemm, kernel_name, stage_times, torch_peer
+
 _THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
-
-
-def _im2col_gemm(x, w, stride, padding):
-    from .reference import conv2d as reference_conv2d
-
-    return reference_conv2d(x, w, stride=stride, padding=padding, dtype=np.float32)
-
-
-def _torch_peer(threads):
-    try:
-        import torch
-    except ImportError:
-        return None
-
-    def run(x, w, stride, padding, _cache={}):
-        key = (id(x), id(w))
-        if key not in _cache:
-            _cache.clear()
-            _cache[key] = (torch.from_numpy(x), torch.from_numpy(w))
-        tx, tw = _cache[key]
-        # Numba's OpenMP threading layer sets the process-wide OpenMP thread
-        # count when it launches a parallel region, and torch shares that
-        # OpenMP runtime: without this, torch runs on every core after any
-        # cso call, whatever it was told once.
-        if torch.get_num_threads() != threads:
-            torch.set_num_threads(threads)
-        with torch.no_grad():
-            return torch.nn.functional.conv2d(tx, tw, stride=stride, padding=padding)
-
-    return run
-
-
-def best_times(programs, rounds=5, min_seconds=0.0):
-    """Best time of each program over interleaved rounds (at least ``rounds``,
-    more until ``min_seconds`` have passed, 50 at most).
-
-    The order rotates every round: the program run first in a round meets the
-    caches as the previous one left them, and no program should always be it.
-    """
-    best = {name: float("inf") for name in programs}
-    names = list(programs)
-    started = time.perf_counter()
-    done = 0
-    while done < rounds or (time.perf_counter() - started < min_seconds and done < 50):
-        for name in names[done % len(names) :] + names[: done % len(names)]:
-            start = time.perf_counter()
-            programs[name]()
-            best[name] = min(best[name], time.perf_counter() - start)
-        done += 1
-    return best
 
 
 def _progress(index, total, name, stream=sys.stderr):
@@ -96,7 +48,7 @@ def run_benchmark(
     """Time every distinct layer of ``model``; print the table; return the rows.
 
     With ``breakdown``, also time the stages of cso's call (see
-    :func:`stage_times`) and print where each layer's time goes.
+    :func:`cso.measure.stage_times`) and print where each layer's time goes.
     """
     out = sys.stdout if out is None else out
     import cso
@@ -104,11 +56,11 @@ def run_benchmark(
     from .models import MODELS
 
     layers = [layer.with_batch(batch) for layer in MODELS[model]()]
-    hardware = cso.Hardware.detect()
+    hardware = cso.detect_hardware()
     lanes = max(1, hardware.vector_bytes // 4)
     peak_per_core = peak or fma_peak_gflops("float32", lanes)
     peak_total = peak_per_core * threads
-    torch_run = _torch_peer(threads)
+    torch_run = torch_peer(threads)
     rng = np.random.default_rng(0)
     rows = []
     compile_started = time.perf_counter()
@@ -124,7 +76,7 @@ def run_benchmark(
         programs = {
             "cso": lambda: cso.conv2d(x, w, threads=threads, **kwargs),
             "packed": lambda: cso.conv2d(x, packed, threads=threads),
-            "im2col": lambda: _im2col_gemm(x, w, layer.stride, layer.padding),
+            "im2col": lambda: im2col_gemm(x, w, layer.stride, layer.padding),
         }
         if torch_run is not None:
             programs["torch"] = lambda: torch_run(x, w, layer.stride, layer.padding)
@@ -145,8 +97,8 @@ def run_benchmark(
             "count": layer.count,
             "gflop": layer.flops / 1e9,
             "schedule": plan.schedule,
-            "kernel": _kernel_name(plan),
-            "packed_kernel": _kernel_name(packed.plan),
+            "kernel": kernel_name(plan),
+            "packed_kernel": kernel_name(packed.plan),
             "max_abs_error": error,
         }
         for name, seconds in best.items():
@@ -154,7 +106,7 @@ def run_benchmark(
             row[f"{name}_gflops"] = layer.flops / seconds / 1e9
             row[f"{name}_peak_share"] = row[f"{name}_gflops"] / peak_total
         if breakdown:
-            for stage, seconds in stage_times(x, w, kwargs, threads, rounds).items():
+            for stage, seconds in stage_times(plan, x, w, rounds).items():
                 row[f"stage_{stage}_ms"] = seconds * 1e3
         rows.append(row)
     _progress(len(layers), len(layers), "done")
@@ -195,52 +147,6 @@ def run_benchmark(
     if png_path:
         _chart(rows, peers, png_path, f"{model}, batch {batch}, {threads} thread(s)", out)
     return rows
-
-
-def stage_times(x, w, params, threads, rounds=5) -> dict:
-    """Where one call's time goes, by difference between variants of the loop nest.
-
-    ``total``: the call's loop nest with its filter preparation.  ``filters``:
-    that preparation (packing the filters for a filter-vectorised plan, or
-    a group's tile when it has fewer than ``Nf`` filters, and the bias).  ``kernel``: total
-    minus the same program with a no-op micro-kernel.  ``input packing``: total
-    minus the program that never packs.  ``rest``: the skeleton (neither
-    kernel nor packing) less the filter preparation: the loops, edge-tile
-    copies, thread launch and Python around them.
-    """
-    from .analysis.plan import plan_conv2d
-    from .conv import _prepare_filters, _run
-
-    plan = plan_conv2d(x.shape, w.shape, threads=threads, **params)
-    y = np.empty(plan.geometry.output_shape, np.float32)
-
-    def program(variant):
-        def run():
-            filters, bias = _prepare_filters(w, None, plan)
-            _run(x, filters, bias, False, y, plan, threads, variant)
-
-        return run
-
-    programs = {
-        name: program(variant)
-        for name, variant in (
-            ("total", None),
-            ("no-kernel", "no-kernel"),
-            ("no-pack", "no-pack"),
-            ("skeleton", "skeleton"),
-        )
-    }
-    programs["filters"] = lambda: _prepare_filters(w, None, plan)
-    for run in programs.values():
-        run()
-    best = best_times(programs, rounds)
-    return {
-        "total": best["total"],
-        "kernel": max(0.0, best["total"] - best["no-kernel"]),
-        "input packing": max(0.0, best["total"] - best["no-pack"]),
-        "filters": best["filters"],
-        "rest": max(0.0, best["skeleton"] - best["filters"]),
-    }
 
 
 def _print_breakdown(rows, out):
@@ -287,13 +193,6 @@ def _chart(rows, peers, path, title, out):
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     print(f"wrote {path}", file=out)
-
-
-def _kernel_name(plan) -> str:
-    """``14x32w``: ``Nf x Nwin``, w or f for the vectorised operand, and ``+``
-    when the batch is folded into the windows."""
-    folded = "+" if plan.batch_folded else ""
-    return f"{plan.filters_per_tile}x{plan.windows_per_tile}{plan.vector_operand[0]}{folded}"
 
 
 def _print_table(rows, peers, out):

@@ -30,8 +30,10 @@ def _pair_or_int(text: str, name: str):
 
 
 def main(argv=None) -> int:
-    from . import Hardware, plan_conv2d
+    from .analysis.detect import detect_hardware
+    from .analysis.explain import explain
     from .analysis.hardware import parse_size
+    from .analysis.planner import plan_conv2d
 
     parser = argparse.ArgumentParser(
         prog="python -m cso explain",
@@ -83,7 +85,7 @@ def main(argv=None) -> int:
             value = getattr(args, flag)
             if value is not None:
                 changes[field] = parse_size(value, "--" + flag.replace("_", "-"))
-        hardware = Hardware.detect()
+        hardware = detect_hardware()
         if changes:
             hardware = hardware.with_changes(**changes, source=f"{hardware.source}+command line")
         plan = plan_conv2d(
@@ -102,5 +104,5 @@ def main(argv=None) -> int:
     except (TypeError, ValueError, argparse.ArgumentTypeError) as error:
         print(f"python -m cso explain: error: {error}", file=sys.stderr)
         return 2
-    print(plan.explain())
+    print(explain(plan))
     return 0

@@ -29,19 +29,22 @@ import hashlib
 import json
 import os
 import zipfile
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 
 from ._version import __version__
 from .analysis import tiles
-from .analysis.hardware import Hardware
-from .analysis.plan import Plan, plan_conv2d
+from .analysis.choices import VectorOperand
+from .analysis.detect import detect_hardware
+from .analysis.plan import Plan, check_plan
+from .analysis.planner import plan_conv2d
+from .checks import as_array, check_bias, check_ndim
 from .geometry import SUPPORTED_DTYPES, ceil_div, make_geometry
 from .packing.filters import aligned_empty, pack_bias, pack_filters_panels, pack_filters_rows
 
 FORMAT = "cso-packed-filters"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the plan's hardware nests its cost weights
 _METADATA = "__metadata__"
 
 
@@ -153,20 +156,14 @@ def pack_filters(
     -------
     PackedFilters
     """
-    from .conv import _as_array, _check_plan  # the same checks as conv2d
-
-    w = _as_array(w, "w")
-    if w.ndim != 4:
-        raise ValueError(f"w must be 4-D (K, C // groups, R, S), got {w.ndim}-D shape {w.shape}")
+    w = as_array(w, "w")
+    check_ndim(w, "w", "(K, C // groups, R, S)")
     dtype = np.result_type(w.dtype, np.float32) if dtype is None else np.dtype(dtype)
     if dtype not in SUPPORTED_DTYPES:
         raise TypeError(f"dtype must be float32 or float64, got {dtype}")
     params = dict(stride=stride, padding=padding, dilation=dilation, groups=groups)
     geometry = make_geometry(input_shape, w.shape, **params)
-    if bias is not None:
-        bias = _as_array(bias, "bias")
-        if bias.shape != (geometry.filters,):
-            raise ValueError(f"bias must have shape ({geometry.filters},) (K), got {bias.shape}")
+    bias = check_bias(bias, geometry.filters)
     if plan is None:
         plan = plan_conv2d(
             input_shape,
@@ -178,12 +175,14 @@ def pack_filters(
             **params,
         )
     else:
-        _check_plan(plan, geometry, dtype)
-    if plan.vector_operand == "reduction":
+        check_plan(plan, geometry, dtype)
+    if plan.vector_operand == VectorOperand.REDUCTION:
         # Dot products read each filter as a row: the KCRS array is the panel.
         panels = pack_filters_rows(w, dtype)
     else:
-        panels = pack_filters_panels(w, geometry.groups, plan.filters_per_tile, dtype)
+        panels = pack_filters_panels(
+            w, geometry.groups, plan.filters_per_tile, dtype, plan.vector_lanes
+        )
     packed_bias = (
         None
         if bias is None
@@ -246,7 +245,7 @@ def save_packed(path, layers: dict) -> None:
         "format_version": FORMAT_VERSION,
         "cso_version": __version__,
         "micro_kernels": list(kernels.values()),
-        "hardware": asdict(hardware),
+        "hardware": hardware.to_dict(),
         "layers": described,
     }
     arrays[_METADATA] = np.frombuffer(json.dumps(metadata).encode(), dtype=np.uint8)
@@ -276,7 +275,7 @@ def load_packed(path, *, hardware=None) -> dict:
         The file is missing, truncated or damaged, of an unknown format
         version, fails a checksum, or was packed for another micro-kernel.
     """
-    hardware = Hardware.detect() if hardware is None else hardware
+    hardware = detect_hardware() if hardware is None else hardware
     try:
         with np.load(os.fspath(path), allow_pickle=False) as archive:
             members = {name: archive[name] for name in archive.files}
@@ -351,7 +350,7 @@ def _layers(path, metadata, members, hardware) -> dict:
         groups = int(entry["groups"])
         size = (
             int(np.prod(w_shape))
-            if plan.vector_operand == "reduction"
+            if plan.vector_operand == VectorOperand.REDUCTION
             else _panel_size(w_shape, groups, plan.filters_per_tile)
         )
         if panels.dtype != np.dtype(plan.dtype) or panels.shape != (size,):

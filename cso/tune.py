@@ -1,35 +1,28 @@
-"""The autotuner, and the on-disk store of tuned plans.
+"""The autotuner.
 
 ``tune`` enumerates plans around the analysis' choice (both schedules,
 channel tiles, L2/L3 tile counts, micro-kernel shapes), ranks them by the
 cost model, and times them in that order on random data until the budget is
 spent; the analysis' own plan is always timed first, so the result is never
-worse than it.  ``TunedPlans`` keeps the winners in a JSON file keyed by the
-problem, the hardware and the cso version; ``cso.conv2d(..., tuned=True)``
-consults it.
+worse than it.  With ``store``, the winner goes into the tuned-plans store
+(:mod:`cso.tuned_store`), which ``cso.conv2d(..., tuned=True)`` consults.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
-import os
-import pathlib
-import threading
 import time
-import warnings
 
 import numpy as np
 
-from ._version import __version__
+from . import executor
 from .analysis import tiles
-from .analysis.hardware import Hardware
-from .analysis.plan import SCHEDULES, Plan, plan_conv2d, plan_for_geometry, with_tiles
-from .geometry import ConvGeometry
-
-STORE_FORMAT = "cso-tuned-plans"
-STORE_VERSION = 1
+from .analysis.choices import SCHEDULES, Schedule, VectorOperand
+from .analysis.plan import Plan
+from .analysis.planner import plan_conv2d, plan_for_geometry, with_tiles
+from .checks import check_threads
+from .measure import best_times, plan_program
+from .tuned_store import TunedPlans
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,7 +88,7 @@ def candidate_plans(analysis: Plan, micro_kernels) -> list:
     for nf, nwin, operand in micro_kernels:
         own = (analysis.filters_per_tile, analysis.windows_per_tile, analysis.vector_operand)
         folds = [None]
-        if operand != "reduction" and tiles.folding_saves_padding(g.batch, g.windows, nwin):
+        if operand != VectorOperand.REDUCTION and tiles.folding_saves_padding(g.batch, g.windows, nwin):
             folds = [False, True]
         for fold in folds:
             _add_candidates(found, analysis, own, nf, nwin, operand, fold)
@@ -125,7 +118,7 @@ def _add_candidates(found, analysis, own, nf, nwin, operand, fold) -> None:
     for schedule in SCHEDULES:
         nc_model, k2_rule, k3_rule = dict(base.tiles_by_schedule)[schedule]
         streamed, resident = (
-            (filter_tiles, window_tiles) if schedule == "IS" else (window_tiles, filter_tiles)
+            (filter_tiles, window_tiles) if schedule == Schedule.IS else (window_tiles, filter_tiles)
         )
         for nc in _around(nc_model, g.channels_per_group):
             for k2 in _around(k2_rule, streamed):
@@ -210,12 +203,9 @@ def tune(
     -------
     TuneResult
     """
-    from .bench import best_times
-    from .conv import _check_threads, conv2d
-
     if budget_s is None or not budget_s > 0:
         raise ValueError(f"budget_s must be a positive number of seconds, got {budget_s!r}")
-    threads = _check_threads(threads)
+    threads = check_threads(threads, executor.available_threads())
     params = dict(stride=stride, padding=padding, dilation=dilation, groups=groups)
     analysis = plan_conv2d(
         x_shape, w_shape, dtype=dtype, hardware=hardware, threads=threads, **params
@@ -223,7 +213,7 @@ def tune(
     hw = analysis.hardware
     element_bytes = np.dtype(dtype).itemsize
     others = [
-        (nf, nwin, "filters")
+        (nf, nwin, VectorOperand.FILTERS)
         for nf, nwin in tiles.filter_vector_blocks(
             hw.vector_bytes, hw.vector_registers, element_bytes
         )
@@ -240,7 +230,7 @@ def tune(
                 f"of {analysis.vector_lanes}"
             )
     own = (analysis.filters_per_tile, analysis.windows_per_tile, analysis.vector_operand)
-    kernels = list(dict.fromkeys([own] + [(nf, nwin, "windows") for nf, nwin in shapes] + others))
+    kernels = list(dict.fromkeys([own] + [(nf, nwin, VectorOperand.WINDOWS) for nf, nwin in shapes] + others))
     ranked = _interleaved(candidate_plans(analysis, kernels))
     rng = np.random.default_rng(seed)
     x = rng.standard_normal(x_shape).astype(dtype)
@@ -250,126 +240,11 @@ def tune(
     for plan, origin in ranked:
         seconds = None
         if origin == "analysis" or time.perf_counter() < deadline:
-            conv2d(x, w, plan=plan, threads=threads, **params)  # compiles a new shape once
-            program = {"plan": lambda: conv2d(x, w, plan=plan, threads=threads, **params)}
-            seconds = best_times(program, rounds=3, min_seconds=0.05)["plan"]
+            program = plan_program(plan, x, w)
+            program()  # compiles a new shape once
+            seconds = best_times({"plan": program}, rounds=3, min_seconds=0.05)["plan"]
         candidates.append(Candidate(plan, plan.cost_of(plan.schedule).cost, seconds, origin))
     best = min((c for c in candidates if c.seconds is not None), key=lambda c: c.seconds).plan
     if store:
         TunedPlans(None if store is True else store).put(best)
     return TuneResult(best=best, analysis=analysis, candidates=tuple(candidates))
-
-
-def hardware_fingerprint(hardware: Hardware) -> str:
-    fields = dataclasses.asdict(hardware)
-    fields.pop("source", None)
-    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def _problem_key(geometry: ConvGeometry, dtype_name: str, threads: int) -> str:
-    return json.dumps([dataclasses.asdict(geometry), dtype_name, threads], sort_keys=True)
-
-
-class TunedPlans:
-    """A JSON file of tuned plans keyed by problem, hardware fingerprint and cso version.
-
-    A missing file is an empty store; an unreadable, damaged or foreign one is
-    ignored with a warning, and entries of another cso version or another
-    machine are never returned.
-    """
-
-    _lock = threading.Lock()
-
-    def __init__(self, path=None):
-        if path is None:
-            from .cachedir import cache_directory
-
-            path = cache_directory() / "tuned_plans.json"
-        self.path = pathlib.Path(os.fspath(path))
-
-    def _read(self) -> dict:
-        try:
-            text = self.path.read_text()
-        except FileNotFoundError:
-            return {}
-        except OSError as error:
-            warnings.warn(
-                f"tuned-plans store {self.path} is unreadable ({error}); ignored",
-                RuntimeWarning,
-                stacklevel=3,
-            )
-            return {}
-        try:
-            content = json.loads(text)
-            if content.get("format") != STORE_FORMAT or content.get("version") != STORE_VERSION:
-                raise ValueError("not a cso tuned-plans store of this version")
-            entries = content["entries"]
-            if not isinstance(entries, dict):
-                raise ValueError("entries is not an object")
-            return entries
-        except (ValueError, AttributeError, KeyError, TypeError) as error:
-            warnings.warn(
-                f"tuned-plans store {self.path} is damaged or stale ({error}); ignored",
-                RuntimeWarning,
-                stacklevel=3,
-            )
-            return {}
-
-    @staticmethod
-    def key(geometry, dtype_name, hardware, threads) -> str:
-        return "|".join(
-            (
-                __version__,
-                hardware_fingerprint(hardware),
-                _problem_key(geometry, dtype_name, threads),
-            )
-        )
-
-    def get(
-        self, geometry: ConvGeometry, dtype_name: str, hardware: Hardware, threads: int
-    ) -> Plan | None:
-        """The stored plan for this problem on this machine and version, or None."""
-        entry = self._read().get(self.key(geometry, dtype_name, hardware, threads))
-        if entry is None:
-            return None
-        try:
-            plan = Plan.from_dict(entry)
-        except (KeyError, TypeError, ValueError) as error:
-            warnings.warn(
-                f"tuned plan in {self.path} is malformed ({error!r}); ignored",
-                RuntimeWarning,
-                stacklevel=2,
-            )
-            return None
-        lanes = max(1, hardware.vector_bytes // np.dtype(dtype_name).itemsize)
-        if (
-            not plan.matches(geometry, dtype_name)
-            or plan.windows_per_tile % lanes
-            or plan.schedule not in SCHEDULES
-        ):
-            warnings.warn(
-                f"tuned plan in {self.path} does not fit its key; ignored",
-                RuntimeWarning,
-                stacklevel=2,
-            )
-            return None
-        return plan
-
-    def put(self, plan: Plan) -> None:
-        """Store ``plan`` under its own problem, hardware and thread count."""
-        with self._lock:
-            entries = self._read()
-            entries[self.key(plan.geometry, plan.dtype, plan.hardware, plan.threads)] = (
-                plan.to_dict()
-            )
-            content = {"format": STORE_FORMAT, "version": STORE_VERSION, "entries": entries}
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            temporary = self.path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
-            temporary.write_text(json.dumps(content))
-            os.replace(temporary, self.path)
-
-
-def tuned_plan(geometry, dtype_name, threads, tuned) -> Plan | None:
-    """The stored plan ``cso.conv2d(..., tuned=...)`` should use, if any."""
-    store = TunedPlans(None if tuned is True else tuned)
-    return store.get(geometry, dtype_name, Hardware.detect(), threads)

@@ -28,7 +28,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 
 import cso  # noqa: E402
-from cso.bench import _torch_peer, best_times  # noqa: E402
+from cso.measure import best_times, torch_peer  # noqa: E402
 from cso.models import resnet50  # noqa: E402
 
 DEFAULT_LAYERS = ("l1 3x3 64 @56", "l1 1x1 256->64 @56", "l4 3x3 512 @7")
@@ -57,7 +57,7 @@ def main(argv=None) -> None:
     unknown = [name for name in args.layers if name not in layers]
     if unknown:
         raise SystemExit(f"unknown layers {unknown}; ResNet-50's are {sorted(layers)}")
-    torch_run = _torch_peer(1)
+    torch_run = torch_peer(1)
     rng = np.random.default_rng(0)
     print(f"ResNet-50, one thread, GFLOP/s per image; batch {args.batch} against single images")
     print(

@@ -27,8 +27,8 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 
 import cso  # noqa: E402
-from cso.bench import _im2col_gemm, _torch_peer  # noqa: E402
-from cso.conv import _launch, _prepare_filters, _run  # noqa: E402
+from cso import executor  # noqa: E402
+from cso.measure import im2col_gemm, torch_peer  # noqa: E402
 from cso.workspace import workspace  # noqa: E402
 
 
@@ -56,25 +56,25 @@ def main():
     w = rng.standard_normal((16, 16, 1, 1), dtype=np.float32)
     plan = cso.plan_conv2d(x.shape, w.shape, threads=threads)
     y = np.empty(plan.geometry.output_shape, np.float32)
-    filters, bias = _prepare_filters(w, None, plan)
-    launch = _launch(plan, filters[2], threads, None)
+    filters = executor.filter_operands(w, None, plan)
+    launch = executor.launch_for(plan, filters.packed)
     operands = (
         x.reshape(-1),
-        filters[0],
-        filters[1],
-        bias,
-        False,
+        filters.array,
+        filters.edge,
+        filters.bias,
+        filters.has_bias,
         y.reshape(-1),
         workspace(launch.workspace_elements, np.float32),
         launch.bounds,
     )
     programs = {
         "cso.conv2d": lambda: cso.conv2d(x, w, threads=threads),
-        "_run (loop nest and its launch)": lambda: _run(x, filters, bias, False, y, plan, threads),
+        "executor.run (nest and launch)": lambda: executor.run(plan, x, filters, y),
         "loop nest alone": lambda: launch.loop_nest(*operands),
-        "im2col + matmul": lambda: _im2col_gemm(x, w, 1, 0),
+        "im2col + matmul": lambda: im2col_gemm(x, w, 1, 0),
     }
-    torch_run = _torch_peer(threads)
+    torch_run = torch_peer(threads)
     if torch_run is not None:
         programs["torch"] = lambda: torch_run(x, w, 1, 0)
     for name, seconds in _medians(programs).items():

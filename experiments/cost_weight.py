@@ -30,7 +30,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 
 import cso  # noqa: E402
-from cso.bench import best_times  # noqa: E402
+from cso.measure import best_times  # noqa: E402
 from cso.models import MODELS  # noqa: E402
 from forced_shapes import check_agree, describe, program_for  # noqa: E402
 
@@ -38,11 +38,11 @@ from forced_shapes import check_agree, describe, program_for  # noqa: E402
 def parse_setting(text):
     """``"stream_overlap=0.5"`` -> ``("stream_overlap", 0.5)``."""
     name, _, value = text.partition("=")
-    fields = {field.name: field.type for field in dataclasses.fields(cso.Hardware)}
+    fields = {field.name: field.type for field in dataclasses.fields(cso.CostWeights)}
     if fields.get(name) not in (float, "float"):
         floats = sorted(n for n, kind in fields.items() if kind in (float, "float"))
         raise argparse.ArgumentTypeError(
-            f"--set takes NAME=VALUE with NAME a float field of cso.Hardware "
+            f"--set takes NAME=VALUE with NAME a weight of cso.CostWeights "
             f"({', '.join(floats)}), got {text!r}"
         )
     return name, float(value)
@@ -82,8 +82,8 @@ def main():
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--list", action="store_true", help="print the changed plans only")
     args = parser.parse_args()
-    shipped = cso.Hardware.detect()
-    changed = dataclasses.replace(shipped, **dict(args.settings))
+    shipped = cso.detect_hardware()
+    changed = shipped.with_changes(**dict(args.settings))
     mode = "packed ahead" if args.packed else "per call"
     setting = ", ".join(f"{name}={value:g}" for name, value in args.settings)
     print(f"{args.model}, batch {args.batch}, {args.threads} thread(s), filters {mode}: {setting}")

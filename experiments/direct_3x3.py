@@ -26,7 +26,7 @@ import numpy as np  # noqa: E402
 from numba import njit  # noqa: E402
 
 import cso  # noqa: E402
-from cso.bench import best_times  # noqa: E402
+from cso.measure import best_times  # noqa: E402
 from cso.microkernels.outer_product import build_outer_product_kernel  # noqa: E402
 from cso.microkernels.peak import fma_peak_gflops  # noqa: E402
 from cso.packing.filters import aligned_empty, pack_filters_panels  # noqa: E402

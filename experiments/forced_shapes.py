@@ -30,7 +30,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 
 import cso  # noqa: E402
-from cso.bench import best_times  # noqa: E402
+from cso.measure import best_times  # noqa: E402
 from cso.models import MODELS  # noqa: E402
 
 OPERANDS = {"w": "windows", "f": "filters"}

@@ -27,11 +27,9 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 
 import cso  # noqa: E402
-from cso.analysis.explain import _padding_share  # noqa: E402
-from cso.bench import best_times  # noqa: E402
-from cso.conv import _prepare_filters, _run  # noqa: E402
+from cso.analysis.explain import padding_share  # noqa: E402
+from cso.measure import best_times, plan_program  # noqa: E402
 from cso.models import MODELS  # noqa: E402
-from cso.packing.filters import pack_bias, pack_filters_panels  # noqa: E402
 
 
 def main():
@@ -54,20 +52,16 @@ def main():
         if plan.vector_operand != "windows":
             continue
         g = plan.geometry
-        in_place, bias = _prepare_filters(w, None, plan)
-        panels = pack_filters_panels(w, g.groups, plan.filters_per_tile, np.float32)
-        packed = (panels, panels[: plan.filters_per_tile], True)
-        packed_bias = pack_bias(None, g.filters, g.groups, plan.filters_per_tile, np.float32)
-        outputs = {name: np.empty(g.output_shape, np.float32) for name in ("in place", "packed")}
+        # The same plan reading panels packed ahead instead of KCRS in place.
+        panels = cso.pack_filters(w, x.shape, stride=layer.stride, padding=layer.padding, plan=plan)
         programs = {
-            "in place": lambda: _run(x, in_place, bias, False, outputs["in place"], plan, 1),
-            "packed": lambda: _run(x, packed, packed_bias, False, outputs["packed"], plan, 1),
+            "in place": plan_program(plan, x, w),
+            "packed": plan_program(plan, x, w, prepacked=panels),
         }
-        for program in programs.values():
-            program()
+        outputs = {name: program().copy() for name, program in programs.items()}
         assert np.array_equal(outputs["in place"], outputs["packed"])
         best = best_times(programs, args.rounds)
-        macs = g.flops / 2 / (1 - _padding_share(plan))
+        macs = g.flops / 2 / (1 - padding_share(plan))
         elements = macs / plan.windows_per_tile
         extra = best["in place"] - best["packed"]
         cost = plan.cost_of(plan.schedule).cost

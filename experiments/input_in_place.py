@@ -28,7 +28,7 @@ import numpy as np  # noqa: E402
 
 import cso  # noqa: E402
 from cso.analysis import tiles  # noqa: E402
-from cso.bench import best_times  # noqa: E402
+from cso.measure import best_times  # noqa: E402
 from cso.models import MODELS  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

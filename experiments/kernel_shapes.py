@@ -27,7 +27,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 
 import cso  # noqa: E402
-from cso.bench import best_times  # noqa: E402
+from cso.measure import best_times  # noqa: E402
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from sampled_shapes import DATA, load, shapes  # noqa: E402

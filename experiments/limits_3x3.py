@@ -37,8 +37,8 @@ import numpy as np  # noqa: E402
 from numba import njit  # noqa: E402
 
 import cso  # noqa: E402
-from cso.analysis.explain import _padding_share  # noqa: E402
-from cso.bench import best_times, stage_times  # noqa: E402
+from cso.analysis.explain import padding_share  # noqa: E402
+from cso.measure import best_times, stage_times  # noqa: E402
 from cso.microkernels.outer_product import build_outer_product_kernel  # noqa: E402
 from cso.microkernels.peak import fma_peak_gflops  # noqa: E402
 from cso.models import resnet50, vgg16  # noqa: E402
@@ -72,7 +72,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
-    lanes = max(1, cso.Hardware.detect().vector_bytes // 4)
+    lanes = max(1, cso.detect_hardware().vector_bytes // 4)
     peak = fma_peak_gflops("float32", lanes)
     print(f"one thread, batch 1, float32; FMA peak {peak:.1f} GFLOP/s")
     layers = [
@@ -92,7 +92,7 @@ def main():
         w = rng.standard_normal(layer.w_shape, dtype=np.float32)
         params = dict(stride=layer.stride, padding=layer.padding)
         plan = cso.plan_conv2d(x.shape, w.shape, threads=1, **params)
-        stages = stage_times(x, w, params, 1, args.rounds)
+        stages = stage_times(plan, x, w, args.rounds)
         packed = cso.pack_filters(w, x.shape, threads=1, **params)
         programs = {
             "cso": lambda: cso.conv2d(x, w, threads=1, **params),
@@ -102,7 +102,7 @@ def main():
             program()
         best = best_times(programs, args.rounds)
         flops = plan.geometry.flops
-        padded = _padding_share(plan)
+        padded = padding_share(plan)
         executed = flops / (1 - padded)
         kernel_share = executed / stages["kernel"] / 1e9 / peak
         for p in (plan, packed.plan):

@@ -34,7 +34,7 @@ import numba  # noqa: E402
 import numpy as np  # noqa: E402
 
 import cso  # noqa: E402
-from cso.bench import _im2col_gemm, _torch_peer, best_times  # noqa: E402
+from cso.measure import best_times, im2col_gemm, torch_peer  # noqa: E402
 from cso.models import vgg16  # noqa: E402
 
 
@@ -53,7 +53,7 @@ def _reader(array, threads):
 
 def main():
     numba.set_num_threads(args.threads)
-    torch_run = _torch_peer(args.threads)
+    torch_run = torch_peer(args.threads)
     rng = np.random.default_rng(0)
     print(f"{args.threads} thread(s), batch 1, float32")
     print(
@@ -70,7 +70,7 @@ def main():
             "read": _reader(flat, args.threads),
             "cso": lambda: cso.conv2d(x, w, threads=args.threads),
             "packed": lambda: cso.conv2d(x, packed, threads=args.threads),
-            "im2col": lambda: _im2col_gemm(x, w, 1, 0),
+            "im2col": lambda: im2col_gemm(x, w, 1, 0),
         }
         if torch_run is not None:
             programs["torch"] = lambda: torch_run(x, w, 1, 0)

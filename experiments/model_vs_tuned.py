@@ -26,7 +26,7 @@ if os.environ.get("OPENBLAS_NUM_THREADS") is None:
     os.environ["OPENBLAS_NUM_THREADS"] = "1"
 
 import cso  # noqa: E402
-from cso.bench import best_times  # noqa: E402
+from cso.measure import best_times  # noqa: E402
 from cso.models import MODELS  # noqa: E402
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))

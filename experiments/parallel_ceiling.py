@@ -33,7 +33,7 @@ import threading
 import time
 
 
-from cso.microkernels.peak import _CHAINS, _fma_loop
+from cso.microkernels.peak import FMA_CHAINS, fma_loop
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from kernel_ceiling import cso_runner  # noqa: E402
@@ -47,10 +47,10 @@ KERNELS = [
 
 def fma_runner():
     """``(run(calls), flops per call)`` for the FMA loop, 100,000 iterations a call."""
-    loop = _fma_loop("float32", 16)
+    loop = fma_loop("float32", 16)
     loop(1000)
     iterations = 100_000
-    return (lambda calls: loop(iterations * calls)), iterations * _CHAINS * 16 * 2
+    return (lambda calls: loop(iterations * calls)), iterations * FMA_CHAINS * 16 * 2
 
 
 def rate(runners, flops, calls):

@@ -13,7 +13,7 @@ import time
 import numpy as np
 
 import cso
-from cso.bench import best_times
+from cso.measure import best_times
 from cso.models import MODELS
 
 

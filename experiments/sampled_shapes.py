@@ -31,7 +31,7 @@ if __name__ == "__main__" and os.environ.get("OPENBLAS_NUM_THREADS") != "1":
     os.execve(sys.executable, [sys.executable] + sys.argv, env)
 
 import cso  # noqa: E402
-from cso.bench import best_times  # noqa: E402
+from cso.measure import best_times  # noqa: E402
 
 DATA = (
     pathlib.Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "convbench_public.csv"

@@ -28,7 +28,7 @@ import numba  # noqa: E402
 import numpy as np  # noqa: E402
 
 import cso  # noqa: E402
-from cso.bench import best_times  # noqa: E402
+from cso.measure import best_times  # noqa: E402
 from cso.models import MODELS  # noqa: E402
 
 TARGET = 1.8

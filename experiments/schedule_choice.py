@@ -8,7 +8,7 @@ import argparse
 import numpy as np
 
 import cso
-from cso.bench import best_times
+from cso.measure import best_times
 from cso.models import MODELS
 
 

@@ -6,7 +6,7 @@
 ``python -m cso bench --breakdown`` times the stages of every layer of a
 run; this does the same for a few layers (by default ResNet-50's 56x56 and
 28x28 layers where torch is ahead at batch 8), with the stages of
-:func:`cso.bench.stage_times` (kernel, input packing, filters, the rest, by
+:func:`cso.measure.stage_times` (kernel, input packing, filters, the rest, by
 difference of variants of the loop nest).  It also prints each layer's rate
 and the kernel stage's alone, as shares of the FMA peak
 (:func:`cso.microkernels.peak.fma_peak_gflops`, per thread): how far the
@@ -24,7 +24,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 
 import cso  # noqa: E402
-from cso.bench import _kernel_name, stage_times  # noqa: E402
+from cso.measure import kernel_name, stage_times  # noqa: E402
 from cso.microkernels.peak import fma_peak_gflops  # noqa: E402
 from cso.models import MODELS  # noqa: E402
 
@@ -66,11 +66,11 @@ def main():
         w = rng.standard_normal(layer.w_shape, dtype=np.float32)
         params = dict(stride=layer.stride, padding=layer.padding)
         plan = cso.plan_conv2d(x_shape, w.shape, threads=args.threads, **params)
-        stages = stage_times(x, w, params, args.threads, args.rounds)
+        stages = stage_times(plan, x, w, args.rounds)
         gflop = layer.flops * args.batch / 1e9
         total = stages["total"]
         print(
-            f"{layer.name:<26} {_kernel_name(plan):>8} {total * 1e3:8.3f} "
+            f"{layer.name:<26} {kernel_name(plan):>8} {total * 1e3:8.3f} "
             + " ".join(f"{stages[s] / total:>13.0%}" for s in STAGES)
             + f" {gflop / total / peak:>8.0%} {gflop / stages['kernel'] / peak:>13.0%}",
             flush=True,

@@ -6,7 +6,7 @@
 For every distinct layer of the model, the same plan and the same operands
 are run through two builds of its loop nest, timed interleaved in one
 process (best of the rounds): as shipped, and the variant
-(:func:`cso.microkernels.registry.loop_module`):
+(:data:`cso.measure.VARIANTS`, patches of :func:`cso.macrokernel.specialise.loop_module`):
 
 * ``no-prefetch``: the micro-kernel without its software prefetch of its
   contiguous operand rows 16 reduction steps ahead;
@@ -37,8 +37,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 
 import cso  # noqa: E402
-from cso.bench import best_times  # noqa: E402
-from cso.conv import _packed_operands, _prepare_filters, _run  # noqa: E402
+from cso.measure import best_times, plan_program  # noqa: E402
 from cso.models import MODELS  # noqa: E402
 
 
@@ -49,16 +48,14 @@ def _programs(x, w, kwargs, threads, packed_ahead, variant):
         plan = packed.plan
         if plan.vector_operand == "reduction" and variant == "no-prefetch":
             return plan, None  # dot-product kernels do not prefetch
-        filters, bias, _ = _packed_operands(packed, plan)
     else:
+        packed = None
         plan = cso.plan_conv2d(x.shape, w.shape, threads=threads, **kwargs)
         if plan.vector_operand == "reduction" and variant == "no-prefetch":
             return plan, None
-        filters, bias = _prepare_filters(w, None, plan)
-    outputs = {v: np.empty(plan.geometry.output_shape, np.float32) for v in ("on", "off")}
     return plan, {
-        "on": lambda: _run(x, filters, bias, False, outputs["on"], plan, threads),
-        "off": lambda: _run(x, filters, bias, False, outputs["off"], plan, threads, variant),
+        "on": plan_program(plan, x, w, prepacked=packed),
+        "off": plan_program(plan, x, w, variant=variant, prepacked=packed),
     }
 
 

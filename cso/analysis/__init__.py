@@ -1,18 +1,31 @@
-"""Convolution slicing analysis: hardware description, tile rules, cost model, plan.
+"""Convolution slicing analysis: machine description, tile rules, cost model, plan.
 
-Pure Python, no JIT: everything here is a function of its arguments.
+Pure Python, no JIT: everything here is a function of its arguments, except
+:mod:`.detect`, which reads this machine.  The layers, each using only the
+ones above it: :mod:`.choices` (the named choices), :mod:`.weights` and
+:mod:`.hardware` (the machine), :mod:`.detect`, :mod:`.tiles` (the CSA
+rules), :mod:`.cost` (the traffic model), :mod:`.plan` (the frozen plan),
+:mod:`.planner` (the search) and :mod:`.explain` (the plan in words).
 """
 
+from .choices import SCHEDULES, VECTOR_OPERANDS, Schedule, VectorOperand
 from .cost import Traffic, schedule_traffic
 from .hardware import DEFAULT_HARDWARE, Hardware
-from .plan import SCHEDULES, Plan, plan_conv2d
+from .plan import Plan
+from .planner import plan_conv2d
+from .weights import DEFAULT_WEIGHTS, CostWeights
 
 __all__ = [
     "Hardware",
     "DEFAULT_HARDWARE",
+    "CostWeights",
+    "DEFAULT_WEIGHTS",
     "Plan",
     "plan_conv2d",
+    "Schedule",
     "SCHEDULES",
+    "VectorOperand",
+    "VECTOR_OPERANDS",
     "Traffic",
     "schedule_traffic",
 ]

@@ -46,6 +46,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from ..geometry import ceil_div
+from .choices import Schedule, VectorOperand
 
 
 @dataclass(frozen=True)
@@ -161,7 +162,7 @@ def output_tlb_misses(
     (each page entered once per channel tile) unless one tile's rows alone
     outnumber the TLB.
     """
-    cycled = k2 * pages_per_tile if schedule == "IS" else pages_per_tile
+    cycled = k2 * pages_per_tile if schedule == Schedule.IS else pages_per_tile
     if cycled > tlb_entries:
         return channel_tiles * window_tiles * filter_tiles * pages_per_tile
     return channel_tiles * output_pages
@@ -203,7 +204,7 @@ def transposed_stores(vector_operand: str, calls: int, out_tile_elements: int) -
     """``calls * Nf * Nwin`` for a filter-vectorised micro-kernel (it stores
     its tile element by element), 0 for the window-vectorised one (vector stores,
     in ``c_call``)."""
-    return calls * out_tile_elements if vector_operand == "filters" else 0
+    return calls * out_tile_elements if vector_operand == VectorOperand.FILTERS else 0
 
 
 def packed_filter_elements(
@@ -217,7 +218,7 @@ def packed_filter_elements(
     """``T_f*FS_all/s / N``: the filter elements a filter-vectorised plan packs
     in each call, per image (one packing serves the batch); 0 when the filters
     were packed ahead or the kernel reads them in place (windows orientation)."""
-    if vector_operand != "filters" or filters_prepacked:
+    if vector_operand != VectorOperand.FILTERS or filters_prepacked:
         return 0
     return ceil_div(filter_tiles * filter_all // element_bytes, max(1, batch))
 
@@ -235,7 +236,7 @@ def packed_input_elements(
     in place (its few edge tiles aside)."""
     if input_in_place:
         return 0
-    times = 1 if schedule == "IS" else filter_blocks
+    times = 1 if schedule == Schedule.IS else filter_blocks
     return times * window_tiles * input_all // element_bytes
 
 
@@ -246,7 +247,7 @@ def in_place_filter_reads(
     ``MACs / Nwin`` (one broadcast per ``Nwin`` multiply-adds) for a
     window-vectorised kernel called with unpacked filters, else 0 (its
     packed edge tiles are counted too: a few per call)."""
-    if vector_operand != "windows" or filters_prepacked:
+    if vector_operand != VectorOperand.WINDOWS or filters_prepacked:
         return 0
     return macs // windows_per_tile
 
@@ -283,7 +284,7 @@ def largest_job_share(
     """The largest job's share of one (group, image): ``min(K3, T_f)/T_f *
     ceil(T_w/parts)/T_w`` in WS (a filter block by a window part),
     ``min(K3, T_w)/T_w`` in IS (a window block)."""
-    if schedule == "IS":
+    if schedule == Schedule.IS:
         return min(k3, window_tiles) / window_tiles
     return (
         min(k3, filter_tiles) / filter_tiles * ceil_div(window_tiles, window_parts) / window_tiles
@@ -306,9 +307,9 @@ def hidden_stream_cost(
     the calls and is not hidden; IS's streams are not credited either
     (measured: crediting them picked IS where WS ran faster).
     """
-    streams = streamed_dram * hardware.dram_cost + streamed_l3 * hardware.l3_cost
-    compute = padded_macs * hardware.mac_cost * element_bytes / 4
-    return hardware.stream_overlap * min(streams, compute)
+    streams = streamed_dram * hardware.weights.dram_cost + streamed_l3 * hardware.weights.l3_cost
+    compute = padded_macs * hardware.weights.mac_cost * element_bytes / 4
+    return hardware.weights.stream_overlap * min(streams, compute)
 
 
 def weighted_cost(
@@ -338,17 +339,17 @@ def weighted_cost(
     streams' overlap with the FMAs, :func:`hidden_stream_cost`).  The counts
     are named as :class:`Traffic`'s fields."""
     return (
-        in_place_filter_reads * hardware.in_place_filter_cost
-        + transposed_stores * hardware.transposed_store_cost
-        + packed_filter_elements * hardware.filter_pack_cost
-        + packed_input_elements * hardware.input_pack_cost
-        + dram * hardware.dram_cost
-        + l3 * hardware.l3_cost
-        + l2 * hardware.l2_cost
-        + tlb_misses * hardware.tlb_miss_cost
-        + kernel_calls * hardware.call_cost
-        + l1_spill * hardware.l1_miss_cost
-        + padded_macs * hardware.mac_cost * element_bytes / 4
+        in_place_filter_reads * hardware.weights.in_place_filter_cost
+        + transposed_stores * hardware.weights.transposed_store_cost
+        + packed_filter_elements * hardware.weights.filter_pack_cost
+        + packed_input_elements * hardware.weights.input_pack_cost
+        + dram * hardware.weights.dram_cost
+        + l3 * hardware.weights.l3_cost
+        + l2 * hardware.weights.l2_cost
+        + tlb_misses * hardware.weights.tlb_miss_cost
+        + kernel_calls * hardware.weights.call_cost
+        + l1_spill * hardware.weights.l1_miss_cost
+        + padded_macs * hardware.weights.mac_cost * element_bytes / 4
         - hidden_stream_cost(
             hardware,
             element_bytes,
@@ -376,7 +377,7 @@ def schedule_traffic(
     element_bytes: int,
     hardware,
     window_parts: int = 1,
-    vector_operand: str = "windows",
+    vector_operand: VectorOperand = VectorOperand.WINDOWS,
     filters_prepacked: bool = False,
     batch: int = 1,
     input_in_place: bool = False,
@@ -423,7 +424,7 @@ def schedule_traffic(
     filters_level = "l3" if all_filters <= l3_usable else "dram"
     # What the micro-kernels read from L3 or DRAM as they compute.
     kernel_streams = {"dram": 0, "l3": 0}
-    if schedule == "IS":
+    if schedule == Schedule.IS:
         window_blocks = ceil_div(window_tiles, k3)
         filter_blocks = ceil_div(filter_tiles, k2)
         stationary_blocks = window_blocks
@@ -431,7 +432,7 @@ def schedule_traffic(
         levels["l3"] += is_input_reload_bytes(filter_blocks, window_tiles, input_all)
         levels["l3"] += packed_write_bytes(1, window_tiles, input_all)
         levels["l2"] += kernel_operand_bytes(window_tiles, filter_tiles, filter_all)
-    elif schedule == "WS":
+    elif schedule == Schedule.WS:
         filter_blocks = ceil_div(filter_tiles, k3)
         stationary_blocks = filter_blocks
         window_blocks = window_parts * ceil_div(ceil_div(window_tiles, window_parts), k2)
@@ -460,12 +461,12 @@ def schedule_traffic(
     calls = kernel_calls(channel_tiles, window_tiles, filter_tiles)
     # The stationary tile of the innermost loop, for the largest channel tile.
     depth = ceil_div(channels, channel_tiles) * kernel_area * s
-    stationary = depth * (windows_per_tile if schedule == "IS" else filters_per_tile)
-    streamed = depth * (filters_per_tile if schedule == "IS" else windows_per_tile)
+    stationary = depth * (windows_per_tile if schedule == Schedule.IS else filters_per_tile)
+    streamed = depth * (filters_per_tile if schedule == Schedule.IS else windows_per_tile)
     l1_usable = int(hardware.l1_bytes * hardware.usable_fraction)
     # The innermost loop runs over K2 tiles of the other operand (IS: filter
     # tiles; WS: window tiles), the stationary tile's reuse.
-    reuse = min(k2, filter_tiles if schedule == "IS" else window_tiles)
+    reuse = min(k2, filter_tiles if schedule == Schedule.IS else window_tiles)
     spill = l1_spill_bytes(stationary, streamed, out_tile, l1_usable, calls, reuse)
     macs = padded_macs(
         window_tiles, windows_per_tile, filter_tiles, filters_per_tile, channels * kernel_area
@@ -503,7 +504,7 @@ def schedule_traffic(
         threads,
         outer_jobs,
         stationary_blocks,
-        window_parts if schedule == "WS" else 1,
+        window_parts if schedule == Schedule.WS else 1,
         largest_job_share(schedule, window_tiles, filter_tiles, k3, window_parts),
     )
     cost = imbalance * weighted_cost(hardware, s, **counts) / images

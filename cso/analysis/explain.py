@@ -6,7 +6,9 @@ import numpy as np
 
 from ..geometry import ceil_div
 from . import tiles
+from .choices import Schedule, VectorOperand
 from .cost import hidden_stream_cost
+from .planner import plan_for_geometry
 
 _LEVELS = ("dram", "l3", "l2")
 
@@ -26,7 +28,7 @@ def _occupancy(plan) -> list:
     in_b = tiles.input_tile_bytes(plan.channel_tile, area, plan.windows_per_tile, s)
     fs_b = tiles.filter_tile_bytes(plan.channel_tile, area, plan.filters_per_tile, s)
     out_b = tiles.output_tile_bytes(plan.windows_per_tile, plan.filters_per_tile, s)
-    resident, streamed = (in_b, fs_b) if plan.schedule == "IS" else (fs_b, in_b)
+    resident, streamed = (in_b, fs_b) if plan.schedule == Schedule.IS else (fs_b, in_b)
     k2, k3 = plan.l2_tiles, plan.l3_tiles
     rows = [
         ("L1", in_b + fs_b + out_b, hw.l1_bytes),
@@ -38,7 +40,7 @@ def _occupancy(plan) -> list:
             name,
             used,
             tiles.usable_bytes(
-                cap, hw.usable_fraction * (1.0 if name == "L1" else hw.sweep_fraction)
+                cap, hw.usable_fraction * (1.0 if name == "L1" else hw.weights.sweep_fraction)
             ),
             cap,
         )
@@ -56,7 +58,7 @@ def _loop_nest(plan) -> str:
     images = (
         f"1 window run of {g.batch} image(s) folded" if plan.batch_folded else f"{g.batch} image(s)"
     )
-    if plan.schedule == "IS":
+    if plan.schedule == Schedule.IS:
         blocks = ceil_div(window_tiles, k3)
         return "\n".join(
             [
@@ -104,20 +106,20 @@ def _hidden(traffic, plan) -> float:
 
 def _why(plan) -> str:
     costs = dict(plan.costs)
-    other = "WS" if plan.schedule == "IS" else "IS"
+    other = Schedule.WS if plan.schedule == Schedule.IS else Schedule.IS
     chosen, rival = costs[plan.schedule], costs[other]
     if rival.cost == chosen.cost:
         return f"{plan.schedule}: both schedules cost the same; IS is the tie-break."
     hw = plan.hardware
     terms = {
-        "DRAM traffic": (rival.dram - chosen.dram) * hw.dram_cost,
-        "L3 traffic": (rival.l3 - chosen.l3) * hw.l3_cost,
-        "L2 traffic": (rival.l2 - chosen.l2) * hw.l2_cost,
-        "TLB misses": (rival.tlb_misses - chosen.tlb_misses) * hw.tlb_miss_cost,
-        "micro-kernel calls": (rival.kernel_calls - chosen.kernel_calls) * hw.call_cost,
-        "L1 spill": (rival.l1_spill - chosen.l1_spill) * hw.l1_miss_cost,
+        "DRAM traffic": (rival.dram - chosen.dram) * hw.weights.dram_cost,
+        "L3 traffic": (rival.l3 - chosen.l3) * hw.weights.l3_cost,
+        "L2 traffic": (rival.l2 - chosen.l2) * hw.weights.l2_cost,
+        "TLB misses": (rival.tlb_misses - chosen.tlb_misses) * hw.weights.tlb_miss_cost,
+        "micro-kernel calls": (rival.kernel_calls - chosen.kernel_calls) * hw.weights.call_cost,
+        "L1 spill": (rival.l1_spill - chosen.l1_spill) * hw.weights.l1_miss_cost,
         "input packing": (rival.packed_input_elements - chosen.packed_input_elements)
-        * hw.input_pack_cost,
+        * hw.weights.input_pack_cost,
         "streams hidden behind the FMAs": _hidden(chosen, plan) - _hidden(rival, plan),
         "thread balance": (rival.imbalance - chosen.imbalance) * chosen.cost / chosen.imbalance,
     }
@@ -132,8 +134,6 @@ def _why(plan) -> str:
 
 
 def _why_folded(plan) -> str:
-    from .plan import plan_for_geometry
-
     # The model's plan for the same micro-kernel, image by image.
     by_image = plan_for_geometry(
         plan.geometry,
@@ -150,11 +150,11 @@ def _why_folded(plan) -> str:
     folded, unfolded = plan.cost_of(plan.schedule), by_image.cost_of(by_image.schedule)
     return (
         f"batch folded: modelled cost {folded.cost:.3g} per image against {unfolded.cost:.3g} "
-        f"image by image ({by_image.schedule}, {_padding_share(by_image):.1%} padding)."
+        f"image by image ({by_image.schedule}, {padding_share(by_image):.1%} padding)."
     )
 
 
-def _padding_share(plan) -> float:
+def padding_share(plan) -> float:
     """Share of the micro-kernels' multiply-adds spent on padded rows and columns."""
     g = plan.geometry
     useful = (
@@ -180,12 +180,12 @@ def explain(plan) -> str:
         f"  L1 {_size(hw.l1_bytes)}, L2 {_size(hw.l2_bytes)} per core; L3 {_size(hw.l3_bytes)} "
         f"shared; line {hw.line_bytes} B; {hw.vector_bytes * 8}-bit vectors x "
         f"{hw.vector_registers} registers; {hw.cores} core(s); tiles may use "
-        f"{hw.usable_fraction:.0%} of each cache ({hw.sweep_fraction:.0%} of that for the "
+        f"{hw.usable_fraction:.0%} of each cache ({hw.weights.sweep_fraction:.0%} of that for the "
         f"swept K2/K3 blocks)",
-        f"  cost per byte: L2 {hw.l2_cost:g}, L3 {hw.l3_cost:g}, DRAM {hw.dram_cost:g}; "
-        f"per TLB miss {hw.tlb_miss_cost:g} ({hw.tlb_entries} entries, {hw.page_bytes} B pages); "
-        f"per micro-kernel call {hw.call_cost:g}; per L1-spilled byte {hw.l1_miss_cost:g}; "
-        f"share of WS's filter stream hidden behind the FMAs {hw.stream_overlap:g}",
+        f"  cost per byte: L2 {hw.weights.l2_cost:g}, L3 {hw.weights.l3_cost:g}, DRAM {hw.weights.dram_cost:g}; "
+        f"per TLB miss {hw.weights.tlb_miss_cost:g} ({hw.tlb_entries} entries, {hw.page_bytes} B pages); "
+        f"per micro-kernel call {hw.weights.call_cost:g}; per L1-spilled byte {hw.weights.l1_miss_cost:g}; "
+        f"share of WS's filter stream hidden behind the FMAs {hw.weights.stream_overlap:g}",
         "",
         "Problem",
         f"  x {x_shape}, w {w_shape} -> y {g.output_shape}, {plan.dtype}; "
@@ -197,8 +197,8 @@ def explain(plan) -> str:
         f"  micro-kernel Nf x Nwin = {plan.filters_per_tile} x {plan.windows_per_tile} "
         f"({plan.filters_per_tile * plan.windows_per_tile // plan.vector_lanes} accumulator "
         f"vectors of {plan.vector_lanes} {plan.vector_operand}"
-        + ("; needs the filters packed" if plan.vector_operand == "filters" else "")
-        + f"); {_padding_share(plan):.1%} of its multiply-adds are padding",
+        + ("; needs the filters packed" if plan.vector_operand == VectorOperand.FILTERS else "")
+        + f"); {padding_share(plan):.1%} of its multiply-adds are padding",
         f"  Nc = {nc} channels per tile; K2 = {plan.l2_tiles}; K3 = {plan.l3_tiles}; "
         f"planned for {plan.threads} thread(s)",
         "  windows: "

@@ -244,3 +244,21 @@ def reads_input_in_place(
         and not padded
         and 2 * plane_bytes <= page_bytes
     )
+
+
+def is_unstrided_unpadded_pointwise(kernel_height, kernel_width, stride_h, stride_w, padded):
+    """Whether a convolution is 1x1, stride 1 and unpadded: its windows are
+    then runs of the input's channel planes, readable in place."""
+    return kernel_height == kernel_width == 1 and stride_h == stride_w == 1 and not padded
+
+
+def packs_channels_outer(kernel_height, kernel_width, strided, padded, input_in_place) -> bool:
+    """Whether a 1x1 convolution's panels are packed channel by channel.
+
+    The panels of a 1x1, stride-1, unpadded convolution whose input is not
+    read in place are runs of the input's rows: copied a block of tiles at
+    a time, channel by channel, each row read a run at a time (ResNet-50's
+    such layers 1.02-1.13x faster than tile by tile,
+    ``python experiments/variants.py --variant tile-by-tile``).
+    """
+    return kernel_height == kernel_width == 1 and not strided and not padded and not input_in_place

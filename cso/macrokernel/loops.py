@@ -1,8 +1,8 @@
 """The macro-kernel: the cache-tiling loop nests that drive the micro-kernel.
 
 This file is a template as well as a module.  The global ``microkernel`` is
-bound per specialisation (Nf, Nwin, dtype, vector lanes) by
-:mod:`cso.microkernels.registry`, which writes this source plus one binding
+bound per specialisation (Nf, Nwin, dtype, vector lanes, orientation) by
+:mod:`cso.macrokernel.specialise`, which writes this source plus one binding
 line into its own file, so that every specialisation is a separate module
 with its own on-disk Numba cache.  Only loops live here; the arithmetic is
 in the micro-kernel and the data movement in :mod:`cso.packing`.
@@ -66,8 +66,11 @@ from cso.packing.filters import filter_panel_offset
 from cso.packing.inputs import pack_input_panel, pack_pointwise_panels
 from cso.packing.vector_copy import copy_run
 
-# Bound by cso.microkernels.registry in each generated specialisation.
+# Bound by cso.macrokernel.specialise in each generated specialisation: the
+# micro-kernel, and the packing's vector token of the plan's width
+# (cso.packing.transpose.vector_token; a global, so Numba freezes it).
 microkernel = None
+VECTOR_TOKEN = None
 
 
 @njit(nogil=True, parallel=True, cache=True)
@@ -262,6 +265,7 @@ def _pack_block(operands, b, image, group, channel_start, channels, first_tile, 
                 operands[5],
                 t * panel_size,
                 panel_size,
+                VECTOR_TOKEN,
             )
             t += run
         return
@@ -312,6 +316,7 @@ def _pack_tile(operands, b, image, group, channel_start, channels, window_start,
         panel_offset,
         b.out_height * b.out_width,
         b.groups * b.channels * b.height * b.width,
+        VECTOR_TOKEN,
     )
 
 
@@ -429,7 +434,7 @@ def _tile(
             row = start + i * windows
             tile_row = (shift + i) * nwin + done
             if first:
-                copy_run(y_flat, row, scratch, tile_row, count)
+                copy_run(y_flat, row, scratch, tile_row, count, VECTOR_TOKEN)
             else:
                 for j in range(count):
                     y_flat[row + j] += scratch[tile_row + j]

@@ -60,10 +60,11 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from ..analysis.choices import VectorOperand, parse_choice
+
 _LLVM_FLOAT = {"float32": ir.FloatType, "float64": ir.DoubleType}
 _NUMBA_FLOAT = {"float32": types.float32, "float64": types.float64}
 _LLVM_SUFFIX = {"float32": "f32", "float64": "f64"}
-VECTOR_OPERANDS = ("windows", "filters", "reduction")
 
 
 def _i32(value):
@@ -115,21 +116,18 @@ def build_outer_product_kernel(
     """
     if dtype_name not in _LLVM_FLOAT:
         raise ValueError(f"dtype_name must be 'float32' or 'float64', got {dtype_name!r}")
-    if vector_operand not in VECTOR_OPERANDS:
-        raise ValueError(
-            f"vector_operand must be one of {', '.join(VECTOR_OPERANDS)}, got {vector_operand!r}"
-        )
-    vectorised = windows_per_tile if vector_operand == "windows" else filters_per_tile
-    name = "windows_per_tile" if vector_operand == "windows" else "filters_per_tile"
-    if vector_operand != "reduction" and vectorised % vector_lanes:
+    vector_operand = parse_choice(VectorOperand, vector_operand, "vector_operand")
+    vectorised = windows_per_tile if vector_operand == VectorOperand.WINDOWS else filters_per_tile
+    name = "windows_per_tile" if vector_operand == VectorOperand.WINDOWS else "filters_per_tile"
+    if vector_operand != VectorOperand.REDUCTION and vectorised % vector_lanes:
         raise ValueError(
             f"{name} ({vectorised}) must be a multiple of vector_lanes ({vector_lanes}) "
             f"when vector_operand={vector_operand!r}"
         )
     # acc[a][v]: a runs over the broadcast operand, v over the vectors of the other.
-    if vector_operand == "windows":
+    if vector_operand == VectorOperand.WINDOWS:
         broadcasts, vectors = filters_per_tile, windows_per_tile // vector_lanes
-    elif vector_operand == "filters":
+    elif vector_operand == VectorOperand.FILTERS:
         broadcasts, vectors = windows_per_tile, filters_per_tile // vector_lanes
     else:
         broadcasts, vectors = filters_per_tile, windows_per_tile
@@ -182,7 +180,7 @@ def build_outer_product_kernel(
 
         def codegen(context, builder, signature, args):
             emitter = _Emitter(context, builder, signature, args, dtype_name, vector_lanes)
-            if vector_operand == "reduction":
+            if vector_operand == VectorOperand.REDUCTION:
                 emitter.emit_dot_products(broadcasts, vectors)
             else:
                 emitter.emit(
@@ -307,7 +305,7 @@ class _Emitter:
         """The loop over the reduction, accumulators as phis so that LLVM keeps
         them in registers throughout, then the write-back of the tile."""
         builder = self.builder
-        windows = vectors * self.lanes if vector_operand == "windows" else broadcasts
+        windows = vectors * self.lanes if vector_operand == VectorOperand.WINDOWS else broadcasts
         input_ahead = builder.mul(self.constant(prefetch_distance), self.inputs_stride)
         filter_ahead = builder.mul(self.constant(prefetch_distance), self.filters_k_stride)
         entry = builder.basic_block
@@ -328,7 +326,7 @@ class _Emitter:
             accumulators.append(row)
         filter_row = builder.gep(self.filters, [builder.mul(k, self.filters_k_stride)])
         input_row = builder.gep(self.inputs, [builder.mul(k, self.inputs_stride)])
-        if vector_operand == "windows":
+        if vector_operand == VectorOperand.WINDOWS:
             vector_row, scalar_row, scalar_stride = input_row, filter_row, self.filters_i_stride
         else:
             # Filter i of the row is at i * filters_i_stride, and the contract
@@ -345,7 +343,7 @@ class _Emitter:
             # 3.5% slower.  Past the tile's depth a packed panel runs on into
             # the next call's panel, worth fetching.  Limiting the input read in place to the depth
             # (1x1 layers) cost more in the loop than it saved.
-            if vector_operand == "windows":
+            if vector_operand == VectorOperand.WINDOWS:
                 self._prefetch_ahead(input_row, input_ahead, windows)
             else:
                 self._prefetch_ahead(filter_row, filter_ahead, vectors * self.lanes)
@@ -379,7 +377,7 @@ class _Emitter:
                 phi.add_incoming(updated[a][v], loop_end)
                 row.append(phi)
             finals.append(row)
-        if vector_operand == "windows":
+        if vector_operand == VectorOperand.WINDOWS:
             write_back = self._write_rows
         elif transposed_store and not self.lanes & (self.lanes - 1):
             write_back = self._write_columns

@@ -17,11 +17,14 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-_CHAINS = 12
+# Independent FMA chains per loop iteration: enough to cover the FMA latency.
+FMA_CHAINS = 12
 
 
 @functools.lru_cache(maxsize=None)
-def _fma_loop(dtype_name: str, lanes: int):
+def fma_loop(dtype_name: str, lanes: int):
+    """A jitted ``run(iterations)`` of :data:`FMA_CHAINS` independent vector FMA
+    chains of ``lanes`` ``dtype_name`` elements, registers only (memoised)."""
     element = ir.FloatType() if dtype_name == "float32" else ir.DoubleType()
     vector = ir.VectorType(element, lanes)
     suffix = "f32" if dtype_name == "float32" else "f64"
@@ -45,7 +48,7 @@ def _fma_loop(dtype_name: str, lanes: int):
             multiplier = ir.Constant(vector, [1.0000001] * lanes)
             addend = ir.Constant(vector, [0.9999999] * lanes)
             chains = []
-            for chain in range(_CHAINS):
+            for chain in range(FMA_CHAINS):
                 phi = builder.phi(vector)
                 phi.add_incoming(ir.Constant(vector, [float(chain)] * lanes), entry)
                 chains.append(phi)
@@ -84,7 +87,7 @@ def fma_peak_gflops(dtype_name: str = "float32", lanes: int = 16, seconds: float
     seconds : float
         Rough duration of each of the five timed runs.
     """
-    run = _fma_loop(dtype_name, lanes)
+    run = fma_loop(dtype_name, lanes)
     run(1000)
     iterations = 1_000_000
     elapsed = 0.0

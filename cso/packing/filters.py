@@ -28,7 +28,7 @@ import numpy as np
 from numba.extending import register_jitable
 
 from ..geometry import ceil_div
-from .transpose import transpose_into_panels
+from .transpose import transpose_into_panels, vector_token
 
 
 ALIGN_BYTES = 64
@@ -53,8 +53,11 @@ def is_aligned(array: np.ndarray) -> bool:
     return array.ctypes.data % ALIGN_BYTES == 0
 
 
-def pack_filters_panels(w: np.ndarray, groups: int, filters_per_tile: int, dtype) -> np.ndarray:
-    """Pack ``w[K][C_g][R][S]`` into ``[G][T_f][C_g*R*S][Nf]`` (flattened), zero-padded."""
+def pack_filters_panels(
+    w: np.ndarray, groups: int, filters_per_tile: int, dtype, vector_lanes: int
+) -> np.ndarray:
+    """Pack ``w[K][C_g][R][S]`` into ``[G][T_f][C_g*R*S][Nf]`` (flattened), zero-padded,
+    transposing blocks of ``vector_lanes`` (the plan's vector width)."""
     filters, channels_per_group, height, width = w.shape
     filters_per_group = filters // groups
     tiles = ceil_div(filters_per_group, filters_per_tile)
@@ -62,7 +65,14 @@ def pack_filters_panels(w: np.ndarray, groups: int, filters_per_tile: int, dtype
     source = np.ascontiguousarray(w, dtype=dtype).reshape(-1)
     packed = aligned_empty(groups * tiles * reduction * filters_per_tile, dtype)
     transpose_into_panels(
-        source, groups, filters_per_group, reduction, filters_per_tile, tiles, packed
+        source,
+        groups,
+        filters_per_group,
+        reduction,
+        filters_per_tile,
+        tiles,
+        packed,
+        vector_token(vector_lanes),
     )
     return packed
 

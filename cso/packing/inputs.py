@@ -79,6 +79,7 @@ def pack_input_panel(
     panel_offset,
     image_windows,
     image_elements,
+    vector,
 ):
     """Pack one input panel; see the module contract.
 
@@ -86,7 +87,9 @@ def pack_input_panel(
     ``image_offset`` the start of the group in the image of window 0.
     ``windows`` is where the zero columns start (``P*Q``, or ``N*P*Q``
     folded); window ``w`` is in image ``w // image_windows`` (``P*Q``),
-    ``image_elements`` (``G*C*H*W``) further on in ``x_flat``.
+    ``image_elements`` (``G*C*H*W``) further on in ``x_flat``.  ``vector``
+    is the vector token of the plan's width
+    (:func:`~cso.packing.transpose.vector_token`).
     """
     row_stride = kernel_width * windows_per_tile
     channel_stride = kernel_height * row_stride
@@ -112,6 +115,7 @@ def pack_input_panel(
                     channels,
                     channel_stride,
                     0,
+                    vector,
                 )
             return
         # A run ends at its output row's end, so it never crosses into another image.
@@ -142,6 +146,7 @@ def pack_input_panel(
                 channels,
                 channel_stride,
                 plane,
+                vector,
             )
         column += run
 
@@ -158,6 +163,7 @@ def pack_pointwise_panels(
     panels,
     panel_offset,
     panel_size,
+    vector,
 ):
     """Pack ``tiles`` consecutive window tiles of one image of a 1x1, stride-1,
     unpadded convolution into the panels at ``panels[panel_offset +
@@ -191,4 +197,5 @@ def pack_pointwise_panels(
             channels,
             windows_per_tile,
             plane,
+            vector,
         )

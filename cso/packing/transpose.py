@@ -1,7 +1,7 @@
 """Vector transposes: KCRS filter rows into filter panels.
 
 :func:`transpose_block` transposes one ``lanes x lanes`` block in vector
-registers (16 float32 or 8 float64 per 64-byte vector): ``lanes`` masked row
+registers (16 float32 or 8 float64 per AVX-512 vector): ``lanes`` masked row
 loads, ``log2(lanes)`` rounds of two-source shuffles, ``lanes`` masked row
 stores.  :func:`transpose_into_panels` tiles a whole filter tensor with it.
 
@@ -10,7 +10,16 @@ Numba's on-disk cache of a function is invalidated only by changes to the
 function's own source file, and an intrinsic in another file could change
 under a stale cached caller.  For the same reason :func:`masked_load_store`,
 which :mod:`.vector_copy`'s intrinsics share, is declared here: the kernels
-generated from those (:mod:`cso.microkernels.registry`) hash this file too.
+generated from those (:mod:`cso.macrokernel.specialise`) hash this file too.
+
+Vector width
+------------
+Every intrinsic here and in :mod:`.vector_copy` takes a last argument
+``vector``: a *vector token*, a tuple of ``lanes`` Nones
+(:func:`vector_token`).  Its length is part of its Numba type, so each
+width compiles (and caches) its own machine code, and the width comes from
+the plan (``Plan.vector_lanes``, from ``Hardware.vector_bytes``), never from
+a constant here.
 """
 
 from __future__ import annotations
@@ -20,7 +29,18 @@ from numba import njit, prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-_VECTOR_BYTES = 64
+def vector_token(lanes: int) -> tuple:
+    """The vector token for ``lanes`` elements per vector: ``(None,) * lanes``."""
+    if isinstance(lanes, bool) or not isinstance(lanes, int) or not 1 <= lanes <= 64:
+        raise ValueError(f"vector lanes must be an int in [1, 64], got {lanes!r}")
+    return (None,) * lanes
+
+
+def token_lanes(vector) -> int:
+    """The lanes a vector token's Numba type names (TypeError for anything else)."""
+    if not (isinstance(vector, types.UniTuple) and vector.dtype == types.none):
+        raise TypeError(f"vector must be a vector token (a tuple of Nones), got {vector}")
+    return vector.count
 
 
 def masked_load_store(module, vector):
@@ -49,13 +69,13 @@ def masked_load_store(module, vector):
 
 @intrinsic
 def transpose_block(
-    typingctx, dst, dst_offset, dst_stride, src, src_offset, src_stride, rows, columns, width
+    typingctx, dst, dst_offset, dst_stride, src, src_offset, src_stride, rows, columns, width, vector
 ):
     """``dst[dst_offset + j*dst_stride + i] = src[src_offset + i*src_stride + j]``
     for ``i < width``, ``j < columns``, reading zero for ``i >= rows``.
 
     ``rows <= width <= lanes`` and ``columns <= lanes``, with ``lanes`` the
-    elements of a 64-byte vector.  Masked-off lanes are neither read nor
+    lanes of the ``vector`` token.  Masked-off lanes are neither read nor
     written, so blocks at the edges of either array cannot fault and a block
     of missing rows (``rows = 0``) writes zeros without reading.
     """
@@ -67,15 +87,24 @@ def transpose_block(
     ):
         raise TypeError(f"transpose_block needs two float arrays of one dtype, got {dst}, {src}")
     float_type = dst.dtype
+    lanes = token_lanes(vector)
     sig = types.void(
-        dst, types.intp, types.intp, src, types.intp, types.intp, types.intp, types.intp, types.intp
+        dst,
+        types.intp,
+        types.intp,
+        src,
+        types.intp,
+        types.intp,
+        types.intp,
+        types.intp,
+        types.intp,
+        vector,
     )
 
     def codegen(context, builder, signature, args):
-        dst_a, dst_off, dst_step, src_a, src_off, src_step, rows_v, columns_v, width_v = args
+        dst_a, dst_off, dst_step, src_a, src_off, src_step, rows_v, columns_v, width_v, _ = args
         element = context.get_value_type(float_type)
         element_bytes = 4 if float_type == types.float32 else 8
-        lanes = _VECTOR_BYTES // element_bytes
         vector = ir.VectorType(element, lanes)
         pointer = vector.as_pointer()
         i32 = ir.IntType(32)
@@ -135,16 +164,16 @@ def transpose_block(
 
 @njit(cache=True, nogil=True, parallel=True)
 def transpose_into_panels(
-    source, groups, filters_per_group, reduction, filters_per_tile, tiles, packed
+    source, groups, filters_per_group, reduction, filters_per_tile, tiles, packed, vector
 ):
     """Filter rows ``source[G*K_g][C_g*R*S]`` into panels ``packed[G][T_f][C_g*R*S][Nf]``,
     zeros for the filters past ``K_g`` (see :mod:`cso.packing.filters`).
 
     One parallel job per (group, filter tile).  The reduction is the outer
     loop so that every panel row (``Nf`` elements, often two vectors) is
-    written whole while it is in L1.
+    written whole while it is in L1.  ``vector`` is the vector token.
     """
-    lanes = _VECTOR_BYTES // packed.itemsize
+    lanes = len(vector)
     for job in prange(groups * tiles):
         group, tile = job // tiles, job % tiles
         base = job * reduction * filters_per_tile
@@ -166,4 +195,5 @@ def transpose_into_panels(
                     present,
                     columns,
                     width,
+                    vector,
                 )

@@ -9,8 +9,9 @@
 Every run of any length costs ``ceil(count / lanes)`` vector operations
 and no scalar tail.
 
-LLVM lowers the 64-byte vectors to AVX-512, two AVX2 registers or four NEON
-ones, so the routine is portable; only its speed depends on the target.
+Each takes a last argument ``vector``, the vector token of the plan's
+width (:func:`~cso.packing.transpose.vector_token`); LLVM lowers the
+generic vectors to AVX-512, AVX2 or NEON, so the routines are portable.
 """
 
 from __future__ import annotations
@@ -20,13 +21,11 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from .transpose import masked_load_store
-
-_VECTOR_BYTES = 64
+from .transpose import masked_load_store, token_lanes
 
 
 @intrinsic
-def copy_run(typingctx, dst, dst_offset, src, src_offset, count):
+def copy_run(typingctx, dst, dst_offset, src, src_offset, count, vector):
     """Copy ``src[src_offset : src_offset + count]`` to ``dst[dst_offset : ...]``."""
     if not (
         isinstance(dst, types.Array)
@@ -36,13 +35,13 @@ def copy_run(typingctx, dst, dst_offset, src, src_offset, count):
     ):
         raise TypeError(f"copy_run needs two float arrays of one dtype, got {dst} and {src}")
     float_type = dst.dtype
-    sig = types.void(dst, types.intp, src, types.intp, types.intp)
+    lanes = token_lanes(vector)
+    sig = types.void(dst, types.intp, src, types.intp, types.intp, vector)
 
     def codegen(context, builder, signature, args):
-        dst_a, dst_off, src_a, src_off, count_v = args
+        dst_a, dst_off, src_a, src_off, count_v, _ = args
         element = context.get_value_type(float_type)
         element_bytes = 4 if float_type == types.float32 else 8
-        lanes = _VECTOR_BYTES // element_bytes
         vector = ir.VectorType(element, lanes)
         pointer = vector.as_pointer()
         load, store = masked_load_store(builder.module, vector)
@@ -100,6 +99,7 @@ def pack_row_runs(
     channels,
     dst_channel_stride,
     src_channel_stride,
+    vector,
 ):
     """Pack ``copies`` panel rows from one input row of each of ``channels``
     channels, zeros where it has none.
@@ -128,6 +128,7 @@ def pack_row_runs(
     ):
         raise TypeError(f"pack_row_runs needs two float arrays of one dtype, got {dst} and {src}")
     float_type = dst.dtype
+    lanes = token_lanes(vector)
     sig = types.void(
         dst,
         types.intp,
@@ -143,6 +144,7 @@ def pack_row_runs(
         types.intp,
         types.intp,
         types.intp,
+        vector,
     )
 
     def codegen(context, builder, signature, args):
@@ -161,10 +163,10 @@ def pack_row_runs(
             channels_v,
             dst_channel_stride,
             src_channel_stride,
+            _,
         ) = args
         element = context.get_value_type(float_type)
         element_bytes = 4 if float_type == types.float32 else 8
-        lanes = _VECTOR_BYTES // element_bytes
         suffix = "f32" if float_type == types.float32 else "f64"
         vector = ir.VectorType(element, lanes)
         pointer = vector.as_pointer()

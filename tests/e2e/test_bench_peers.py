@@ -4,12 +4,12 @@ import numpy as np
 import pytest
 
 import cso
-from cso.bench import _torch_peer
+from cso.measure import torch_peer
 
 
 def test_torch_peer_keeps_its_thread_count_after_cso_parallel_regions():
     torch = pytest.importorskip("torch")
-    run = _torch_peer(1)
+    run = torch_peer(1)
     rng = np.random.default_rng(0)
     x = rng.standard_normal((1, 4, 9, 9), dtype=np.float32)
     w = rng.standard_normal((8, 4, 3, 3), dtype=np.float32)

@@ -94,7 +94,7 @@ def test_any_tiling_is_correct(problem, seed, l1, l2, fold_batch):
     rng = np.random.default_rng(seed)
     x = rng.standard_normal(x_shape).astype(np.float32)
     w = rng.standard_normal(w_shape).astype(np.float32)
-    hardware = cso.Hardware.detect().with_changes(l1_bytes=l1, l2_bytes=l2, l3_bytes=4 * l2)
+    hardware = cso.detect_hardware().with_changes(l1_bytes=l1, l2_bytes=l2, l3_bytes=4 * l2)
     for schedule in ("IS", "WS"):
         plan = cso.plan_conv2d(
             x_shape, w_shape, hardware=hardware, schedule=schedule, fold_batch=fold_batch, **params

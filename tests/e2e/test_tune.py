@@ -8,7 +8,7 @@ from conftest import AVX512_CORE, assert_matches_reference
 
 import cso
 from cso.geometry import make_geometry
-from cso.tune import TunedPlans, tuned_plan
+from cso.tuned_store import TunedPlans, tuned_plan
 
 X_SHAPE, W_SHAPE = (1, 16, 12, 12), (24, 16, 3, 3)
 
@@ -29,10 +29,12 @@ def result():
 
 def test_tuner_times_the_analysis_plan_and_returns_the_fastest(result):
     timed = [c for c in result.candidates if c.seconds is not None]
-    assert any(c.origin == "analysis" for c in timed)
-    assert result.best_seconds == min(c.seconds for c in timed)
-    assert result.best in [c.plan for c in timed]
-    assert result.best_seconds <= result.analysis_seconds
+    assert [c.origin for c in timed][0] == "analysis"  # always timed, and first
+    assert all(0 < c.seconds < 1 for c in timed)
+    # tune() returns the plan that timed fastest, whatever the model thought of it.
+    fastest = min(timed, key=lambda c: c.seconds)
+    assert result.best == fastest.plan
+    assert result.analysis == timed[0].plan
     assert {c.plan.schedule for c in result.candidates} == {"IS", "WS"}
     assert len(result.candidates) > len(timed) or len(timed) > 1
     table = result.table()
@@ -78,8 +80,8 @@ def test_store_round_trip_and_conv2d_opt_in(tmp_path, result, rng, monkeypatch):
     # conv2d opts in: the stored plan is the one used.
     assert tuned_plan(geometry, "float32", 1, path) == result.best
     used = []
-    real_run = cso.conv._run
-    monkeypatch.setattr(cso.conv, "_run", lambda *a: used.append(a[5]) or real_run(*a))
+    real_run = cso.executor.run
+    monkeypatch.setattr(cso.executor, "run", lambda *a: used.append(a[0]) or real_run(*a))
     x = rng.standard_normal(X_SHAPE).astype(np.float32)
     w = rng.standard_normal(W_SHAPE).astype(np.float32)
     y = cso.conv2d(x, w, padding=1, threads=1, tuned=path)
@@ -113,7 +115,7 @@ def test_damaged_store_is_ignored_with_a_warning(tmp_path, text):
     path.write_text(text)
     geometry = make_geometry(X_SHAPE, W_SHAPE, padding=1)
     with pytest.warns(RuntimeWarning, match="ignored"):
-        assert TunedPlans(path).get(geometry, "float32", cso.Hardware.detect(), 1) is None
+        assert TunedPlans(path).get(geometry, "float32", cso.detect_hardware(), 1) is None
     x = np.ones(X_SHAPE, np.float32)
     w = np.ones(W_SHAPE, np.float32)
     with pytest.warns(RuntimeWarning, match="ignored"):

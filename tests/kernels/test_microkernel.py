@@ -156,9 +156,9 @@ def _fma_loop(assembly):
     ],
 )
 def test_inner_loop_has_no_spills(nf, nwin, dtype_name, lanes, vector_operand):
-    from cso.analysis.hardware import Hardware
+    from cso.analysis.detect import detect_hardware
 
-    if Hardware.detect().vector_bytes < 64:
+    if detect_hardware().vector_bytes < 64:
         pytest.skip("the 14-row shapes are sized for 32 AVX-512 registers")
     run = _driver(nf, nwin, dtype_name, lanes, vector_operand)
     dtype = np.dtype(dtype_name)

@@ -6,7 +6,7 @@ import pytest
 
 from cso.packing.filters import pack_bias, pack_edge_filters, pack_filters_panels
 from cso.packing.inputs import POINTWISE_CHUNK, pack_input_panel, pack_pointwise_panels
-from cso.packing.transpose import transpose_block
+from cso.packing.transpose import transpose_block, vector_token
 from cso.packing.vector_copy import copy_run, pack_row_runs
 
 
@@ -20,25 +20,32 @@ def _jitted(intrinsic):
     return run
 
 
+# The vector widths of SSE/NEON, AVX2 and AVX-512 in float32: the packing
+# takes its width from the plan, and must give the same panels at each.
+WIDTHS = [4, 8, 16]
+V16 = vector_token(16)
+
 _copy = _jitted(copy_run)
 _pack_rows = _jitted(pack_row_runs)
 _transpose = _jitted(transpose_block)
 
 
+@pytest.mark.parametrize("lanes", WIDTHS)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_copy_run_touches_exactly_its_run(dtype):
+def test_copy_run_touches_exactly_its_run(dtype, lanes):
     source = np.arange(100, dtype=dtype)
     for count in range(0, 40):
         target = np.full(64, -1, dtype)
-        _copy(target, 7, source, 2, count)
+        _copy(target, 7, source, 2, count, vector_token(lanes))
         expected = np.full(64, -1, dtype)
         expected[7 : 7 + count] = source[2 : 2 + count]
         assert np.array_equal(target, expected)
 
 
+@pytest.mark.parametrize("lanes", WIDTHS)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("step", [1, 2, 3])
-def test_pack_row_runs_against_the_definition(dtype, step):
+def test_pack_row_runs_against_the_definition(dtype, step, lanes):
     width = 23
     row = np.arange(1, width + 1, dtype=dtype)
     source = np.concatenate([np.full(9, np.nan, dtype), row, np.full(9, np.nan, dtype)])
@@ -62,6 +69,7 @@ def test_pack_row_runs_against_the_definition(dtype, step):
                     1,
                     0,
                     0,
+                    vector_token(lanes),
                 )
                 expected = np.full_like(target, -1)
                 for s in range(copies):
@@ -70,7 +78,7 @@ def test_pack_row_runs_against_the_definition(dtype, step):
                         expected[2 + s * stride + t] = row[column] if 0 <= column < width else 0
                 assert np.array_equal(target, expected)  # NaN outside the row is never read
     zeroed = np.full(10, -1, dtype)
-    _pack_rows(zeroed, 0, 5, source, 0, 0, step, 1, 2, 4, 0, 1, 0, 0)  # a row in the padding
+    _pack_rows(zeroed, 0, 5, source, 0, 0, step, 1, 2, 4, 0, 1, 0, 0, vector_token(lanes))  # a row in the padding
     assert np.array_equal(zeroed, [0, 0, 0, 0, -1] * 2)
 
 
@@ -83,8 +91,9 @@ def test_pack_row_runs_over_channels(step):
     stride, channel_stride = 24, 60
     target = np.full(channels * channel_stride, -1, np.float32)
     _pack_rows(
-        target, 1, stride, source, 5, -2, step, 1, 2, 17, width, channels, channel_stride, plane
-    )
+        target, 1, stride, source, 5, -2, step, 1, 2, 17, width, channels, channel_stride, plane,
+        V16,
+    )  # fmt: skip
     expected = np.full_like(target, -1)
     for c in range(channels):
         for s in range(2):
@@ -153,6 +162,7 @@ def test_input_panels(stride, dilation, padding):
                 7,
                 P * Q,
                 5 * 11 * 13,
+                V16,
             )
             expected = _expected_panel(
                 x, image, c0, nc, R, S, *stride, *dilation, padding, P, Q, w0, nwin
@@ -174,7 +184,7 @@ def test_input_panels_across_images():
         panel = np.full(nc * R * S * nwin + 5, np.nan, np.float32)
         pack_input_panel(
             x.reshape(-1), 0, H, W, 1, 1, c0, nc, R, S, 1, 1, 1, 1, Q, images * P * Q, w0,
-            nwin, panel, 5, P * Q, C * H * W,
+            nwin, panel, 5, P * Q, C * H * W, V16,
         )  # fmt: skip
         expected = np.zeros((nc * R * S, nwin), np.float32)
         for j in range(nwin):
@@ -210,6 +220,7 @@ def test_pointwise_panels_are_the_tiles_panels(dtype):
                 panels,
                 4,
                 size,
+                V16,
             )
             for t in range(tiles):
                 expected = _expected_panel(
@@ -236,7 +247,7 @@ def test_pointwise_panels_are_the_tiles_panels(dtype):
 def test_filter_panels_layout():
     rng = np.random.default_rng(1)
     w = rng.standard_normal((10, 3, 2, 2))  # two groups of K_g = 5
-    packed = pack_filters_panels(w, 2, 4, np.float64).reshape(2, 2, 12, 4)
+    packed = pack_filters_panels(w, 2, 4, np.float64, 8).reshape(2, 2, 12, 4)
     for g in range(2):
         for k in range(5):
             tile, i = divmod(k, 4)
@@ -244,14 +255,15 @@ def test_filter_panels_layout():
         assert not packed[g, 1, :, 1:].any()  # rows past K_g are zero
 
 
+@pytest.mark.parametrize("lanes", WIDTHS)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_transpose_block_writes_exactly_its_block(dtype):
-    lanes = 64 // np.dtype(dtype).itemsize
+def test_transpose_block_writes_exactly_its_block(dtype, lanes):
     rng = np.random.default_rng(3)
     source = rng.standard_normal((lanes + 3) * 40).astype(dtype)
-    for rows, columns, width in [(lanes, lanes, lanes), (0, lanes, lanes), (3, 5, 7), (1, 1, 1)]:
+    blocks = [(lanes, lanes, lanes), (0, lanes, lanes), (3, min(5, lanes), lanes - 1), (1, 1, 1)]
+    for rows, columns, width in blocks:
         target = np.full(40 * lanes, np.nan, dtype)
-        _transpose(target, 5, 40, source, 2, lanes + 3, rows, columns, width)
+        _transpose(target, 5, 40, source, 2, lanes + 3, rows, columns, width, vector_token(lanes))
         expected = np.full(40 * lanes, np.nan, dtype)
         block = source[2:].reshape(-1)[: rows * (lanes + 3)].reshape(rows, lanes + 3)[:, :columns]
         for j in range(columns):
@@ -260,14 +272,15 @@ def test_transpose_block_writes_exactly_its_block(dtype):
         np.testing.assert_array_equal(target, expected)
 
 
+@pytest.mark.parametrize("lanes", WIDTHS)
 @pytest.mark.parametrize("filters_per_tile", [8, 14, 32])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_filter_panels_of_kernel_sized_tiles(filters_per_tile, dtype):
+def test_filter_panels_of_kernel_sized_tiles(filters_per_tile, dtype, lanes):
     # Reductions and tiles that are not multiples of the vector blocks.
     rng = np.random.default_rng(4)
     w = rng.standard_normal((2 * 37, 3, 7, 7)).astype(dtype)  # two groups, K_g = 37
     tiles = -(-37 // filters_per_tile)
-    packed = pack_filters_panels(w, 2, filters_per_tile, dtype)
+    packed = pack_filters_panels(w, 2, filters_per_tile, dtype, lanes)
     panels = packed.reshape(2, tiles, 147, filters_per_tile)
     expected = np.zeros((2, tiles * filters_per_tile, 147), dtype)
     expected[:, :37] = w.reshape(2, 37, 147)
@@ -279,7 +292,7 @@ def test_edge_filters_are_the_packed_last_tile():
     rng = np.random.default_rng(2)
     w = rng.standard_normal((10, 3, 2, 2))
     edges = pack_edge_filters(w.reshape(-1), 2, 5, 12, 4).reshape(2, 12, 4)
-    full = pack_filters_panels(w, 2, 4, np.float64).reshape(2, 2, 12, 4)
+    full = pack_filters_panels(w, 2, 4, np.float64, 8).reshape(2, 2, 12, 4)
     assert np.array_equal(edges, full[:, 1])
     assert pack_edge_filters(w.reshape(-1), 2, 5, 12, 5).size == 5  # no edge tile
 

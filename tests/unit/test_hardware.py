@@ -3,16 +3,16 @@ import dataclasses
 
 import pytest
 
-from cso.analysis import hardware as hw
+from cso.analysis import detect
 from cso.analysis.hardware import DEFAULT_HARDWARE, Hardware
 
 
 def test_detect_describes_this_machine():
-    machine = Hardware.detect()
+    machine = detect.detect_hardware()
     assert machine.l1_bytes < machine.l2_bytes <= machine.l3_bytes
     assert machine.vector_bytes in (16, 32, 64)
     assert machine.cores >= 1
-    assert Hardware.detect() is machine  # probed once
+    assert detect.detect_hardware() is machine  # probed once
 
 
 def test_hardware_is_frozen_and_validated():
@@ -26,9 +26,9 @@ def test_hardware_is_frozen_and_validated():
 
 
 def _fresh_detect(monkeypatch, cpuinfo_fields, sysfs_fields):
-    monkeypatch.setattr(hw, "_from_cpuinfo", lambda cores: dict(cpuinfo_fields))
-    monkeypatch.setattr(hw, "_from_sysfs", lambda: dict(sysfs_fields))
-    return hw._probe()
+    monkeypatch.setattr(detect, "from_cpuinfo", lambda cores: dict(cpuinfo_fields))
+    monkeypatch.setattr(detect, "from_sysfs", lambda: dict(sysfs_fields))
+    return detect.probe()
 
 
 def test_cpuinfo_first_then_sysfs(monkeypatch):
@@ -38,7 +38,7 @@ def test_cpuinfo_first_then_sysfs(monkeypatch):
 
 
 def test_defaults_when_everything_is_silent(monkeypatch):
-    monkeypatch.setattr(hw, "_flags_from_proc", lambda: [])
+    monkeypatch.setattr(detect, "flags_from_proc", lambda: [])
     machine = _fresh_detect(monkeypatch, {}, {})
     assert machine.l2_bytes == DEFAULT_HARDWARE.l2_bytes
     assert machine.source == "defaults"
@@ -53,8 +53,8 @@ def test_cpuinfo_absent(monkeypatch):
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_cpuinfo)
-    assert hw._from_cpuinfo(2) == {}
-    machine = hw._probe()
+    assert detect.from_cpuinfo(2) == {}
+    machine = detect.probe()
     assert "py-cpuinfo" not in machine.source
     assert machine.l1_bytes >= 1
 
@@ -63,7 +63,7 @@ def test_cpuinfo_silent(monkeypatch):
     import cpuinfo
 
     monkeypatch.setattr(cpuinfo, "get_cpu_info", lambda: {})
-    assert hw._from_cpuinfo(2) == {}
+    assert detect.from_cpuinfo(2) == {}
 
 
 def test_cpuinfo_totals_are_divided_per_core(monkeypatch):
@@ -81,7 +81,7 @@ def test_cpuinfo_totals_are_divided_per_core(monkeypatch):
             "flags": ["avx2", "fma"],
         },
     )
-    fields = hw._from_cpuinfo(2)
+    fields = detect.from_cpuinfo(2)
     assert fields["l1_bytes"] == 49152 and fields["l2_bytes"] == 2097152
     assert fields["l3_bytes"] == 8 << 20
     assert "line_bytes" not in fields  # 2048 is not a line size
@@ -106,13 +106,13 @@ def test_sysfs_parser(tmp_path):
             ("coherency_line_size", 64),
         ):
             (folder / name).write_text(f"{value}\n")
-    assert hw._from_sysfs(str(tmp_path)) == {
+    assert detect.from_sysfs(str(tmp_path)) == {
         "l1_bytes": 48 * 1024,
         "l2_bytes": 2048 * 1024,
         "l3_bytes": 32 << 20,
         "line_bytes": 64,
     }
-    assert hw._from_sysfs(str(tmp_path / "missing")) == {}
+    assert detect.from_sysfs(str(tmp_path / "missing")) == {}
 
 
 def test_detection_is_stored_and_reprobed_when_stale(monkeypatch, tmp_path):
@@ -123,20 +123,20 @@ def test_detection_is_stored_and_reprobed_when_stale(monkeypatch, tmp_path):
         probes.append(1)
         return DEFAULT_HARDWARE.with_changes(l2_bytes=3 << 20, source="probe")
 
-    monkeypatch.setattr(hw, "_probe", fake_probe)
-    hw._detect.cache_clear()
+    monkeypatch.setattr(detect, "probe", fake_probe)
+    detect.stored_or_probed.cache_clear()
     try:
-        first = Hardware.detect()
-        hw._detect.cache_clear()
-        assert Hardware.detect() == first and len(probes) == 1  # read back, not probed
-        monkeypatch.setattr(hw, "_machine_key", lambda: "another machine")
-        hw._detect.cache_clear()
-        Hardware.detect()
+        first = detect.detect_hardware()
+        detect.stored_or_probed.cache_clear()
+        assert detect.detect_hardware() == first and len(probes) == 1  # read back, not probed
+        monkeypatch.setattr(detect, "machine_key", lambda: "another machine")
+        detect.stored_or_probed.cache_clear()
+        detect.detect_hardware()
         assert len(probes) == 2  # another key: probed again
         stored = (tmp_path / "hardware.json").read_text()
         assert "l2_cost" not in stored  # costs are never frozen into the store
         (tmp_path / "hardware.json").write_text("{ not json")
-        hw._detect.cache_clear()
-        assert Hardware.detect().l2_bytes == 3 << 20 and len(probes) == 3
+        detect.stored_or_probed.cache_clear()
+        assert detect.detect_hardware().l2_bytes == 3 << 20 and len(probes) == 3
     finally:
-        hw._detect.cache_clear()
+        detect.stored_or_probed.cache_clear()

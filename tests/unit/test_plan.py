@@ -7,7 +7,7 @@ import pytest
 
 from conftest import AVX512_CORE
 
-from cso import Hardware, plan_conv2d
+from cso import Hardware, Plan, plan_conv2d
 from cso.analysis import tiles
 from cso.analysis.cost import schedule_traffic
 from cso.geometry import ceil_div
@@ -44,7 +44,7 @@ def _sizes(plan, channel_tile):
 def _usable(hardware, level):
     fraction = hardware.usable_fraction
     if level != "l1":  # the K2 and K3 blocks are swept: a share of the usable bytes
-        fraction *= hardware.sweep_fraction
+        fraction *= hardware.weights.sweep_fraction
     return int(getattr(hardware, f"{level}_bytes") * fraction)
 
 
@@ -91,40 +91,17 @@ def test_each_rule_holds_and_is_tight(hardware, x_shape, w_shape, stride, paddin
 
 
 def test_channel_tile_is_the_cheapest_candidate():
-    from cso.analysis.plan import _cache_tiles, _traffic, _window_space
+    from cso.analysis.planner import TileChoice, cache_tiles, schedule_cost
 
     plan = plan_conv2d((1, 512, 7, 7), (512, 512, 3, 3), padding=1, hardware=AVX512, threads=1)
-    g = plan.geometry
-    space = _window_space(g, plan.batch_folded)
     rule = tiles.channel_tile(
         _usable(AVX512, "l1"), 512, 9, plan.filters_per_tile, plan.windows_per_tile, 4
     )
     for name, (nc, k2, k3) in plan.tiles_by_schedule:
         chosen = dict(plan.costs)[name].cost
         for candidate in tiles.channel_tile_candidates(rule, 512):
-            ck2, ck3 = _cache_tiles(
-                g,
-                space,
-                AVX512,
-                name,
-                candidate,
-                plan.filters_per_tile,
-                plan.windows_per_tile,
-                4,
-                1,
-            )
-            other = _traffic(
-                g,
-                space,
-                AVX512,
-                name,
-                candidate,
-                plan.filters_per_tile,
-                plan.windows_per_tile,
-                ck2,
-                ck3,
-                4,
-            )
+            ck2, ck3 = cache_tiles(plan, name, candidate)
+            other = schedule_cost(plan, TileChoice(name, candidate, ck2, ck3))
             assert chosen <= other.cost
     # Few windows: deeper tiles than the L1 rule's pay for themselves (fewer calls).
     assert plan.channel_tile > rule
@@ -224,16 +201,16 @@ def test_cost_model_counts_by_hand():
     assert is_traffic.kernel_calls == ws_traffic.kernel_calls == 8
     assert is_traffic.l1_spill == ws_traffic.l1_spill == 0
     assert is_traffic.cost == (
-        is_traffic.dram * AVX512.dram_cost
-        + is_traffic.l3 * AVX512.l3_cost
-        + is_traffic.l2 * AVX512.l2_cost
-        + AVX512.tlb_miss_cost
-        + 8 * AVX512.call_cost
-        + is_traffic.padded_macs * AVX512.mac_cost
-        + window_tiles * input_all // 4 * AVX512.input_pack_cost
+        is_traffic.dram * AVX512.weights.dram_cost
+        + is_traffic.l3 * AVX512.weights.l3_cost
+        + is_traffic.l2 * AVX512.weights.l2_cost
+        + AVX512.weights.tlb_miss_cost
+        + 8 * AVX512.weights.call_cost
+        + is_traffic.padded_macs * AVX512.weights.mac_cost
+        + window_tiles * input_all // 4 * AVX512.weights.input_pack_cost
         # Per call, the window-vectorised kernel broadcasts one filter
         # element in place per 16 windows: MACs / 16 reads.
-        + is_traffic.padded_macs // 16 * AVX512.in_place_filter_cost
+        + is_traffic.padded_macs // 16 * AVX512.weights.in_place_filter_cost
     )
     assert is_traffic.in_place_filter_reads == is_traffic.padded_macs // 16
     # Only WS's filter stream is credited as hidden behind the FMAs: its B_w = 2
@@ -241,15 +218,15 @@ def test_cost_model_counts_by_hand():
     assert (is_traffic.streamed_l3, is_traffic.streamed_dram) == (0, 0)
     assert (ws_traffic.streamed_l3, ws_traffic.streamed_dram) == (2 * filter_tiles * filter_all, 0)
     assert ws_traffic.cost == (
-        ws_traffic.dram * AVX512.dram_cost
-        + ws_traffic.l3 * AVX512.l3_cost
-        + ws_traffic.l2 * AVX512.l2_cost
-        + AVX512.tlb_miss_cost
-        + 8 * AVX512.call_cost
-        + ws_traffic.padded_macs * AVX512.mac_cost
-        + 2 * window_tiles * input_all // 4 * AVX512.input_pack_cost
-        + ws_traffic.padded_macs // 16 * AVX512.in_place_filter_cost
-        - AVX512.stream_overlap * ws_traffic.streamed_l3 * AVX512.l3_cost
+        ws_traffic.dram * AVX512.weights.dram_cost
+        + ws_traffic.l3 * AVX512.weights.l3_cost
+        + ws_traffic.l2 * AVX512.weights.l2_cost
+        + AVX512.weights.tlb_miss_cost
+        + 8 * AVX512.weights.call_cost
+        + ws_traffic.padded_macs * AVX512.weights.mac_cost
+        + 2 * window_tiles * input_all // 4 * AVX512.weights.input_pack_cost
+        + ws_traffic.padded_macs // 16 * AVX512.weights.in_place_filter_cost
+        - AVX512.weights.stream_overlap * ws_traffic.streamed_l3 * AVX512.weights.l3_cost
     )
     prepacked = schedule_traffic("IS", k2=1, k3=2, filters_prepacked=True, **common)
     assert prepacked.in_place_filter_reads == 0
@@ -264,30 +241,30 @@ def test_cost_model_counts_by_hand():
 def test_hidden_stream_cost_by_hand():
     from cso.analysis.cost import hidden_stream_cost
 
-    hardware = dataclasses.replace(AVX512, stream_overlap=0.5)
+    hardware = AVX512.with_changes(stream_overlap=0.5)
     # 1000 L3 bytes (6000 units) behind 10**4 float32 MACs (40000 units): half hidden.
     assert (
         hidden_stream_cost(hardware, 4, streamed_dram=0, streamed_l3=1000, padded_macs=10**4)
-        == 0.5 * 1000 * hardware.l3_cost
+        == 0.5 * 1000 * hardware.weights.l3_cost
     )
     # A stream longer than the MACs hides only as much as they take.
     assert (
         hidden_stream_cost(hardware, 4, streamed_dram=10**5, streamed_l3=0, padded_macs=10**4)
-        == 0.5 * 10**4 * hardware.mac_cost
+        == 0.5 * 10**4 * hardware.weights.mac_cost
     )
     # float64 MACs take two float32 lanes: twice the time to hide behind.
     assert (
         hidden_stream_cost(hardware, 8, streamed_dram=10**5, streamed_l3=0, padded_macs=10**4)
-        == 0.5 * 10**4 * hardware.mac_cost * 2
+        == 0.5 * 10**4 * hardware.weights.mac_cost * 2
     )
-    no_overlap = dataclasses.replace(AVX512, stream_overlap=0.0)
+    no_overlap = AVX512.with_changes(stream_overlap=0.0)
     assert hidden_stream_cost(no_overlap, 4, streamed_dram=1, streamed_l3=1, padded_macs=1) == 0
 
 
 def test_stream_overlap_is_validated():
     for bad in (-0.1, 1.5):
         with pytest.raises(ValueError, match="stream_overlap must be in"):
-            dataclasses.replace(AVX512, stream_overlap=bad)
+            AVX512.with_changes(stream_overlap=bad)
 
 
 def test_two_threads_split_the_windows_of_a_7x7_layer_with_large_filters():
@@ -296,7 +273,7 @@ def test_two_threads_split_the_windows_of_a_7x7_layer_with_large_filters():
     # which hides behind the FMAs (measured 1.07-1.10x faster, cost_weight.py).
     plan = plan_conv2d((1, 512, 7, 7), (512, 512, 3, 3), padding=1, hardware=AVX512, threads=2)
     assert (plan.schedule, plan.window_parts) == ("WS", 2)
-    summed = dataclasses.replace(AVX512, stream_overlap=0.0)
+    summed = AVX512.with_changes(stream_overlap=0.0)
     plan = plan_conv2d((1, 512, 7, 7), (512, 512, 3, 3), padding=1, hardware=summed, threads=2)
     assert (plan.schedule, plan.window_parts) == ("WS", 1)
 
@@ -422,7 +399,7 @@ def test_vector_operand_can_be_forced_and_is_validated():
         "windows"
     )
     with pytest.raises(
-        ValueError, match="vector_operand must be 'windows', 'filters', 'reduction' or None"
+        ValueError, match="vector_operand must be one of 'windows', 'filters', 'reduction' or None"
     ):
         plan_conv2d((1, 8, 9, 9), (40, 8, 3, 3), vector_operand="channels")
     with pytest.raises(ValueError, match="filters_per_tile must be a multiple of the vector"):
@@ -436,8 +413,6 @@ def test_vector_operand_can_be_forced_and_is_validated():
 
 
 def test_plan_dict_keeps_the_vector_operand():
-    from cso.analysis.plan import Plan
-
     plan = plan_conv2d((1, 8, 9, 9), (40, 8, 3, 3), hardware=AVX512, vector_operand="filters")
     assert Plan.from_dict(plan.to_dict()) == plan
     older = plan.to_dict()
@@ -479,8 +454,6 @@ def test_small_planes_fold_the_batch_into_the_windows():
 
 
 def test_fold_batch_is_validated_and_kept():
-    from cso.analysis.plan import Plan
-
     with pytest.raises(ValueError, match="fold_batch"):
         plan_conv2d((2, 8, 7, 7), (8, 8, 3, 3), fold_batch="yes")
     with pytest.raises(ValueError, match="fold_batch"):

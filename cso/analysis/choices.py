@@ -1,0 +1,68 @@
+"""The named choices a plan makes: the schedule and the micro-kernel's vector operand.
+
+Both are ``str`` enums, so a member equals (and hashes like) its value:
+``Schedule.IS == "IS"``, and JSON writes it as ``"IS"``.  Users may pass
+either; the analysis converts with :func:`parse_choice`, which names the
+parameter and the values allowed when it fails.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class _Choice(str, Enum):
+    """A ``str`` enum printed as its value (``f"{Schedule.IS}"`` is ``"IS"``)."""
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+
+class Schedule(_Choice):
+    """Which operand a cache-tiling loop nest keeps resident.
+
+    ``IS`` (input-stationary) keeps packed input tiles and streams the
+    filters; ``WS`` (weight-stationary) keeps filter tiles and streams the
+    input.
+    """
+
+    IS = "IS"
+    WS = "WS"
+
+
+class VectorOperand(_Choice):
+    """What fills the micro-kernel's vector registers.
+
+    ``WINDOWS``: output windows (the SConv kernel, ``Nwin`` a multiple of the
+    lanes, filters broadcast); ``FILTERS``: output filters (``Nf`` a multiple
+    of the lanes, every filter packed); ``REDUCTION``: the reduction (dot
+    products, for a window that is the whole unpadded input).
+    """
+
+    WINDOWS = "windows"
+    FILTERS = "filters"
+    REDUCTION = "reduction"
+
+
+SCHEDULES = tuple(Schedule)
+VECTOR_OPERANDS = tuple(VectorOperand)
+
+
+def parse_choice(kind, value, name: str):
+    """``value`` as a member of the enum ``kind``, or None for None.
+
+    Raises
+    ------
+    ValueError
+        Naming ``name`` and the allowed values, for anything else.
+    """
+    if value is None:
+        return None
+    try:
+        return kind(value)
+    except ValueError:
+        allowed = ", ".join(repr(member.value) for member in kind)
+        raise ValueError(f"{name} must be one of {allowed} or None, got {value!r}") from None

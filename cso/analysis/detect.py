@@ -1,0 +1,233 @@
+"""Detecting this machine: py-cpuinfo, then Linux's ``/sys``, then defaults.
+
+:func:`detect_hardware` asks py-cpuinfo first, then
+``/sys/devices/system/cpu``, then falls back to the stated defaults
+(:data:`~cso.analysis.hardware.DEFAULT_HARDWARE`), field by field.
+py-cpuinfo takes about a second (it runs a subprocess), so the result is
+kept in ``hardware.json`` in the cache directory, keyed by the host, the
+CPU and the core count, and probed again whenever that key changes.  The
+environment variables ``CSO_L1``, ``CSO_L2``, ``CSO_L3``, ``CSO_LINE``,
+``CSO_VECTOR_BYTES``, ``CSO_VECTOR_REGISTERS`` and ``CSO_CORES`` override
+what was detected.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import platform
+from dataclasses import replace
+
+from ..cachedir import cache_directory
+from .hardware import DEFAULT_HARDWARE, Hardware, parse_size
+
+_SYSFS_CPU = "/sys/devices/system/cpu"
+
+
+def detect_hardware() -> Hardware:
+    """Describe this machine (memoised: the probes run once per process).
+
+    The environment variables ``CSO_L1``, ``CSO_L2``, ``CSO_L3``,
+    ``CSO_LINE``, ``CSO_VECTOR_BYTES``, ``CSO_VECTOR_REGISTERS`` and
+    ``CSO_CORES`` (sizes accept ``K``/``M``/``G`` suffixes) override what
+    was detected, so plans for another machine can be made here; they are
+    read at the first call (a bad value raises, then and at every call
+    until it is fixed).  The cost weights are the defaults
+    (:data:`~cso.analysis.weights.DEFAULT_WEIGHTS`).
+    """
+    return _with_environment_once(stored_or_probed())
+
+
+def _vector_shape_from_flags(flags) -> tuple:
+    """(vector_bytes, vector_registers) from CPU feature flags."""
+    flags = set(flags)
+    if "avx512f" in flags:
+        return 64, 32
+    if "avx2" in flags or "avx" in flags:
+        return 32, 16
+    if "asimd" in flags or "neon" in flags:
+        return 16, 32
+    return 16, 16
+
+
+def from_cpuinfo(cores: int) -> dict:
+    """Fields from py-cpuinfo, or ``{}`` when it is absent or silent.
+
+    On Linux py-cpuinfo reads ``lscpu``, whose L1d and L2 figures are the sum
+    over all cores' private caches ("96 KiB (2 instances)"), so they are
+    divided by the core count.  Its line size is taken only when plausible.
+    """
+    try:
+        import cpuinfo  # py-cpuinfo
+
+        info = cpuinfo.get_cpu_info() or {}
+    except Exception:  # absent, or failing on an exotic platform: fall through
+        return {}
+    fields = {}
+    count = int(info.get("count") or cores) or 1
+    if info.get("l1_data_cache_size"):
+        fields["l1_bytes"] = max(1, int(info["l1_data_cache_size"]) // count)
+    if info.get("l2_cache_size"):
+        fields["l2_bytes"] = max(1, int(info["l2_cache_size"]) // count)
+    if info.get("l3_cache_size"):
+        fields["l3_bytes"] = int(info["l3_cache_size"])
+    line = info.get("l2_cache_line_size")
+    if line in (32, 64, 128, 256):
+        fields["line_bytes"] = int(line)
+    if info.get("flags"):
+        fields["vector_bytes"], fields["vector_registers"] = _vector_shape_from_flags(info["flags"])
+    return fields
+
+
+def from_sysfs(root: str = _SYSFS_CPU) -> dict:
+    """Per-core cache sizes from ``cpu0/cache/index*``, or ``{}``."""
+    fields = {}
+    cache_dir = os.path.join(root, "cpu0", "cache")
+    try:
+        entries = sorted(e for e in os.listdir(cache_dir) if e.startswith("index"))
+    except OSError:
+        return {}
+    for entry in entries:
+
+        def read(name):
+            with open(os.path.join(cache_dir, entry, name)) as handle:
+                return handle.read().strip()
+
+        try:
+            level, kind, size = int(read("level")), read("type"), parse_size(read("size"), "size")
+        except (OSError, ValueError):
+            continue
+        if kind == "Instruction":
+            continue
+        fields.setdefault({1: "l1_bytes", 2: "l2_bytes", 3: "l3_bytes"}.get(level, "other"), size)
+        try:
+            fields.setdefault("line_bytes", int(read("coherency_line_size")))
+        except (OSError, ValueError):
+            pass
+    fields.pop("other", None)
+    return fields
+
+
+def flags_from_proc() -> list:
+    """The CPU feature flags of /proc/cpuinfo, or [] where it is unreadable."""
+    try:
+        with open("/proc/cpuinfo") as handle:
+            for line in handle:
+                if line.startswith(("flags", "Features")):
+                    return line.split(":", 1)[1].split()
+    except OSError:
+        pass
+    return []
+
+
+def machine_key() -> str:
+    """What the stored description is keyed by: host, architecture, CPU model, cores."""
+    brand = ""
+    try:
+        with open("/proc/cpuinfo") as handle:
+            brand = next(
+                (line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")),
+                "",
+            )
+    except OSError:
+        pass
+    return f"{platform.node()}|{platform.machine()}|{brand}|{_cores()}"
+
+
+def _cores() -> int:
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def probe() -> Hardware:
+    """Ask py-cpuinfo, then ``/sys``, then ``/proc/cpuinfo``'s flags; defaults for the rest."""
+    cores = _cores()
+    found_fields = {"cores": cores}
+    sources = []
+    for name, probe in (("py-cpuinfo", lambda: from_cpuinfo(cores)), ("sysfs", from_sysfs)):
+        found = {k: v for k, v in probe().items() if k not in found_fields}
+        if found:
+            sources.append(name)
+            found_fields.update(found)
+    if "vector_bytes" not in found_fields:
+        flags = flags_from_proc()
+        if flags:
+            found_fields["vector_bytes"], found_fields["vector_registers"] = (
+                _vector_shape_from_flags(flags)
+            )
+    if len(found_fields) < 7:
+        sources.append("defaults")
+    return replace(DEFAULT_HARDWARE, **found_fields, source="+".join(sources) or "defaults")
+
+
+@functools.lru_cache(maxsize=4)
+def _with_environment_once(hardware: Hardware) -> Hardware:
+    # Memoised: reading seven environment variables cost 5 us of every call.
+    return with_environment(hardware, os.environ)
+
+
+@functools.lru_cache(maxsize=1)
+def stored_or_probed() -> Hardware:
+    """The description stored for this machine's :func:`machine_key`, or a
+    fresh :func:`probe` (then stored); memoised for the process."""
+    path = cache_directory() / "hardware.json"
+    key = machine_key()
+    try:
+        stored = json.loads(path.read_text())
+        if stored.get("key") == key:
+            # Only what was probed is stored; the costs are today's defaults.
+            return replace(DEFAULT_HARDWARE, **{k: stored["probed"][k] for k in _PROBED})
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        pass  # absent, unreadable or stale: probe again
+    hardware = probe()
+    try:
+        temporary = path.with_suffix(f".{os.getpid()}.tmp")
+        probed = {k: getattr(hardware, k) for k in _PROBED}
+        temporary.write_text(json.dumps({"key": key, "probed": probed}))
+        os.replace(temporary, path)
+    except OSError:
+        pass
+    return hardware
+
+
+# The fields detection finds; everything else comes from DEFAULT_HARDWARE.
+_PROBED = (
+    "l1_bytes",
+    "l2_bytes",
+    "l3_bytes",
+    "line_bytes",
+    "vector_bytes",
+    "vector_registers",
+    "cores",
+    "source",
+)
+
+
+_ENVIRONMENT = {
+    "CSO_L1": "l1_bytes",
+    "CSO_L2": "l2_bytes",
+    "CSO_L3": "l3_bytes",
+    "CSO_LINE": "line_bytes",
+    "CSO_VECTOR_BYTES": "vector_bytes",
+    "CSO_VECTOR_REGISTERS": "vector_registers",
+    "CSO_CORES": "cores",
+}
+
+
+@functools.lru_cache(maxsize=8)
+def _with_environment_cached(hardware, overrides):
+    if not overrides:
+        return hardware
+    return replace(hardware, **dict(overrides), source=f"{hardware.source}+environment")
+
+
+def with_environment(hardware: Hardware, environment) -> Hardware:
+    """``hardware`` with the ``CSO_*`` variables of ``environment`` applied."""
+    overrides = tuple(
+        (field, parse_size(environment[variable], variable))
+        for variable, field in _ENVIRONMENT.items()
+        if environment.get(variable)
+    )
+    return _with_environment_cached(hardware, overrides)

@@ -1,0 +1,549 @@
+"""The planner: the analysis' search for the cheapest plan of one convolution.
+
+``plan_conv2d`` is a pure function of the problem and a :class:`Hardware`:
+for each micro-kernel shape and orientation the register file allows, it
+takes the channel tile from the L1 rule, the L2/L3 tile counts for both
+schedules from the CSA rules (:mod:`.tiles`), prices each candidate with the
+cost model (:mod:`.cost`) and returns the cheapest as a frozen :class:`Plan`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import NamedTuple
+
+import numpy as np
+
+from ..checks import check_threads
+from ..geometry import SUPPORTED_DTYPES, ConvGeometry, ceil_div, make_geometry
+from . import cost, tiles
+from .choices import SCHEDULES, Schedule, VectorOperand, parse_choice
+from .cost import Traffic
+from .detect import detect_hardware
+from .hardware import Hardware
+from .plan import Plan
+
+_BLOCKS = {
+    VectorOperand.WINDOWS: tiles.register_blocks,
+    VectorOperand.FILTERS: tiles.filter_vector_blocks,
+    VectorOperand.REDUCTION: tiles.dot_product_blocks,
+}
+
+
+def _check_tile_override(value, name):
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be a positive int or None, got {value!r}")
+    return int(value)
+
+
+def plan_conv2d(
+    x_shape,
+    w_shape,
+    *,
+    stride=1,
+    padding=0,
+    dilation=1,
+    groups=1,
+    dtype=np.float32,
+    hardware=None,
+    filters_per_tile=None,
+    windows_per_tile=None,
+    schedule=None,
+    threads=None,
+    vector_operand=None,
+    filters_prepacked=False,
+    fold_batch=None,
+) -> Plan:
+    """Plan a convolution: tiles, their cache distribution and the schedule.
+
+    Parameters
+    ----------
+    x_shape, w_shape : tuple of 4 ints
+        ``(N, C, H, W)`` and ``(K, C // groups, R, S)``.
+    stride, padding, dilation, groups
+        As for :func:`cso.conv2d`.
+    dtype : float32 or float64
+        Element type of the computation.
+    hardware : Hardware, optional
+        The machine to plan for; this one (:func:`~cso.analysis.detect.detect_hardware`)
+        by default.
+    filters_per_tile, windows_per_tile : int, optional
+        Override the micro-kernel shape ``Nf x Nwin`` (the vectorised one
+        must be a multiple of the vector lanes).
+    schedule : {"IS", "WS"}, optional
+        Force a schedule instead of the cost model's choice.
+    threads : int, optional
+        Workers to plan for, at most ``hardware.cores`` (default: all of them).
+    vector_operand : {"windows", "filters", "reduction"}, optional
+        Force the micro-kernel's vector dimension (see :class:`Plan`).
+    filters_prepacked : bool, default False
+        Whether the filters will be packed ahead of time
+        (:func:`cso.pack_filters` says so).  Filter-vectorised kernels need
+        every filter packed; without this the model charges that packing to
+        the call (``CostWeights.filter_pack_cost`` per element, shared by the
+        batch), which few batch-1 layers repay.
+    fold_batch : bool, optional
+        Force folding the batch into the windows (``True``) or computing
+        image by image (``False``) instead of the model's choice (see
+        :attr:`Plan.batch_folded`).
+
+    Returns
+    -------
+    Plan
+    """
+    geometry = make_geometry(
+        x_shape, w_shape, stride=stride, padding=padding, dilation=dilation, groups=groups
+    )
+    hardware = detect_hardware() if hardware is None else hardware
+    if not isinstance(hardware, Hardware):
+        raise TypeError(f"hardware must be a cso.Hardware, got {type(hardware).__name__}")
+    dtype = np.dtype(dtype)
+    if dtype not in SUPPORTED_DTYPES:
+        raise TypeError(f"dtype must be float32 or float64, got {dtype}")
+    schedule = parse_choice(Schedule, schedule, "schedule")
+    vector_operand = parse_choice(VectorOperand, vector_operand, "vector_operand")
+    threads = check_threads(threads, hardware.cores)
+    if fold_batch not in (None, True, False):
+        raise ValueError(f"fold_batch must be True, False or None, got {fold_batch!r}")
+    return plan_for_geometry(
+        geometry,
+        dtype.name,
+        hardware,
+        _check_tile_override(filters_per_tile, "filters_per_tile"),
+        _check_tile_override(windows_per_tile, "windows_per_tile"),
+        schedule,
+        threads,
+        vector_operand=vector_operand,
+        filters_prepacked=bool(filters_prepacked),
+        fold_batch=fold_batch,
+    )
+
+
+@functools.lru_cache(maxsize=1024)
+def plan_for_geometry(
+    geometry: ConvGeometry,
+    dtype_name: str,
+    hardware: Hardware,
+    filters_per_tile,
+    windows_per_tile,
+    schedule,
+    threads: int,
+    *,
+    vector_operand=None,
+    filters_prepacked=False,
+    fold_batch=None,
+) -> Plan:
+    """:func:`plan_conv2d` on validated arguments (memoised: plans are pure and frozen).
+
+    Every micro-kernel shape of :func:`~cso.analysis.tiles.register_blocks`
+    and :func:`~cso.analysis.tiles.filter_vector_blocks`, or the one asked
+    for, is planned image by image, and the cheapest is returned, or the
+    same shape with the batch folded into the windows when that pads fewer
+    columns (:func:`~cso.analysis.tiles.folding_saves_padding`) and costs
+    less per image.
+    """
+    element_bytes = np.dtype(dtype_name).itemsize
+    lanes = max(1, hardware.vector_bytes // element_bytes)
+    whole_input = whole_input_window(geometry)
+    if vector_operand == VectorOperand.REDUCTION and not whole_input:
+        raise ValueError(
+            "vector_operand='reduction' needs one window covering the whole unpadded input "
+            "(a fully connected layer: P*Q = 1, R = H, S = W)"
+        )
+    operands = [vector_operand] if vector_operand else list(VectorOperand)
+    if not whole_input:
+        operands = [operand for operand in operands if operand != VectorOperand.REDUCTION]
+    shapes = list(
+        dict.fromkeys(
+            (filters_per_tile or nf, windows_per_tile or nwin, operand)
+            for operand in operands
+            for nf, nwin in _BLOCKS[operand](
+                hardware.vector_bytes, hardware.vector_registers, element_bytes
+            )
+        )
+    )
+    for nf, nwin, operand in shapes:
+        name, size = (
+            ("windows_per_tile", nwin)
+            if operand == VectorOperand.WINDOWS
+            else ("filters_per_tile", nf)
+        )
+        if operand == VectorOperand.REDUCTION:
+            continue
+        if size % lanes and (vector_operand or operand == VectorOperand.WINDOWS):
+            raise ValueError(
+                f"{name} must be a multiple of the vector lanes ({lanes}) when the "
+                f"micro-kernel's vectors hold {operand}, got {size}"
+            )
+
+    def plan_for(nf, nwin, operand, folded):
+        problem = _problem(
+            geometry, dtype_name, hardware, threads, operand, filters_prepacked, folded
+        )
+        return _plan_for_shape(problem, nf, nwin, schedule)
+
+    def cost_of(plan):
+        # Per image either way; a tie keeps the batch image by image.
+        return (plan.cost_of(plan.schedule).cost, plan.batch_folded)
+
+    shapes = [
+        (nf, nwin, operand)
+        for nf, nwin, operand in shapes
+        if operand == VectorOperand.REDUCTION
+        or (nf if operand == VectorOperand.FILTERS else nwin) % lanes == 0
+    ]
+    if fold_batch:
+        if vector_operand == VectorOperand.REDUCTION:
+            raise ValueError(
+                "fold_batch=True needs a micro-kernel that tiles windows, not dot products"
+            )
+        shapes = [shape for shape in shapes if shape[2] != VectorOperand.REDUCTION]
+    best = min((plan_for(*shape, bool(fold_batch)) for shape in shapes), key=cost_of)
+    # Folding is weighed for the shape chosen image by image, not across
+    # shapes: with the padding gone the model ranks the shapes wrongly (it
+    # put 8x32 folded 4% ahead of 32x14 on l3 1x1 1024->256 @14 at batch 8,
+    # which ran 1.2x slower; experiments/batch_folding.py).
+    nwin, operand = best.windows_per_tile, best.vector_operand
+    if (
+        fold_batch is None
+        and operand != VectorOperand.REDUCTION
+        and tiles.folding_saves_padding(geometry.batch, geometry.windows, nwin)
+    ):
+        best = min(best, plan_for(best.filters_per_tile, nwin, operand, True), key=cost_of)
+    return best
+
+
+class _Problem(NamedTuple):
+    """What every candidate of one micro-kernel orientation shares."""
+
+    geometry: ConvGeometry
+    dtype_name: str
+    hardware: Hardware
+    threads: int
+    vector_operand: VectorOperand
+    filters_prepacked: bool
+    folded: bool
+    space: "WindowSpace"
+    element_bytes: int
+    input_in_place: bool
+
+
+class TileChoice(NamedTuple):
+    """One schedule's tiles: ``Nc``, ``K2``, ``K3`` and WS's window parts."""
+
+    schedule: Schedule
+    channel_tile: int
+    l2_tiles: int
+    l3_tiles: int
+    window_parts: int = 1
+
+
+class WindowSpace(NamedTuple):
+    """One job's windows: ``images`` images' ``P*Q`` each, in ``outer_jobs``
+    (group, image) jobs; the batch folded makes it all images in one job."""
+
+    outer_jobs: int
+    images: int
+    windows: int
+
+
+def window_space(geometry: ConvGeometry, folded: bool) -> WindowSpace:
+    """The window run of one job: one image's ``P*Q``, or ``N*P*Q`` folded."""
+    if folded:
+        return WindowSpace(geometry.groups, geometry.batch, geometry.batch * geometry.windows)
+    return WindowSpace(geometry.groups * geometry.batch, 1, geometry.windows)
+
+
+def _problem(geometry, dtype_name, hardware, threads, operand, prepacked, folded) -> _Problem:
+    element_bytes = np.dtype(dtype_name).itemsize
+    return _Problem(
+        geometry,
+        dtype_name,
+        hardware,
+        int(threads),
+        VectorOperand(operand),
+        bool(prepacked),
+        bool(folded),
+        window_space(geometry, folded),
+        element_bytes,
+        input_read_in_place(geometry, operand, element_bytes, hardware),
+    )
+
+
+def _plan_for_shape(problem: _Problem, nf: int, nwin: int, schedule) -> Plan:
+    """The plan for one micro-kernel shape: each schedule with its cheapest
+    channel tile, then the cheaper schedule (or the forced one)."""
+    g = problem.geometry
+    channels = g.channels_per_group
+    area = g.kernel_height * g.kernel_width
+    l1 = tiles.usable_bytes(problem.hardware.l1_bytes, problem.hardware.usable_fraction)
+    rule_nc = tiles.channel_tile(l1, channels, area, nf, nwin, problem.element_bytes)
+    chosen_tiles, costs = {}, {}
+    for name in SCHEDULES:
+        # Each schedule takes the channel tile (and, for WS, the way of
+        # sharing work between threads) its modelled cost likes best.
+        for nc in tiles.channel_tile_candidates(rule_nc, channels):
+            for k2, k3, parts in _parallel_options(problem, name, nc, nf, nwin):
+                choice = TileChoice(name, nc, k2, k3, parts)
+                traffic = _traffic(problem, nf, nwin, choice)
+                if name not in costs or traffic.cost < costs[name].cost:
+                    costs[name], chosen_tiles[name] = traffic, choice
+    chosen = schedule or min(SCHEDULES, key=lambda name: (costs[name].cost, name != Schedule.IS))
+    return _make_plan(problem, nf, nwin, chosen_tiles[chosen], chosen_tiles, costs)
+
+
+def _make_plan(problem: _Problem, nf, nwin, choice: TileChoice, by_schedule, costs) -> Plan:
+    return Plan(
+        schedule=Schedule(choice.schedule),
+        channel_tile=choice.channel_tile,
+        l2_tiles=choice.l2_tiles,
+        l3_tiles=choice.l3_tiles,
+        filters_per_tile=nf,
+        windows_per_tile=nwin,
+        dtype=problem.dtype_name,
+        vector_lanes=max(1, problem.hardware.vector_bytes // problem.element_bytes),
+        threads=problem.threads,
+        window_parts=choice.window_parts,
+        input_in_place=problem.input_in_place,
+        costs=tuple((name, costs[name]) for name in SCHEDULES),
+        tiles_by_schedule=tuple(
+            (name, tuple(by_schedule[name])[1:4]) for name in SCHEDULES
+        ),
+        geometry=problem.geometry,
+        hardware=problem.hardware,
+        vector_operand=problem.vector_operand,
+        filters_prepacked=problem.filters_prepacked,
+        batch_folded=problem.folded,
+        pack_channels_outer=packs_channels_outer(problem.geometry, problem.input_in_place),
+    )
+
+
+def _cache_tiles(problem: _Problem, schedule, nc, nf, nwin):
+    """``(K2, K3)`` of ``schedule`` for channel tile ``nc``: the L2 and L3 rules."""
+    g, hardware, element_bytes = problem.geometry, problem.hardware, problem.element_bytes
+    area = g.kernel_height * g.kernel_width
+    window_tiles = ceil_div(problem.space.windows, nwin)
+    filter_tiles = ceil_div(g.filters_per_group, nf)
+    in_bytes = tiles.input_tile_bytes(nc, area, nwin, element_bytes)
+    fs_bytes = tiles.filter_tile_bytes(nc, area, nf, element_bytes)
+    out_bytes = tiles.output_tile_bytes(nwin, nf, element_bytes)
+    # The K2 and K3 blocks are swept cyclically: they get a share of the usable bytes.
+    share = hardware.usable_fraction * hardware.weights.sweep_fraction
+    l2 = tiles.usable_bytes(hardware.l2_bytes, share)
+    l3 = tiles.usable_bytes(hardware.l3_bytes, share)
+    if schedule == Schedule.IS:
+        resident, streamed, resident_count, streamed_count = (
+            in_bytes,
+            fs_bytes,
+            window_tiles,
+            filter_tiles,
+        )
+    else:
+        resident, streamed, resident_count, streamed_count = (
+            fs_bytes,
+            in_bytes,
+            filter_tiles,
+            window_tiles,
+        )
+    k2 = tiles.l2_tiles(l2, resident, streamed, out_bytes, streamed_count)
+    k3 = tiles.l3_tiles(l3, resident, streamed, out_bytes, k2, resident_count)
+    return k2, k3
+
+
+def whole_input_window(geometry: ConvGeometry) -> bool:
+    """Whether the one window is the whole unpadded input (a fully connected
+    layer: :func:`~cso.analysis.tiles.reads_whole_input_per_window`)."""
+    padded = geometry.pad_top or geometry.pad_bottom or geometry.pad_left or geometry.pad_right
+    return tiles.reads_whole_input_per_window(
+        geometry.kernel_height,
+        geometry.kernel_width,
+        geometry.height,
+        geometry.width,
+        padded,
+        geometry.windows,
+        (geometry.dilation_h, geometry.dilation_w) != (1, 1),
+    )
+
+
+def input_read_in_place(geometry: ConvGeometry, operand, element_bytes, hardware) -> bool:
+    """Whether the micro-kernel reads the input unpacked: a dot-product plan
+    (its window is the whole input) or a 1x1 layer with small planes
+    (:func:`~cso.analysis.tiles.reads_input_in_place`)."""
+    if operand == VectorOperand.REDUCTION:
+        return True
+    padded = geometry.pad_top or geometry.pad_bottom or geometry.pad_left or geometry.pad_right
+    return tiles.reads_input_in_place(
+        geometry.kernel_height,
+        geometry.kernel_width,
+        (geometry.stride_h, geometry.stride_w) != (1, 1),
+        padded,
+        geometry.height * geometry.width * element_bytes,
+        hardware.page_bytes,
+    )
+
+
+def packs_channels_outer(geometry: ConvGeometry, input_in_place: bool) -> bool:
+    """Whether a plan's panels are packed channel by channel
+    (:func:`~cso.analysis.tiles.packs_channels_outer`)."""
+    padded = geometry.pad_top or geometry.pad_bottom or geometry.pad_left or geometry.pad_right
+    return tiles.packs_channels_outer(
+        geometry.kernel_height,
+        geometry.kernel_width,
+        (geometry.stride_h, geometry.stride_w) != (1, 1),
+        padded,
+        input_in_place,
+    )
+
+
+def _parallel_options(problem: _Problem, schedule, nc, nf, nwin):
+    """``(K2, K3, window_parts)`` ways to give every thread a job.
+
+    The jobs are (group, image, stationary block[, window part]).  When the
+    outer jobs are fewer than the threads, K3 shrinks to make more blocks;
+    WS may instead keep K3 and split its windows into parts (no re-packing,
+    but every part streams all of its filter block).  The cost model chooses.
+    """
+    k2, k3 = _cache_tiles(problem, schedule, nc, nf, nwin)
+    space = problem.space
+    share = max(1, ceil_div(problem.threads, space.outer_jobs))
+    window_tiles = ceil_div(space.windows, nwin)
+    filter_tiles = ceil_div(problem.geometry.filters_per_group, nf)
+    resident_count = window_tiles if schedule == Schedule.IS else filter_tiles
+    options = [(k2, min(k3, tiles.parallel_cap(resident_count, share)), 1)]
+    if schedule == Schedule.WS:
+        parts = _ws_window_parts(problem, nf, nwin, k3)
+        if parts > 1:
+            options.append((k2, k3, parts))
+    return options
+
+
+def _ws_window_parts(problem: _Problem, nf, nwin, k3) -> int:
+    """WS's window parts for filter blocks of ``k3`` tiles (:func:`tiles.window_parts`)."""
+    return tiles.window_parts(
+        problem.threads,
+        problem.space.outer_jobs,
+        ceil_div(ceil_div(problem.geometry.filters_per_group, nf), k3),
+        ceil_div(problem.space.windows, nwin),
+    )
+
+
+def _traffic(problem: _Problem, nf: int, nwin: int, choice: TileChoice) -> Traffic:
+    g = problem.geometry
+    return cost.schedule_traffic(
+        choice.schedule,
+        channels=g.channels_per_group,
+        kernel_area=g.kernel_height * g.kernel_width,
+        height=g.height,
+        width=g.width,
+        filters=g.filters_per_group,
+        windows=g.windows,
+        channel_tile=choice.channel_tile,
+        filters_per_tile=nf,
+        windows_per_tile=nwin,
+        k2=choice.l2_tiles,
+        k3=choice.l3_tiles,
+        element_bytes=problem.element_bytes,
+        hardware=problem.hardware,
+        window_parts=choice.window_parts,
+        vector_operand=problem.vector_operand,
+        filters_prepacked=problem.filters_prepacked,
+        batch=g.batch,
+        input_in_place=problem.input_in_place,
+        threads=problem.threads,
+        outer_jobs=problem.space.outer_jobs,
+        images=problem.space.images,
+    )
+
+
+def schedule_cost(plan: Plan, choice: TileChoice) -> Traffic:
+    """The modelled :class:`Traffic` of ``plan``'s problem and micro-kernel
+    with the tiles of ``choice``."""
+    problem = _problem(
+        plan.geometry,
+        plan.dtype,
+        plan.hardware,
+        plan.threads,
+        plan.vector_operand,
+        plan.filters_prepacked,
+        plan.batch_folded,
+    )
+    return _traffic(problem, plan.filters_per_tile, plan.windows_per_tile, choice)
+
+
+def cache_tiles(plan: Plan, schedule, channel_tile: int):
+    """``(K2, K3)`` the CSA rules give ``schedule`` with ``channel_tile``
+    for ``plan``'s problem and micro-kernel (before the thread cap)."""
+    problem = _problem(
+        plan.geometry,
+        plan.dtype,
+        plan.hardware,
+        plan.threads,
+        plan.vector_operand,
+        plan.filters_prepacked,
+        plan.batch_folded,
+    )
+    return _cache_tiles(
+        problem, Schedule(schedule), channel_tile, plan.filters_per_tile, plan.windows_per_tile
+    )
+
+
+def with_tiles(
+    plan: Plan, *, schedule=None, channel_tile=None, l2_tiles=None, l3_tiles=None
+) -> Plan:
+    """``plan`` with some decisions replaced (as the autotuner tries them).
+
+    The schedule's ``Nc``, ``K2`` and ``K3`` change as given; the model's
+    costs are recomputed for the new tiles, so ``plan.costs`` keeps describing
+    the plan it belongs to.  Values are bounded like the rules'
+    (``1 <= Nc <= C``, ``1 <= K2, K3``).
+    """
+    schedule = plan.schedule if schedule is None else schedule
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule must be 'IS' or 'WS', got {schedule!r}")
+    schedule = Schedule(schedule)
+    g = plan.geometry
+    by_schedule = dict(plan.tiles_by_schedule)
+    nc, k2, k3 = by_schedule[schedule]
+    nc = max(1, min(int(channel_tile if channel_tile is not None else nc), g.channels_per_group))
+    k2 = max(1, int(l2_tiles if l2_tiles is not None else k2))
+    k3 = max(1, int(l3_tiles if l3_tiles is not None else k3))
+    by_schedule[schedule] = (nc, k2, k3)
+    problem = _problem(
+        g,
+        plan.dtype,
+        plan.hardware,
+        plan.threads,
+        plan.vector_operand,
+        plan.filters_prepacked,
+        plan.batch_folded,
+    )
+    window_parts = 1
+    if schedule == Schedule.WS:
+        window_parts = _ws_window_parts(problem, plan.filters_per_tile, plan.windows_per_tile, k3)
+    costs = tuple(
+        (
+            name,
+            _traffic(
+                problem,
+                plan.filters_per_tile,
+                plan.windows_per_tile,
+                TileChoice(
+                    name, *by_schedule[name], window_parts if name == schedule else 1
+                ),
+            ),
+        )
+        for name in SCHEDULES
+    )
+    return dataclasses.replace(
+        plan,
+        schedule=schedule,
+        channel_tile=nc,
+        l2_tiles=k2,
+        l3_tiles=k3,
+        window_parts=window_parts,
+        costs=costs,
+        tiles_by_schedule=tuple((name, by_schedule[name]) for name in SCHEDULES),
+    )

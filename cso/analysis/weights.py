@@ -1,0 +1,139 @@
+"""The cost model's weights: what one unit of each counted quantity costs.
+
+Every weight is in one unit, one byte of L1 traffic (about 1/128 of a
+cycle on a core that moves 128 bytes per cycle from L1), and is only used to
+compare plans, so only their ratios matter.  Each says how it was measured;
+all were measured on one machine (an AVX-512 Xeon, Sapphire Rapids) and are
+defaults until a calibration measures them on the machine at hand.  They
+are kept apart from the machine's description (:mod:`.hardware`) and its
+detection (:mod:`.detect`) so that a calibrated set can replace them whole.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+
+@dataclass(frozen=True)
+class CostWeights:
+    """The weights of :func:`~cso.analysis.cost.weighted_cost`.
+
+    Parameters
+    ----------
+    l2_cost, l3_cost, dram_cost : float
+        Relative cost of moving one byte out of each level (the unit: one
+        byte of L1 traffic).  Used
+        only to compare schedules, so only ratios matter.  L2 is cheap
+        (0.25): the micro-kernel consumes its streamed operand at about
+        10 bytes per cycle, far below what L2 delivers, so that traffic hides
+        behind the FMAs.  These defaults were set by comparing the model's
+        IS/WS choice with both schedules timed on ResNet-50's layers on an
+        AVX-512 Xeon (experiments/schedule_choice.py): it agrees on 13 of the
+        14 layers where the two differ by more than 3%.
+    tlb_miss_cost : float
+        Cost of one first-level TLB miss in the same units (about 8 cycles at
+        L1's ~128 bytes per cycle).
+    call_cost : float
+        Fixed cost of one micro-kernel call (output write-back, operand
+        streams restarting): about 300 cycles, measured here as 50-210 ns per
+        call by timing one layer with its channel tile varied (more tiles,
+        more calls of shorter depth, the same multiply-adds).
+    sweep_fraction : float
+        Share of a level's usable bytes that a block swept over and over
+        (the K2 block in L2, the K3 block in L3) may take.  An LRU-like cache
+        keeps a cyclically swept working set only well below its capacity
+        (prefetched lines and the output rows written during each sweep
+        compete for the same sets); 2/3 of the usable 90%, i.e. 60% of L2,
+        measured 13% faster over ResNet-50 here than the full 90%.
+    mac_cost : float
+        Cost of one float32 multiply-add in the micro-kernel: L1 moves ~128
+        bytes per cycle and two 16-lane FMAs retire per cycle, so a MAC is
+        worth 128 / 32 = 4 bytes of L1 traffic.
+    l1_miss_cost : float
+        Cost per byte of a stationary tile that does not fit in L1 and is
+        read from L2 on every call, with the other operand streaming from L2
+        too: unlike a single L2 stream, this is not hidden behind the FMAs.
+    transposed_store_cost : float
+        Cost of storing one output element from a filter-vectorised
+        micro-kernel.  128 units (about a cycle) was measured when the tile
+        was written lane by lane; transposed in registers it now takes some
+        0.35 cycle.  The measured value (60) flips 17 of 140 ResNet-50 and
+        VGG-16 plans and loses on VGG-16's per-call 3x3 layers (0.92-0.98x,
+        one-off script), so some other term of those plans is low and 128
+        stays as a calibration until it is found.
+    filter_pack_cost : float
+        Cost of packing one filter element per call, which a
+        filter-vectorised micro-kernel needs unless the filters were packed
+        ahead of time (a vector transpose, measured 13-20 GB/s per core
+        here, about memcpy's rate for filters beyond L2: some 1.4 elements
+        per cycle, 100 units).
+    input_pack_cost : float
+        Cost of packing one input element into a panel (window expansion:
+        every element of every packed tile written once).  Measured here
+        over ResNet-50's layers, by timing each call with and without its
+        packing: 0.07-0.5 ns per element, median 0.17 ns, about 80 units
+        (the model's units run at some 450 million per millisecond).
+        Without it the model priced a packed byte like an L2 write (0.25),
+        some 80 times too cheap to weigh re-packing against idle threads.
+    in_place_filter_cost : float
+        Extra cost per filter element a window-vectorised micro-kernel reads
+        in place from the KCRS array (one broadcast from each of ``Nf`` rows
+        ``C*R*S`` elements apart per step) instead of from a packed panel.
+        ``experiments/in_place_filters.py`` runs each of ResNet-50's 23
+        window-vectorised per-call plans both ways: median 0.011 ns, about
+        6 units, per element (the layers' own figures spread from -9 to 30).
+        It is what a per-call filter-vectorised plan saves besides padding,
+        against the packing it pays for.
+    stream_overlap : float
+        Share of the cost of WS's filter stream from L3 or DRAM that hides
+        behind the micro-kernels' multiply-adds, up to their cost: the model
+        charges ``stream + macs - stream_overlap * min(stream, macs)``
+        (:func:`~cso.analysis.cost.hidden_stream_cost`); 0 sums them, 1
+        charges the larger.  ``experiments/cost_weight.py`` times the plans
+        a value changes against the plans at 0.  At 0.5 it changed 16 of
+        ResNet-50's and VGG-16's plans (batch 1 at one and two threads, per
+        call and packed ahead, batch 8): 1.02-1.08x over the changed layers
+        of each run, none slower than 0.97x.  At 1 some ran 0.91-0.95x, and
+        crediting IS's streams too moved 3x3 layers at two threads to IS,
+        0.90-0.95x.
+    """
+
+    l2_cost: float = 0.25
+    l3_cost: float = 6.0
+    dram_cost: float = 20.0
+    tlb_miss_cost: float = 1000.0
+    call_cost: float = 40000.0
+    mac_cost: float = 4.0
+    sweep_fraction: float = 2 / 3
+    l1_miss_cost: float = 2.0
+    transposed_store_cost: float = 128.0
+    filter_pack_cost: float = 100.0
+    input_pack_cost: float = 80.0
+    in_place_filter_cost: float = 6.0
+    stream_overlap: float = 0.5
+
+    def __post_init__(self):
+        for field in fields(self):
+            value = getattr(self, field.name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise TypeError(f"CostWeights.{field.name} must be a number, got {value!r}")
+            if field.name in _FRACTIONS:
+                continue
+            if not value >= 0.0 or value == float("inf"):
+                raise ValueError(
+                    f"CostWeights.{field.name} must be finite and non-negative, got {value!r}"
+                )
+        if not 0.0 < self.sweep_fraction <= 1.0:
+            raise ValueError(
+                f"CostWeights.sweep_fraction must be in (0, 1], got {self.sweep_fraction!r}"
+            )
+        if not 0.0 <= self.stream_overlap <= 1.0:
+            raise ValueError(
+                f"CostWeights.stream_overlap must be in [0, 1], got {self.stream_overlap!r}"
+            )
+
+
+# Weights that are shares, checked against their own ranges.
+_FRACTIONS = ("sweep_fraction", "stream_overlap")
+
+DEFAULT_WEIGHTS = CostWeights()

@@ -1,0 +1,307 @@
+"""The executor: runs a plan's loop nest on operands prepared for it.
+
+Below the public call (:mod:`cso.conv`) and above the loop nests
+(:mod:`cso.macrokernel`): it turns a :class:`~cso.analysis.plan.Plan` into
+the loop nest's bounds and workspace, and prepares the filter operands the
+plan's micro-kernel reads.  It decides nothing: every layout choice and the
+thread count are the plan's.
+
+The steps are public so that measurements can run a given plan, or a
+variant of its loop nest, exactly as a call does::
+
+    filters = filter_operands(w, bias, plan)
+    run(plan, x, filters, y)                        # what cso.conv2d does
+    run(plan, x, filters, y, launch_for(plan, filters.packed, module))  # a variant
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numba
+import numpy as np
+
+from .analysis.choices import Schedule, VectorOperand
+from .analysis.plan import Plan
+from .geometry import ceil_div
+from .macrokernel.bounds import LoopBounds
+from .macrokernel.specialise import loop_module
+from .packing.filters import (
+    pack_bias,
+    pack_edge_filter_rows,
+    pack_edge_filters,
+    pack_filters_panels,
+)
+from .workspace import worker_stride, workspace
+
+
+def available_threads() -> int:
+    """Workers a call may run: Numba's thread pool (one per core by default)."""
+    return numba.config.NUMBA_NUM_THREADS
+
+
+class FilterOperands(NamedTuple):
+    """The filters and bias as a plan's loop nest reads them.
+
+    ``array`` is the KCRS filters flattened and read in place with
+    ``edge`` the packed last tiles (``packed`` False), or the full panels
+    (``packed`` True, ``edge`` their first tile); ``bias`` is the bias
+    panel ``[G][T_f*Nf]`` (zeros when ``has_bias`` is False).
+    """
+
+    array: np.ndarray
+    edge: np.ndarray
+    packed: bool
+    bias: np.ndarray
+    has_bias: bool
+
+
+def filter_operands(w, bias, plan: Plan) -> FilterOperands:
+    """Prepare KCRS filters ``w`` and ``bias`` (or None) for ``plan``.
+
+    Window-vectorised and dot-product kernels read the filters in place
+    from KCRS, a last, partial tile included (see :func:`_edge_filters`).
+    A filter-vectorised kernel loads vectors along the filters, so every
+    tile is packed, in the call unless packed ahead of time
+    (:func:`cso.pack_filters`, then :func:`prepacked_operands`).
+    """
+    g = plan.geometry
+    dtype = np.dtype(plan.dtype)
+    bias_panel = _bias_panel(bias, plan)
+    if plan.vector_operand == VectorOperand.FILTERS:
+        with numba_threads(plan.threads):
+            panels = pack_filters_panels(
+                np.asarray(w), g.groups, plan.filters_per_tile, dtype, plan.vector_lanes
+            )
+        return FilterOperands(
+            panels, panels[: plan.filters_per_tile], True, bias_panel, bias is not None
+        )
+    w_flat = writeable(np.ascontiguousarray(w, dtype=dtype)).reshape(-1)
+    return FilterOperands(
+        w_flat, _edge_filters(w_flat, plan), False, bias_panel, bias is not None
+    )
+
+
+def prepacked_operands(panels: np.ndarray, bias, plan: Plan) -> FilterOperands:
+    """Operands from filters packed ahead of time for ``plan``'s micro-kernel
+    (:func:`cso.pack_filters`): ``panels`` and the packed ``bias`` or None.
+
+    Dot-product panels are the KCRS rows, read in place with their last
+    partial tile packed as rows; other panels are read whole.
+    """
+    has_bias = bias is not None
+    # Without a bias, the shared zeros of a full bias panel's size: the
+    # micro-kernels load their bias row either way.
+    bias_panel = bias if has_bias else _bias_panel(None, plan)
+    if plan.vector_operand == VectorOperand.REDUCTION:
+        return FilterOperands(panels, _edge_filters(panels, plan), False, bias_panel, has_bias)
+    return FilterOperands(panels, panels[: plan.filters_per_tile], True, bias_panel, has_bias)
+
+
+def _bias_panel(bias, plan: Plan):
+    """``bias`` packed as ``[G][T_f*Nf]``; without one, shared zeros (the
+    micro-kernels load the bias row either way, and add it only when there
+    is a bias)."""
+    g = plan.geometry
+    if bias is None:
+        padded = ceil_div(g.filters_per_group, plan.filters_per_tile) * plan.filters_per_tile
+        return _placeholder(g.groups * padded, plan.dtype)
+    return pack_bias(bias, g.filters, g.groups, plan.filters_per_tile, np.dtype(plan.dtype))
+
+
+def _edge_filters(w_flat, plan: Plan):
+    """The packed last filter tile of each group, for filters read in place.
+
+    Only groups of fewer than ``Nf`` filters need it: otherwise the loop
+    nests read a last, partial tile as the ``Nf`` KCRS rows that end at
+    ``K_g`` and keep its own rows, and this is a placeholder never read.
+    """
+    g = plan.geometry
+    if g.filters_per_group >= plan.filters_per_tile:
+        return _placeholder(plan.filters_per_tile, w_flat.dtype)
+    pack_edge = (
+        pack_edge_filter_rows
+        if plan.vector_operand == VectorOperand.REDUCTION
+        else pack_edge_filters
+    )
+    return pack_edge(
+        w_flat, g.groups, g.filters_per_group, g.reduction_length, plan.filters_per_tile
+    )
+
+
+_placeholders: dict = {}
+
+
+def _placeholder(size: int, dtype) -> np.ndarray:
+    """A shared array of ``size`` zeros, for an operand the loop nests never
+    write and whose values they never use."""
+    key = (size, np.dtype(dtype))
+    array = _placeholders.get(key)
+    if array is None:
+        array = _placeholders[key] = np.zeros(size, dtype)
+    return array
+
+
+class Launch(NamedTuple):
+    """What a plan's loop nest is called with, besides the operands."""
+
+    loop_nest: object
+    bounds: LoopBounds
+    workspace_elements: int
+
+
+_launches: dict = {}
+
+
+def launch_for(plan: Plan, filters_packed: bool, module=None) -> Launch:
+    """The loop nest, its bounds and its workspace size for ``plan``.
+
+    ``module`` is the specialised loop module to take the nest from: by
+    default the plan's own (:func:`~cso.macrokernel.specialise.loop_module`),
+    and then the launch is memoised by the plan object's identity (a plan
+    is frozen, and the memoised planner hands out the same object for the
+    same problem), so a call costs no Python work that only depends on the
+    plan.  Measurements pass a variant's module instead (not memoised).
+    """
+    key = (id(plan), filters_packed)
+    if module is None:
+        entry = _launches.get(key)
+        if entry is not None and entry[0] is plan:
+            return entry[1]
+    launch = _make_launch(plan, filters_packed, module)
+    if module is None:
+        if len(_launches) >= 1024:
+            _launches.clear()  # plans are few per process; this only bounds a pathological one
+        _launches[key] = (plan, launch)
+    return launch
+
+
+def _make_launch(plan: Plan, filters_packed: bool, module) -> Launch:
+    g = plan.geometry
+    panel_elements, scratch_elements = _worker_elements(plan)
+    scratch_offset = worker_stride(panel_elements, plan.dtype)
+    stride = scratch_offset + worker_stride(scratch_elements, plan.dtype)
+    bounds = LoopBounds(
+        batch=plan.image_jobs,
+        window_images=g.batch if plan.batch_folded else 1,
+        groups=g.groups,
+        channels=g.channels_per_group,
+        filters=g.filters_per_group,
+        kernel_height=g.kernel_height,
+        kernel_width=g.kernel_width,
+        stride_h=g.stride_h,
+        stride_w=g.stride_w,
+        dilation_h=g.dilation_h,
+        dilation_w=g.dilation_w,
+        height=g.height,
+        width=g.width,
+        pad_top=g.pad_top,
+        pad_left=g.pad_left,
+        out_height=g.out_height,
+        out_width=g.out_width,
+        channel_tile=plan.channel_tile,
+        l2_tiles=plan.l2_tiles,
+        l3_tiles=plan.l3_tiles,
+        filters_per_tile=plan.filters_per_tile,
+        windows_per_tile=plan.windows_per_tile,
+        input_in_place=plan.input_in_place,
+        pack_channels_outer=plan.pack_channels_outer,
+        filters_packed=filters_packed,
+        window_parts=plan.window_parts,
+        edge_rows=plan.vector_operand == VectorOperand.REDUCTION,
+        workspace_stride=stride,
+        scratch_offset=scratch_offset,
+    )
+    if module is None:
+        module = loop_module(
+            plan.filters_per_tile,
+            plan.windows_per_tile,
+            plan.dtype,
+            plan.vector_lanes,
+            plan.vector_operand,
+        )
+    loop_nest = (
+        module.convolve_input_stationary
+        if plan.schedule == Schedule.IS
+        else module.convolve_weight_stationary
+    )
+    return Launch(loop_nest, bounds, plan.threads * stride)
+
+
+def _worker_elements(plan: Plan):
+    """``(panels, scratch)``: the elements one worker of the loop nest needs.
+
+    Panels for the input tiles the schedule keeps packed at once (``K3``
+    for IS, ``K2`` for WS, never more than there are window tiles), each
+    ``Nc*R*S x Nwin``; scratch for one ``Nf x Nwin`` edge tile of output.
+    """
+    g = plan.geometry
+    window_tiles = ceil_div(plan.window_count, plan.windows_per_tile)
+    kept = plan.l3_tiles if plan.schedule == Schedule.IS else plan.l2_tiles
+    tile = plan.channel_tile * g.kernel_height * g.kernel_width * plan.windows_per_tile
+    return min(kept, window_tiles) * tile, plan.filters_per_tile * plan.windows_per_tile
+
+
+def run(plan: Plan, x, filters: FilterOperands, y: np.ndarray, launch: Launch = None):
+    """Drive ``plan``'s loop nest on ``plan.threads`` workers; ``y`` is overwritten.
+
+    ``x`` is the input as given (made C-contiguous in ``y``'s dtype when
+    it is not), ``filters`` from :func:`filter_operands` or
+    :func:`prepacked_operands`, ``launch`` the plan's own unless given
+    (:func:`launch_for`).
+    """
+    if launch is None:
+        launch = launch_for(plan, filters.packed)
+    x_ready = np.ascontiguousarray(x, dtype=y.dtype)
+    arguments = (
+        writeable(x_ready).reshape(-1),
+        filters.array,
+        filters.edge,
+        filters.bias,
+        filters.has_bias,
+        y.reshape(-1),
+        workspace(launch.workspace_elements, y.dtype),
+        launch.bounds,
+    )
+    # The loop nest runs `threads` workers of its own (one per part of the
+    # workspace), so Numba's thread count needs changing only when it is lower.
+    if numba.get_num_threads() >= plan.threads:
+        launch.loop_nest(*arguments)
+    else:
+        with numba_threads(plan.threads):
+            launch.loop_nest(*arguments)
+    return y
+
+
+class numba_threads:
+    """Run the enclosed parallel Numba code on ``threads`` workers.
+
+    ``set_num_threads`` is per calling thread in Numba, so concurrent callers
+    with different counts do not disturb each other.  A class rather than a
+    generator-based context manager: it is entered on every call, and this
+    costs a third as much.
+    """
+
+    __slots__ = ("threads", "previous")
+
+    def __init__(self, threads: int):
+        self.threads = threads
+
+    def __enter__(self):
+        self.previous = numba.get_num_threads()
+        if self.previous != self.threads:
+            numba.set_num_threads(self.threads)
+
+    def __exit__(self, *exception):
+        if self.previous != self.threads:
+            numba.set_num_threads(self.previous)
+        return False
+
+
+def writeable(array: np.ndarray) -> np.ndarray:
+    """``array``, or a copy when it is read-only.
+
+    The loop nests pick between these and their own buffers at run time,
+    which Numba allows only between arrays of one type (writeable included).
+    """
+    return array if array.flags.writeable else array.copy()

@@ -1,0 +1,154 @@
+"""Specialised loop nests: the macro-kernel bound to one micro-kernel, memoised.
+
+A specialisation is keyed by ``(Nf, Nwin, dtype, vector lanes, vector
+operand)``.  For each
+key this module writes a real file: the macro-kernel template
+(:mod:`.loops`) followed by one line binding its
+``microkernel`` to the generated outer-product intrinsic.  The file's name
+carries the key and a hash of every source it depends on, so:
+
+* each specialisation has its own Numba on-disk cache (Numba keys a cache by
+  source file, not by the globals a function froze: two shapes sharing one
+  file would serve each other's machine code, DESIGN.md section 3);
+* a change to any of those sources, or to the Numba version, gives new
+  files, never a stale kernel.
+
+The directory is ``$CSO_CACHE_DIR``, else ``~/.cache/cso``; when neither is
+writable a per-process temporary directory is used (no reuse across runs).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import pathlib
+import sys
+import threading
+from typing import NamedTuple
+
+import numba
+
+from ..analysis.choices import VectorOperand
+from ..cachedir import cache_directory
+from ..microkernels import outer_product as outer_product_source
+from ..packing import filters as filters_source
+from ..packing import inputs as inputs_source
+from ..packing import transpose as transpose_source
+from ..packing import vector_copy as vector_copy_source
+from . import bounds as bounds_source
+from . import loops as loops_source
+
+_lock = threading.Lock()
+_modules: dict = {}
+
+# Every source a generated module is built from: its name hashes them all.
+_DEPENDENCIES = (
+    loops_source,
+    bounds_source,
+    filters_source,
+    inputs_source,
+    transpose_source,
+    vector_copy_source,
+    outer_product_source,
+)
+
+
+def source_hash() -> str:
+    """The hash of every source a generated module is built from, and Numba's version."""
+    digest = hashlib.sha256(numba.__version__.encode())
+    for module in _DEPENDENCIES:
+        digest.update(pathlib.Path(module.__file__).read_bytes())
+    return digest.hexdigest()[:16]
+
+
+class LoopPatch(NamedTuple):
+    """A change to a generated loop module, for measurement only.
+
+    ``source`` is appended to the module's text (it may rebind any of the
+    template's helpers, e.g. a no-op ``microkernel``), and
+    ``kernel_options`` are keywords for
+    :func:`~cso.microkernels.outer_product.build_outer_product_kernel`.
+    The production path never passes one; :mod:`cso.measure` names the
+    patches it times.
+    """
+
+    name: str
+    source: str = ""
+    kernel_options: tuple = ()
+
+
+def _module_source(key, patch) -> str:
+    filters_per_tile, windows_per_tile, dtype_name, vector_lanes, vector_operand = key
+    template = pathlib.Path(loops_source.__file__).read_text()
+    options = "".join(f", {name}={value!r}" for name, value in patch.kernel_options) if patch else ""
+    binding = (
+        "\n\n# ---- specialisation written by cso.macrokernel.specialise ----\n"
+        "from cso.microkernels.outer_product import build_outer_product_kernel\n"
+        f"microkernel = build_outer_product_kernel({filters_per_tile}, {windows_per_tile}, "
+        f"{dtype_name!r}, {vector_lanes}, {str(vector_operand)!r}{options})\n"
+        f"VECTOR_TOKEN = (None,) * {vector_lanes}\n"
+    )
+    return template + binding + (patch.source if patch else "")
+
+
+def loop_module(
+    filters_per_tile: int,
+    windows_per_tile: int,
+    dtype_name: str,
+    vector_lanes: int,
+    vector_operand: str = "windows",
+    patch: LoopPatch = None,
+):
+    """The macro-kernel module specialised for one micro-kernel, memoised by its key.
+
+    Parameters
+    ----------
+    filters_per_tile, windows_per_tile, dtype_name, vector_lanes
+        The micro-kernel: ``Nf x Nwin`` of ``dtype_name`` with vectors of
+        ``vector_lanes`` elements.
+    vector_operand : {"windows", "filters", "reduction"}
+        The micro-kernel's vector dimension
+        (:func:`~cso.microkernels.outer_product.build_outer_product_kernel`).
+    patch : LoopPatch, optional
+        A measurement variant of the module (see :class:`LoopPatch`); None
+        for the real thing.
+
+    Returns
+    -------
+    module
+        With ``convolve_input_stationary`` and ``convolve_weight_stationary``
+        bound to the ``Nf x Nwin`` micro-kernel for ``dtype_name``.
+    """
+    if patch is not None and not isinstance(patch, LoopPatch):
+        raise TypeError(f"patch must be a LoopPatch or None, got {type(patch).__name__}")
+    key = (
+        int(filters_per_tile),
+        int(windows_per_tile),
+        str(dtype_name),
+        int(vector_lanes),
+        VectorOperand(vector_operand),
+    )
+    with _lock:
+        module = _modules.get((key, patch))
+        if module is not None:
+            return module
+        suffix = "" if patch is None else "_" + patch.name.replace("-", "_")
+        orientation = {"windows": "", "filters": "_fvec", "reduction": "_dot"}[key[4].value]
+        name = (
+            f"cso_loops_f{key[0]}_w{key[1]}_{key[2]}_l{key[3]}{orientation}{suffix}"
+            f"_{source_hash()}"
+        )
+        path = cache_directory() / f"{name}.py"
+        source = _module_source(key, patch)
+        if not path.exists() or path.read_text() != source:
+            # Write then rename, so that a concurrent process never imports half a file.
+            temporary = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+            temporary.write_text(source)
+            os.replace(temporary, path)
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+        _modules[(key, patch)] = module
+        return module

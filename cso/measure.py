@@ -1,0 +1,205 @@
+"""Measuring cso: timing in interleaved rounds, plans run as a call runs
+them, variants of the loop nest, and the peers it is compared with.
+
+The supported API for the benchmark (:mod:`cso.bench`), the autotuner
+(:mod:`cso.tune`) and ``experiments/``.  Nothing here is on the path of
+:func:`cso.conv2d`: a variant is a :class:`~cso.macrokernel.specialise.LoopPatch`
+of the loop module, run through the executor's own steps.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from . import executor
+from .analysis.plan import Plan
+from .macrokernel.specialise import LoopPatch, loop_module
+
+# The measurement variants of the loop nests: the same nests with a stage
+# replaced by a no-op (the time of a stage is the difference between the
+# full program and the one without it), or with one choice undone.
+VARIANTS = {
+    "no-kernel": LoopPatch(
+        "no-kernel", "\n@njit(nogil=True)\ndef microkernel(*args):\n    return\n"
+    ),
+    # The panels then hold what earlier calls packed into the kept workspace
+    # (zeros at first): finite operands, see cso.workspace.
+    "no-pack": LoopPatch(
+        "no-pack",
+        "\n@njit(nogil=True)\ndef _pack_tile(*args):\n    return\n"
+        "\n@njit(nogil=True)\ndef _pack_block(*args):\n    return\n",
+    ),
+    # The micro-kernel without its software prefetch.
+    "no-prefetch": LoopPatch("no-prefetch", "", (("prefetch_distance", 0),)),
+    # A filter-vectorised tile written back one element at a time.
+    "element-stores": LoopPatch("element-stores", "", (("transposed_store", False),)),
+    # 1x1 panels packed tile by tile, as other layers are, not channel by channel.
+    "tile-by-tile": LoopPatch(
+        "tile-by-tile",
+        '\n@njit(nogil=True, inline="always")\n'
+        "def _pack_block(operands, b, image, group, c0, channels, first_tile, tiles, size):\n"
+        "    for t in range(tiles):\n"
+        "        start = (first_tile + t) * b.windows_per_tile\n"
+        "        _pack_tile(operands, b, image, group, c0, channels, start, t * size)\n",
+    ),
+    # The per-tile helpers called as functions rather than inlined into the loops.
+    "outlined": LoopPatch(
+        "outlined",
+        "\n_tile = njit(nogil=True)(_tile.py_func)\n"
+        "_pack_tile = njit(nogil=True)(_pack_tile.py_func)\n",
+    ),
+}
+VARIANTS["skeleton"] = LoopPatch(
+    "skeleton", VARIANTS["no-kernel"].source + VARIANTS["no-pack"].source
+)
+
+
+def best_times(programs, rounds=5, min_seconds=0.0):
+    """Best time of each program over interleaved rounds (at least ``rounds``,
+    more until ``min_seconds`` have passed, 50 at most).
+
+    The order rotates every round: the program run first in a round meets the
+    caches as the previous one left them, and no program should always be it.
+    """
+    best = {name: float("inf") for name in programs}
+    names = list(programs)
+    started = time.perf_counter()
+    done = 0
+    while done < rounds or (time.perf_counter() - started < min_seconds and done < 50):
+        for name in names[done % len(names) :] + names[: done % len(names)]:
+            start = time.perf_counter()
+            programs[name]()
+            best[name] = min(best[name], time.perf_counter() - start)
+        done += 1
+    return best
+
+
+def plan_program(plan: Plan, x, w, bias=None, *, variant=None, prepacked=None):
+    """A callable that computes ``plan``'s convolution of ``x`` by ``w`` as
+    :func:`cso.conv2d` does (filters prepared in every call), into one
+    output array it returns.
+
+    Parameters
+    ----------
+    plan : Plan
+    x, w, bias : numpy.ndarray
+        The operands (``bias`` may be None).
+    variant : str, optional
+        A name of :data:`VARIANTS`: the loop nest with that change (its
+        results are meaningless for the ``no-*`` and ``skeleton`` ones).
+    prepacked : PackedFilters, optional
+        Filters packed ahead of time for ``plan`` (:func:`cso.pack_filters`):
+        read as a call with packed filters reads them (``w`` and ``bias``
+        are then ignored).
+    """
+    if variant is not None and variant not in VARIANTS:
+        raise ValueError(f"variant must be one of {sorted(VARIANTS)} or None, got {variant!r}")
+    y = np.empty(plan.geometry.output_shape, np.dtype(plan.dtype))
+    filters_packed = prepacked is not None or plan.vector_operand == "filters"
+    launch = None
+    if variant is not None:
+        module = loop_module(
+            plan.filters_per_tile,
+            plan.windows_per_tile,
+            plan.dtype,
+            plan.vector_lanes,
+            plan.vector_operand,
+            patch=VARIANTS[variant],
+        )
+        launch = executor.launch_for(plan, filters_packed, module)
+
+    if prepacked is not None:
+        operands = executor.prepacked_operands(prepacked.panels, prepacked.bias, plan)
+
+        def program():
+            return executor.run(plan, x, operands, y, launch)
+
+    else:
+
+        def program():
+            return executor.run(plan, x, executor.filter_operands(w, bias, plan), y, launch)
+
+    return program
+
+
+def filter_program(plan: Plan, w, bias=None):
+    """A callable that prepares ``w`` and ``bias`` for ``plan`` as a call does."""
+    return lambda: executor.filter_operands(w, bias, plan)
+
+
+def stage_times(plan: Plan, x, w, rounds=5) -> dict:
+    """Where one call's time goes, by difference between variants of the loop nest.
+
+    ``total``: the call's loop nest with its filter preparation.  ``filters``:
+    that preparation (packing the filters for a filter-vectorised plan, or
+    a group's tile when it has fewer than ``Nf`` filters, and the bias).
+    ``kernel``: total minus the same program with a no-op micro-kernel.
+    ``input packing``: total minus the program that never packs.
+    ``rest``: the skeleton (neither kernel nor packing) less the filter
+    preparation: the loops, edge-tile copies, thread launch and Python
+    around them.  Timing noise can make a difference slightly negative; it
+    is reported as measured, so that ``kernel + input packing + filters +
+    rest`` is ``total`` within that noise.
+    """
+    programs = {
+        name: plan_program(plan, x, w, variant=variant)
+        for name, variant in (
+            ("total", None),
+            ("no-kernel", "no-kernel"),
+            ("no-pack", "no-pack"),
+            ("skeleton", "skeleton"),
+        )
+    }
+    programs["filters"] = filter_program(plan, w)
+    for program in programs.values():
+        program()
+    best = best_times(programs, rounds)
+    return {
+        "total": best["total"],
+        "kernel": best["total"] - best["no-kernel"],
+        "input packing": best["total"] - best["no-pack"],
+        "filters": best["filters"],
+        "rest": best["skeleton"] - best["filters"],
+    }
+
+
+def kernel_name(plan: Plan) -> str:
+    """``14x32w``: ``Nf x Nwin``, w, f or r for the vectorised operand, and
+    ``+`` when the batch is folded into the windows."""
+    folded = "+" if plan.batch_folded else ""
+    return f"{plan.filters_per_tile}x{plan.windows_per_tile}{plan.vector_operand.value[0]}{folded}"
+
+
+def im2col_gemm(x, w, stride, padding):
+    """The im2col + NumPy matmul peer (the BLAS NumPy links), in float32."""
+    from .reference import conv2d as reference_conv2d
+
+    return reference_conv2d(x, w, stride=stride, padding=padding, dtype=np.float32)
+
+
+def torch_peer(threads):
+    """torch's convolution on ``threads`` threads as ``run(x, w, stride,
+    padding)``, or None when torch is not installed."""
+    try:
+        import torch
+    except ImportError:
+        return None
+
+    def run(x, w, stride, padding, _cache={}):
+        key = (id(x), id(w))
+        if key not in _cache:
+            _cache.clear()
+            _cache[key] = (torch.from_numpy(x), torch.from_numpy(w))
+        tx, tw = _cache[key]
+        # Numba's OpenMP threading layer sets the process-wide OpenMP thread
+        # count when it launches a parallel region, and torch shares that
+        # OpenMP runtime: without this, torch runs on every core after any
+        # cso call, whatever it was told once.
+        if torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
+        with torch.no_grad():
+            return torch.nn.functional.conv2d(tx, tw, stride=stride, padding=padding)
+
+    return run

@@ -1,0 +1,142 @@
+"""The on-disk store of tuned plans.
+
+:class:`TunedPlans` keeps the plans :func:`cso.tune` found fastest in a JSON
+file keyed by the problem, the hardware fingerprint and the cso version;
+``cso.conv2d(..., tuned=True)`` consults it through :func:`tuned_plan`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import pathlib
+import threading
+import warnings
+
+import numpy as np
+
+from ._version import __version__
+from .analysis.detect import detect_hardware
+from .analysis.hardware import Hardware
+from .analysis.choices import SCHEDULES
+from .analysis.plan import Plan
+from .cachedir import cache_directory
+from .geometry import ConvGeometry
+
+STORE_FORMAT = "cso-tuned-plans"
+STORE_VERSION = 2  # 2: the plans' hardware nests its cost weights
+
+
+def hardware_fingerprint(hardware: Hardware) -> str:
+    fields = dataclasses.asdict(hardware)
+    fields.pop("source", None)
+    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _problem_key(geometry: ConvGeometry, dtype_name: str, threads: int) -> str:
+    return json.dumps([dataclasses.asdict(geometry), dtype_name, threads], sort_keys=True)
+
+
+class TunedPlans:
+    """A JSON file of tuned plans keyed by problem, hardware fingerprint and cso version.
+
+    A missing file is an empty store; an unreadable, damaged or foreign one is
+    ignored with a warning, and entries of another cso version or another
+    machine are never returned.
+    """
+
+    _lock = threading.Lock()
+
+    def __init__(self, path=None):
+        if path is None:
+            path = cache_directory() / "tuned_plans.json"
+        self.path = pathlib.Path(os.fspath(path))
+
+    def _read(self) -> dict:
+        try:
+            text = self.path.read_text()
+        except FileNotFoundError:
+            return {}
+        except OSError as error:
+            warnings.warn(
+                f"tuned-plans store {self.path} is unreadable ({error}); ignored",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            return {}
+        try:
+            content = json.loads(text)
+            if content.get("format") != STORE_FORMAT or content.get("version") != STORE_VERSION:
+                raise ValueError("not a cso tuned-plans store of this version")
+            entries = content["entries"]
+            if not isinstance(entries, dict):
+                raise ValueError("entries is not an object")
+            return entries
+        except (ValueError, AttributeError, KeyError, TypeError) as error:
+            warnings.warn(
+                f"tuned-plans store {self.path} is damaged or stale ({error}); ignored",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            return {}
+
+    @staticmethod
+    def key(geometry, dtype_name, hardware, threads) -> str:
+        return "|".join(
+            (
+                __version__,
+                hardware_fingerprint(hardware),
+                _problem_key(geometry, dtype_name, threads),
+            )
+        )
+
+    def get(
+        self, geometry: ConvGeometry, dtype_name: str, hardware: Hardware, threads: int
+    ) -> Plan | None:
+        """The stored plan for this problem on this machine and version, or None."""
+        entry = self._read().get(self.key(geometry, dtype_name, hardware, threads))
+        if entry is None:
+            return None
+        try:
+            plan = Plan.from_dict(entry)
+        except (KeyError, TypeError, ValueError) as error:
+            warnings.warn(
+                f"tuned plan in {self.path} is malformed ({error!r}); ignored",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            return None
+        lanes = max(1, hardware.vector_bytes // np.dtype(dtype_name).itemsize)
+        if (
+            not plan.matches(geometry, dtype_name)
+            or plan.windows_per_tile % lanes
+            or plan.schedule not in SCHEDULES
+        ):
+            warnings.warn(
+                f"tuned plan in {self.path} does not fit its key; ignored",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            return None
+        return plan
+
+    def put(self, plan: Plan) -> None:
+        """Store ``plan`` under its own problem, hardware and thread count."""
+        with self._lock:
+            entries = self._read()
+            entries[self.key(plan.geometry, plan.dtype, plan.hardware, plan.threads)] = (
+                plan.to_dict()
+            )
+            content = {"format": STORE_FORMAT, "version": STORE_VERSION, "entries": entries}
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            temporary = self.path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+            temporary.write_text(json.dumps(content))
+            os.replace(temporary, self.path)
+
+
+def tuned_plan(geometry, dtype_name, threads, tuned) -> Plan | None:
+    """The stored plan ``cso.conv2d(..., tuned=...)`` should use, if any."""
+    store = TunedPlans(None if tuned is True else tuned)
+    return store.get(geometry, dtype_name, detect_hardware(), threads)
