@@ -22,7 +22,7 @@ from __future__ import annotations
 import argparse
 import os
 
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+import harness  # noqa: E402,F401  (pins BLAS threads before NumPy loads)
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
@@ -48,7 +48,7 @@ def _ways(run_batch, run_image, batch):
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--layers", nargs="+", default=list(DEFAULT_LAYERS))
     parser.add_argument("--rounds", type=int, default=9)

@@ -22,7 +22,7 @@ import argparse
 import os
 import time
 
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+import harness  # noqa: E402,F401  (pins BLAS threads before NumPy loads)
 
 import numpy as np  # noqa: E402
 
@@ -47,7 +47,7 @@ def _medians(programs, calls=3000):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     threads = args.threads

@@ -25,7 +25,7 @@ import argparse
 import dataclasses
 import os
 
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+import harness  # noqa: E402,F401  (pins BLAS threads before NumPy loads)
 
 import numpy as np  # noqa: E402
 
@@ -71,7 +71,7 @@ def programs_for(layer, batch, threads, packed, plans):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__)
     parser.add_argument(
         "--set", dest="settings", type=parse_setting, action="append", required=True
     )

@@ -9,6 +9,8 @@ import subprocess
 import sys
 import tempfile
 
+import harness
+
 PROGRAM = """
 import time
 start = time.perf_counter()
@@ -32,6 +34,7 @@ def measure(cache_dir, numba_cache_dir):
 
 
 def main():
+    harness.parser(__doc__).parse_args()
     with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as numba_cache:
         for label in ("cold", "warm", "warm"):
             imported, first, second = measure(cache, numba_cache)

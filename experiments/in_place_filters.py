@@ -22,7 +22,7 @@ import argparse
 import os
 import statistics
 
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+import harness  # noqa: E402,F401  (pins BLAS threads before NumPy loads)
 
 import numpy as np  # noqa: E402
 
@@ -33,7 +33,7 @@ from cso.models import MODELS  # noqa: E402
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--model", default="resnet50", choices=sorted(MODELS))
     parser.add_argument("--rounds", type=int, default=7)
     args = parser.parse_args()

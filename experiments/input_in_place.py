@@ -22,7 +22,7 @@ import dataclasses
 import os
 import sys
 
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+import harness  # noqa: E402,F401  (pins BLAS threads before NumPy loads)
 
 import numpy as np  # noqa: E402
 
@@ -36,7 +36,7 @@ from forced_shapes import check_agree, describe, program_for  # noqa: E402
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--model", default="resnet50", choices=sorted(MODELS))
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--threads", type=int, default=1)

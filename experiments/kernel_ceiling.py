@@ -28,6 +28,8 @@ program; each figure is the best round.
 from __future__ import annotations
 
 import argparse
+
+import harness
 import pathlib
 import shutil
 import subprocess
@@ -131,7 +133,7 @@ def time_c(binary, depth, seconds):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--depth", type=int, default=128, help="reduction steps per call")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()

@@ -22,7 +22,7 @@ import os
 import pathlib
 import sys
 
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+import harness  # noqa: E402,F401  (pins BLAS threads before NumPy loads)
 
 import numpy as np  # noqa: E402
 
@@ -34,7 +34,7 @@ from sampled_shapes import DATA, load, shapes  # noqa: E402
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--shape", default="24x16", help="Nf x Nwin, windows in the vectors")
     parser.add_argument("--count", type=int, default=100)
     parser.add_argument("--seed", type=int, default=0)

@@ -31,7 +31,7 @@ import os
 import sys
 import time
 
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+import harness  # noqa: E402,F401  (pins BLAS threads before NumPy loads)
 
 import numpy as np  # noqa: E402
 from numba import njit  # noqa: E402
@@ -69,7 +69,7 @@ def l1_kernel_rate(nf, nwin, vector_operand, lanes, depth=256, seconds=0.3):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     lanes = max(1, cso.detect_hardware().vector_bytes // 4)

@@ -16,10 +16,12 @@ when installed, timed side by side in interleaved rounds.
 from __future__ import annotations
 
 import argparse
+
+import harness
 import os
 import sys
 
-parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+parser = harness.parser(__doc__)
 parser.add_argument("--threads", type=int, default=1)
 parser.add_argument("--rounds", type=int, default=5)
 args = parser.parse_args()

@@ -15,6 +15,8 @@ Usage: python experiments/model_vs_tuned.py [--sample 50] [--budget 2]
 """
 
 import argparse
+
+import harness  # noqa: E402,F401  (pins BLAS threads before NumPy loads)
 import csv
 import os
 import pathlib
@@ -57,7 +59,7 @@ def model_layers(name):
 
 
 def main():
-    parser = argparse.ArgumentParser()
+    parser = harness.parser(__doc__)
     parser.add_argument("--sample", type=int, default=50)
     parser.add_argument("--budget", type=float, default=2.0)
     parser.add_argument("--threads", type=int, default=1)

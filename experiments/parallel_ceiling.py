@@ -28,6 +28,8 @@ figure is the best round.
 from __future__ import annotations
 
 import argparse
+
+import harness
 import sys
 import threading
 import time
@@ -73,7 +75,7 @@ def rate(runners, flops, calls):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--depth", type=int, default=256, help="reduction steps per kernel call")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=0.3, help="rough length of one timing")

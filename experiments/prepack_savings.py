@@ -8,6 +8,8 @@ one-off cost of packing.  Usage: python experiments/prepack_savings.py
 """
 
 import argparse
+
+import harness  # noqa: E402,F401  (pins BLAS threads before NumPy loads)
 import time
 
 import numpy as np
@@ -18,7 +20,7 @@ from cso.models import MODELS
 
 
 def main():
-    parser = argparse.ArgumentParser()
+    parser = harness.parser(__doc__)
     parser.add_argument("--model", default="resnet50", choices=sorted(MODELS))
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()

@@ -11,6 +11,8 @@ Usage: python experiments/sampled_shapes.py [--count 100] [--min-gflop 0.02]
 """
 
 import argparse
+
+import harness  # noqa: E402,F401  (pins BLAS threads before NumPy loads)
 import csv
 import os
 import pathlib
@@ -66,7 +68,7 @@ def shapes(row):
 
 
 def main():
-    parser = argparse.ArgumentParser()
+    parser = harness.parser(__doc__)
     parser.add_argument("--data", default=str(DATA))
     parser.add_argument("--count", type=int, default=100)
     parser.add_argument("--min-gflop", type=float, default=0.02)

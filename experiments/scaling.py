@@ -22,7 +22,7 @@ from __future__ import annotations
 import argparse
 import os
 
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+import harness  # noqa: E402,F401  (pins BLAS threads before NumPy loads)
 
 import numba  # noqa: E402
 import numpy as np  # noqa: E402
@@ -74,7 +74,7 @@ def _programs(layer, threads):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--model", default="resnet50", choices=sorted(MODELS))
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--min-gflop", type=float, default=0.2)

@@ -5,6 +5,8 @@ Usage: python experiments/schedule_choice.py [--model resnet50|vgg16] [--threads
 """
 
 import argparse
+
+import harness  # noqa: E402,F401  (pins BLAS threads before NumPy loads)
 import numpy as np
 
 import cso
@@ -13,7 +15,7 @@ from cso.models import MODELS
 
 
 def main():
-    parser = argparse.ArgumentParser()
+    parser = harness.parser(__doc__)
     parser.add_argument("--model", default="resnet50", choices=sorted(MODELS))
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()

@@ -32,7 +32,7 @@ from __future__ import annotations
 import argparse
 import os
 
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+import harness  # noqa: E402,F401  (pins BLAS threads before NumPy loads)
 
 import numpy as np  # noqa: E402
 
@@ -60,7 +60,7 @@ def _programs(x, w, kwargs, threads, packed_ahead, variant):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__)
     parser.add_argument(
         "--variant",
         default="no-prefetch",

@@ -20,7 +20,7 @@ import argparse
 import os
 import time
 
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+import harness  # noqa: E402,F401  (pins BLAS threads before NumPy loads)
 
 import numpy as np  # noqa: E402
 
@@ -37,7 +37,7 @@ def _timed(call, repeat):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--model", default="resnet50", choices=sorted(MODELS))
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=5)

@@ -1,0 +1,64 @@
+"""What every experiment shares: BLAS pinning, the command line, the layers.
+
+Each script in this folder answers one question and runs as
+``python experiments/NAME.py [options]`` after ``pip install .``.  Import
+this module before NumPy (``import harness``): it pins the BLAS threads to
+one unless the caller set them, so that im2col + GEMM runs on the thread
+count under test.  Timing itself is :func:`cso.measure.best_times`
+(interleaved rounds, best of each); nothing here asserts a speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+# Before NumPy loads its BLAS: a peer must run on the thread count under test.
+for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_variable, "1")
+
+# Scripts import each other's helpers (e.g. kernel_ceiling.cso_runner).
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+
+def parser(doc: str, **defaults) -> argparse.ArgumentParser:
+    """An argument parser described by ``doc`` (the script's docstring), with
+    the common options named in ``defaults`` added with those defaults:
+    ``model``, ``batch``, ``threads``, ``rounds`` and ``layers`` (a default
+    list of layer names, or None for every layer)."""
+    lines = (doc or "").strip().splitlines()
+    result = argparse.ArgumentParser(
+        description=lines[0] if lines else None,
+        epilog="\n".join(lines[1:]) or None,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    if "model" in defaults:
+        from cso.models import MODELS
+
+        result.add_argument("--model", default=defaults["model"], choices=sorted(MODELS))
+    for name in ("batch", "threads", "rounds"):
+        if name in defaults:
+            result.add_argument(f"--{name}", type=int, default=defaults[name])
+    if "layers" in defaults:
+        names = defaults["layers"]
+        result.add_argument(
+            "--layers",
+            nargs="*",
+            default=names,
+            help="layer names (default: " + ("all" if names is None else ", ".join(names)) + ")",
+        )
+    return result
+
+
+def model_layers(model: str, names=None, batch=None) -> list:
+    """The distinct layers of ``model`` (those named in ``names``, when given),
+    at batch ``batch`` when given."""
+    from cso.models import MODELS
+
+    layers = [layer for layer in MODELS[model]() if not names or layer.name in names]
+    if names:
+        missing = sorted(set(names) - {layer.name for layer in layers})
+        if missing:
+            raise SystemExit(f"no such layer in {model}: {', '.join(missing)}")
+    return [layer.with_batch(batch) for layer in layers] if batch else layers
