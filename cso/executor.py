@@ -77,9 +77,7 @@ def filter_operands(w, bias, plan: Plan) -> FilterOperands:
             panels, panels[: plan.filters_per_tile], True, bias_panel, bias is not None
         )
     w_flat = writeable(np.ascontiguousarray(w, dtype=dtype)).reshape(-1)
-    return FilterOperands(
-        w_flat, _edge_filters(w_flat, plan), False, bias_panel, bias is not None
-    )
+    return FilterOperands(w_flat, _edge_filters(w_flat, plan), False, bias_panel, bias is not None)
 
 
 def prepacked_operands(panels: np.ndarray, bias, plan: Plan) -> FilterOperands:

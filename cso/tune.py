@@ -88,7 +88,8 @@ def candidate_plans(analysis: Plan, micro_kernels) -> list:
     for nf, nwin, operand in micro_kernels:
         own = (analysis.filters_per_tile, analysis.windows_per_tile, analysis.vector_operand)
         folds = [None]
-        if operand != VectorOperand.REDUCTION and tiles.folding_saves_padding(g.batch, g.windows, nwin):
+        saves = tiles.folding_saves_padding(g.batch, g.windows, nwin)
+        if operand != VectorOperand.REDUCTION and saves:
             folds = [False, True]
         for fold in folds:
             _add_candidates(found, analysis, own, nf, nwin, operand, fold)
@@ -118,7 +119,9 @@ def _add_candidates(found, analysis, own, nf, nwin, operand, fold) -> None:
     for schedule in SCHEDULES:
         nc_model, k2_rule, k3_rule = dict(base.tiles_by_schedule)[schedule]
         streamed, resident = (
-            (filter_tiles, window_tiles) if schedule == Schedule.IS else (window_tiles, filter_tiles)
+            (filter_tiles, window_tiles)
+            if schedule == Schedule.IS
+            else (window_tiles, filter_tiles)
         )
         for nc in _around(nc_model, g.channels_per_group):
             for k2 in _around(k2_rule, streamed):
@@ -230,7 +233,8 @@ def tune(
                 f"of {analysis.vector_lanes}"
             )
     own = (analysis.filters_per_tile, analysis.windows_per_tile, analysis.vector_operand)
-    kernels = list(dict.fromkeys([own] + [(nf, nwin, VectorOperand.WINDOWS) for nf, nwin in shapes] + others))
+    windows = [(nf, nwin, VectorOperand.WINDOWS) for nf, nwin in shapes]
+    kernels = list(dict.fromkeys([own] + windows + others))
     ranked = _interleaved(candidate_plans(analysis, kernels))
     rng = np.random.default_rng(seed)
     x = rng.standard_normal(x_shape).astype(dtype)

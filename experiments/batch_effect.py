@@ -19,7 +19,6 @@ what warm caches flatter it with.  Programs: ``cso.conv2d`` (into a given
 
 from __future__ import annotations
 
-import argparse
 import os
 
 import harness  # noqa: E402,F401  (pins BLAS threads before NumPy loads)

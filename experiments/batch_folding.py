@@ -13,8 +13,6 @@ model-weighted totals over the folded layers.
 
 from __future__ import annotations
 
-import argparse
-import os
 
 import harness  # noqa: E402,F401  (pins BLAS threads before NumPy loads)
 

@@ -18,8 +18,6 @@ a few microseconds and the best is a lucky one.
 
 from __future__ import annotations
 
-import argparse
-import os
 import time
 
 import harness  # noqa: E402,F401  (pins BLAS threads before NumPy loads)

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 
 import harness  # noqa: E402,F401  (pins BLAS threads before NumPy loads)
 

@@ -23,7 +23,6 @@ everything that makes a narrower kernel slower inside the loop nest.
 from __future__ import annotations
 
 import argparse
-import os
 
 import harness  # noqa: E402,F401  (pins BLAS threads before NumPy loads)
 

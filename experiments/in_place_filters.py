@@ -18,8 +18,6 @@ The median is what ``Hardware.in_place_filter_cost`` is set from.
 
 from __future__ import annotations
 
-import argparse
-import os
 import statistics
 
 import harness  # noqa: E402,F401  (pins BLAS threads before NumPy loads)

@@ -17,7 +17,6 @@ side, results checked against each other.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 import sys

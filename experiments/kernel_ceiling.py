@@ -27,7 +27,6 @@ program; each figure is the best round.
 
 from __future__ import annotations
 
-import argparse
 
 import harness
 import pathlib

@@ -17,8 +17,6 @@ the model would prefer the forced shape if it were offered).
 
 from __future__ import annotations
 
-import argparse
-import os
 import pathlib
 import sys
 

@@ -26,8 +26,6 @@ the rest of the gap to 100% is padding and packing.
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
 import time
 

@@ -15,7 +15,6 @@ when installed, timed side by side in interleaved rounds.
 
 from __future__ import annotations
 
-import argparse
 
 import harness
 import os

@@ -14,7 +14,6 @@ Usage: python experiments/model_vs_tuned.py [--sample 50] [--budget 2]
        [--threads 1] [--out experiments/results]
 """
 
-import argparse
 
 import harness  # noqa: E402,F401  (pins BLAS threads before NumPy loads)
 import csv

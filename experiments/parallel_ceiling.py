@@ -27,7 +27,6 @@ figure is the best round.
 
 from __future__ import annotations
 
-import argparse
 
 import harness
 import sys

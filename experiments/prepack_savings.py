@@ -7,7 +7,6 @@ one-off cost of packing.  Usage: python experiments/prepack_savings.py
 [--model resnet50|vgg16] [--threads 1]
 """
 
-import argparse
 
 import harness  # noqa: E402,F401  (pins BLAS threads before NumPy loads)
 import time

@@ -10,7 +10,6 @@ Usage: python experiments/sampled_shapes.py [--count 100] [--min-gflop 0.02]
        [--max-gflop 0.5] [--groups any|none] [--seed 0] [--csv FILE]
 """
 
-import argparse
 
 import harness  # noqa: E402,F401  (pins BLAS threads before NumPy loads)
 import csv

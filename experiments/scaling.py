@@ -19,8 +19,6 @@ read of 64 MB (beyond L2) with a parallel Numba loop, one thread against two.
 
 from __future__ import annotations
 
-import argparse
-import os
 
 import harness  # noqa: E402,F401  (pins BLAS threads before NumPy loads)
 

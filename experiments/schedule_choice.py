@@ -4,7 +4,6 @@ Both forced plans are timed in interleaved rounds in one process (one thread).
 Usage: python experiments/schedule_choice.py [--model resnet50|vgg16] [--threads T]
 """
 
-import argparse
 
 import harness  # noqa: E402,F401  (pins BLAS threads before NumPy loads)
 import numpy as np

@@ -16,8 +16,6 @@ how much the stages around it add.
 
 from __future__ import annotations
 
-import argparse
-import os
 
 import harness  # noqa: E402,F401  (pins BLAS threads before NumPy loads)
 

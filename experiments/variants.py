@@ -29,8 +29,6 @@ totals.
 
 from __future__ import annotations
 
-import argparse
-import os
 
 import harness  # noqa: E402,F401  (pins BLAS threads before NumPy loads)
 

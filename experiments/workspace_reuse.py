@@ -16,8 +16,6 @@ costs against the arithmetic.
 
 from __future__ import annotations
 
-import argparse
-import os
 import time
 
 import harness  # noqa: E402,F401  (pins BLAS threads before NumPy loads)

@@ -167,6 +167,8 @@ def padding_share(plan) -> float:
 def explain(plan) -> str:
     """Everything the analysis decided for ``plan``, as text."""
     g, hw = plan.geometry, plan.hardware
+    weights = hw.weights
+    weights = hw.weights
     s = np.dtype(plan.dtype).itemsize
     area = g.kernel_height * g.kernel_width
     x_shape = (g.batch, g.channels, g.height, g.width)
@@ -182,10 +184,11 @@ def explain(plan) -> str:
         f"{hw.vector_registers} registers; {hw.cores} core(s); tiles may use "
         f"{hw.usable_fraction:.0%} of each cache ({hw.weights.sweep_fraction:.0%} of that for the "
         f"swept K2/K3 blocks)",
-        f"  cost per byte: L2 {hw.weights.l2_cost:g}, L3 {hw.weights.l3_cost:g}, DRAM {hw.weights.dram_cost:g}; "
-        f"per TLB miss {hw.weights.tlb_miss_cost:g} ({hw.tlb_entries} entries, {hw.page_bytes} B pages); "
-        f"per micro-kernel call {hw.weights.call_cost:g}; per L1-spilled byte {hw.weights.l1_miss_cost:g}; "
-        f"share of WS's filter stream hidden behind the FMAs {hw.weights.stream_overlap:g}",
+        f"  cost per byte: L2 {weights.l2_cost:g}, L3 {weights.l3_cost:g}, "
+        f"DRAM {weights.dram_cost:g}; per TLB miss {weights.tlb_miss_cost:g} "
+        f"({hw.tlb_entries} entries, {hw.page_bytes} B pages); per micro-kernel call "
+        f"{weights.call_cost:g}; per L1-spilled byte {weights.l1_miss_cost:g}; share of WS's "
+        f"filter stream hidden behind the FMAs {weights.stream_overlap:g}",
         "",
         "Problem",
         f"  x {x_shape}, w {w_shape} -> y {g.output_shape}, {plan.dtype}; "

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, fields, replace
 
 from .weights import DEFAULT_WEIGHTS, CostWeights
 
+
 @dataclass(frozen=True)
 class Hardware:
     """Cache sizes, vector width and core count of one machine, with the cost weights.
@@ -85,7 +86,10 @@ class Hardware:
 
     @staticmethod
     def from_dict(values: dict) -> "Hardware":
-        """The :class:`Hardware` :meth:`to_dict` described (TypeError or ValueError if malformed)."""
+        """The :class:`Hardware` :meth:`to_dict` described.
+
+        Raises TypeError or ValueError if ``values`` is malformed.
+        """
         values = dict(values)
         weights = values.pop("weights", {})
         if not isinstance(weights, dict):

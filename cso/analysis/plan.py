@@ -131,7 +131,8 @@ class Plan:
                 "a dot-product plan (vector_operand='reduction') needs one window that is the "
                 "whole unpadded input, read in place (input_in_place=True)"
             )
-        if self.input_in_place and not (pointwise or self.vector_operand == VectorOperand.REDUCTION):
+        dot_product = self.vector_operand == VectorOperand.REDUCTION
+        if self.input_in_place and not (pointwise or dot_product):
             raise ValueError(
                 "input_in_place=True needs a 1x1, stride-1, unpadded convolution (or a "
                 f"dot-product plan): the windows of {g} are not runs of x"

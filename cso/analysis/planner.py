@@ -309,9 +309,7 @@ def _make_plan(problem: _Problem, nf, nwin, choice: TileChoice, by_schedule, cos
         window_parts=choice.window_parts,
         input_in_place=problem.input_in_place,
         costs=tuple((name, costs[name]) for name in SCHEDULES),
-        tiles_by_schedule=tuple(
-            (name, tuple(by_schedule[name])[1:4]) for name in SCHEDULES
-        ),
+        tiles_by_schedule=tuple((name, tuple(by_schedule[name])[1:4]) for name in SCHEDULES),
         geometry=problem.geometry,
         hardware=problem.hardware,
         vector_operand=problem.vector_operand,
@@ -530,9 +528,7 @@ def with_tiles(
                 problem,
                 plan.filters_per_tile,
                 plan.windows_per_tile,
-                TileChoice(
-                    name, *by_schedule[name], window_parts if name == schedule else 1
-                ),
+                TileChoice(name, *by_schedule[name], window_parts if name == schedule else 1),
             ),
         )
         for name in SCHEDULES

@@ -81,7 +81,7 @@ class LoopPatch(NamedTuple):
 def _module_source(key, patch) -> str:
     filters_per_tile, windows_per_tile, dtype_name, vector_lanes, vector_operand = key
     template = pathlib.Path(loops_source.__file__).read_text()
-    options = "".join(f", {name}={value!r}" for name, value in patch.kernel_options) if patch else ""
+    options = "".join(f", {k}={v!r}" for k, v in patch.kernel_options) if patch else ""
     binding = (
         "\n\n# ---- specialisation written by cso.macrokernel.specialise ----\n"
         "from cso.microkernels.outer_product import build_outer_product_kernel\n"
@@ -136,8 +136,7 @@ def loop_module(
         suffix = "" if patch is None else "_" + patch.name.replace("-", "_")
         orientation = {"windows": "", "filters": "_fvec", "reduction": "_dot"}[key[4].value]
         name = (
-            f"cso_loops_f{key[0]}_w{key[1]}_{key[2]}_l{key[3]}{orientation}{suffix}"
-            f"_{source_hash()}"
+            f"cso_loops_f{key[0]}_w{key[1]}_{key[2]}_l{key[3]}{orientation}{suffix}_{source_hash()}"
         )
         path = cache_directory() / f"{name}.py"
         source = _module_source(key, patch)

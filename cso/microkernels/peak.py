@@ -102,4 +102,4 @@ def fma_peak_gflops(dtype_name: str = "float32", lanes: int = 16, seconds: float
         start = time.perf_counter()
         run(iterations)
         best = min(best, time.perf_counter() - start)
-    return iterations * _CHAINS * lanes * 2 / best / 1e9
+    return iterations * FMA_CHAINS * lanes * 2 / best / 1e9

@@ -69,7 +69,17 @@ def masked_load_store(module, vector):
 
 @intrinsic
 def transpose_block(
-    typingctx, dst, dst_offset, dst_stride, src, src_offset, src_stride, rows, columns, width, vector
+    typingctx,
+    dst,
+    dst_offset,
+    dst_stride,
+    src,
+    src_offset,
+    src_stride,
+    rows,
+    columns,
+    width,
+    vector,
 ):
     """``dst[dst_offset + j*dst_stride + i] = src[src_offset + i*src_stride + j]``
     for ``i < width``, ``j < columns``, reading zero for ``i >= rows``.

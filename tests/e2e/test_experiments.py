@@ -7,9 +7,11 @@ import sys
 import pytest
 
 EXPERIMENTS = pathlib.Path(__file__).resolve().parents[2] / "experiments"
-SCRIPTS = sorted(
-    path for path in EXPERIMENTS.glob("*.py") if path.name != "harness.py"
-) if EXPERIMENTS.is_dir() else []
+SCRIPTS = (
+    sorted(path for path in EXPERIMENTS.glob("*.py") if path.name != "harness.py")
+    if EXPERIMENTS.is_dir()
+    else []
+)
 
 
 @pytest.mark.skipif(not SCRIPTS, reason="no experiments/ beside the tests")

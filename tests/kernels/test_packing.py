@@ -78,7 +78,8 @@ def test_pack_row_runs_against_the_definition(dtype, step, lanes):
                         expected[2 + s * stride + t] = row[column] if 0 <= column < width else 0
                 assert np.array_equal(target, expected)  # NaN outside the row is never read
     zeroed = np.full(10, -1, dtype)
-    _pack_rows(zeroed, 0, 5, source, 0, 0, step, 1, 2, 4, 0, 1, 0, 0, vector_token(lanes))  # a row in the padding
+    # A row in the padding.
+    _pack_rows(zeroed, 0, 5, source, 0, 0, step, 1, 2, 4, 0, 1, 0, 0, vector_token(lanes))
     assert np.array_equal(zeroed, [0, 0, 0, 0, -1] * 2)
 
 
