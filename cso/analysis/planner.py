@@ -11,15 +11,24 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import NamedTuple
 
 import numpy as np
 
 from ..checks import check_threads
-from ..geometry import SUPPORTED_DTYPES, ConvGeometry, ceil_div, make_geometry
-from . import cost, tiles
+from ..geometry import SUPPORTED_DTYPES, ConvGeometry, make_geometry
+from . import tiles
+from .candidates import (
+    Problem,
+    TileChoice,
+    make_problem,
+    packs_channels_outer,
+    parallel_options,
+    problem_of,
+    traffic,
+    whole_input_window,
+    ws_window_parts,
+)
 from .choices import SCHEDULES, Schedule, VectorOperand, parse_choice
-from .cost import Traffic
 from .detect import detect_hardware
 from .hardware import Hardware
 from .plan import Plan
@@ -180,7 +189,7 @@ def plan_for_geometry(
             )
 
     def plan_for(nf, nwin, operand, folded):
-        problem = _problem(
+        problem = make_problem(
             geometry, dtype_name, hardware, threads, operand, filters_prepacked, folded
         )
         return _plan_for_shape(problem, nf, nwin, schedule)
@@ -216,64 +225,7 @@ def plan_for_geometry(
     return best
 
 
-class _Problem(NamedTuple):
-    """What every candidate of one micro-kernel orientation shares."""
-
-    geometry: ConvGeometry
-    dtype_name: str
-    hardware: Hardware
-    threads: int
-    vector_operand: VectorOperand
-    filters_prepacked: bool
-    folded: bool
-    space: "WindowSpace"
-    element_bytes: int
-    input_in_place: bool
-
-
-class TileChoice(NamedTuple):
-    """One schedule's tiles: ``Nc``, ``K2``, ``K3`` and WS's window parts."""
-
-    schedule: Schedule
-    channel_tile: int
-    l2_tiles: int
-    l3_tiles: int
-    window_parts: int = 1
-
-
-class WindowSpace(NamedTuple):
-    """One job's windows: ``images`` images' ``P*Q`` each, in ``outer_jobs``
-    (group, image) jobs; the batch folded makes it all images in one job."""
-
-    outer_jobs: int
-    images: int
-    windows: int
-
-
-def window_space(geometry: ConvGeometry, folded: bool) -> WindowSpace:
-    """The window run of one job: one image's ``P*Q``, or ``N*P*Q`` folded."""
-    if folded:
-        return WindowSpace(geometry.groups, geometry.batch, geometry.batch * geometry.windows)
-    return WindowSpace(geometry.groups * geometry.batch, 1, geometry.windows)
-
-
-def _problem(geometry, dtype_name, hardware, threads, operand, prepacked, folded) -> _Problem:
-    element_bytes = np.dtype(dtype_name).itemsize
-    return _Problem(
-        geometry,
-        dtype_name,
-        hardware,
-        int(threads),
-        VectorOperand(operand),
-        bool(prepacked),
-        bool(folded),
-        window_space(geometry, folded),
-        element_bytes,
-        input_read_in_place(geometry, operand, element_bytes, hardware),
-    )
-
-
-def _plan_for_shape(problem: _Problem, nf: int, nwin: int, schedule) -> Plan:
+def _plan_for_shape(problem: Problem, nf: int, nwin: int, schedule) -> Plan:
     """The plan for one micro-kernel shape: each schedule with its cheapest
     channel tile, then the cheaper schedule (or the forced one)."""
     g = problem.geometry
@@ -286,16 +238,16 @@ def _plan_for_shape(problem: _Problem, nf: int, nwin: int, schedule) -> Plan:
         # Each schedule takes the channel tile (and, for WS, the way of
         # sharing work between threads) its modelled cost likes best.
         for nc in tiles.channel_tile_candidates(rule_nc, channels):
-            for k2, k3, parts in _parallel_options(problem, name, nc, nf, nwin):
+            for k2, k3, parts in parallel_options(problem, name, nc, nf, nwin):
                 choice = TileChoice(name, nc, k2, k3, parts)
-                traffic = _traffic(problem, nf, nwin, choice)
-                if name not in costs or traffic.cost < costs[name].cost:
-                    costs[name], chosen_tiles[name] = traffic, choice
+                modelled = traffic(problem, nf, nwin, choice)
+                if name not in costs or modelled.cost < costs[name].cost:
+                    costs[name], chosen_tiles[name] = modelled, choice
     chosen = schedule or min(SCHEDULES, key=lambda name: (costs[name].cost, name != Schedule.IS))
     return _make_plan(problem, nf, nwin, chosen_tiles[chosen], chosen_tiles, costs)
 
 
-def _make_plan(problem: _Problem, nf, nwin, choice: TileChoice, by_schedule, costs) -> Plan:
+def _make_plan(problem: Problem, nf, nwin, choice: TileChoice, by_schedule, costs) -> Plan:
     return Plan(
         schedule=Schedule(choice.schedule),
         channel_tile=choice.channel_tile,
@@ -316,175 +268,6 @@ def _make_plan(problem: _Problem, nf, nwin, choice: TileChoice, by_schedule, cos
         filters_prepacked=problem.filters_prepacked,
         batch_folded=problem.folded,
         pack_channels_outer=packs_channels_outer(problem.geometry, problem.input_in_place),
-    )
-
-
-def _cache_tiles(problem: _Problem, schedule, nc, nf, nwin):
-    """``(K2, K3)`` of ``schedule`` for channel tile ``nc``: the L2 and L3 rules."""
-    g, hardware, element_bytes = problem.geometry, problem.hardware, problem.element_bytes
-    area = g.kernel_height * g.kernel_width
-    window_tiles = ceil_div(problem.space.windows, nwin)
-    filter_tiles = ceil_div(g.filters_per_group, nf)
-    in_bytes = tiles.input_tile_bytes(nc, area, nwin, element_bytes)
-    fs_bytes = tiles.filter_tile_bytes(nc, area, nf, element_bytes)
-    out_bytes = tiles.output_tile_bytes(nwin, nf, element_bytes)
-    # The K2 and K3 blocks are swept cyclically: they get a share of the usable bytes.
-    share = hardware.usable_fraction * hardware.weights.sweep_fraction
-    l2 = tiles.usable_bytes(hardware.l2_bytes, share)
-    l3 = tiles.usable_bytes(hardware.l3_bytes, share)
-    if schedule == Schedule.IS:
-        resident, streamed, resident_count, streamed_count = (
-            in_bytes,
-            fs_bytes,
-            window_tiles,
-            filter_tiles,
-        )
-    else:
-        resident, streamed, resident_count, streamed_count = (
-            fs_bytes,
-            in_bytes,
-            filter_tiles,
-            window_tiles,
-        )
-    k2 = tiles.l2_tiles(l2, resident, streamed, out_bytes, streamed_count)
-    k3 = tiles.l3_tiles(l3, resident, streamed, out_bytes, k2, resident_count)
-    return k2, k3
-
-
-def whole_input_window(geometry: ConvGeometry) -> bool:
-    """Whether the one window is the whole unpadded input (a fully connected
-    layer: :func:`~cso.analysis.tiles.reads_whole_input_per_window`)."""
-    padded = geometry.pad_top or geometry.pad_bottom or geometry.pad_left or geometry.pad_right
-    return tiles.reads_whole_input_per_window(
-        geometry.kernel_height,
-        geometry.kernel_width,
-        geometry.height,
-        geometry.width,
-        padded,
-        geometry.windows,
-        (geometry.dilation_h, geometry.dilation_w) != (1, 1),
-    )
-
-
-def input_read_in_place(geometry: ConvGeometry, operand, element_bytes, hardware) -> bool:
-    """Whether the micro-kernel reads the input unpacked: a dot-product plan
-    (its window is the whole input) or a 1x1 layer with small planes
-    (:func:`~cso.analysis.tiles.reads_input_in_place`)."""
-    if operand == VectorOperand.REDUCTION:
-        return True
-    padded = geometry.pad_top or geometry.pad_bottom or geometry.pad_left or geometry.pad_right
-    return tiles.reads_input_in_place(
-        geometry.kernel_height,
-        geometry.kernel_width,
-        (geometry.stride_h, geometry.stride_w) != (1, 1),
-        padded,
-        geometry.height * geometry.width * element_bytes,
-        hardware.page_bytes,
-    )
-
-
-def packs_channels_outer(geometry: ConvGeometry, input_in_place: bool) -> bool:
-    """Whether a plan's panels are packed channel by channel
-    (:func:`~cso.analysis.tiles.packs_channels_outer`)."""
-    padded = geometry.pad_top or geometry.pad_bottom or geometry.pad_left or geometry.pad_right
-    return tiles.packs_channels_outer(
-        geometry.kernel_height,
-        geometry.kernel_width,
-        (geometry.stride_h, geometry.stride_w) != (1, 1),
-        padded,
-        input_in_place,
-    )
-
-
-def _parallel_options(problem: _Problem, schedule, nc, nf, nwin):
-    """``(K2, K3, window_parts)`` ways to give every thread a job.
-
-    The jobs are (group, image, stationary block[, window part]).  When the
-    outer jobs are fewer than the threads, K3 shrinks to make more blocks;
-    WS may instead keep K3 and split its windows into parts (no re-packing,
-    but every part streams all of its filter block).  The cost model chooses.
-    """
-    k2, k3 = _cache_tiles(problem, schedule, nc, nf, nwin)
-    space = problem.space
-    share = max(1, ceil_div(problem.threads, space.outer_jobs))
-    window_tiles = ceil_div(space.windows, nwin)
-    filter_tiles = ceil_div(problem.geometry.filters_per_group, nf)
-    resident_count = window_tiles if schedule == Schedule.IS else filter_tiles
-    options = [(k2, min(k3, tiles.parallel_cap(resident_count, share)), 1)]
-    if schedule == Schedule.WS:
-        parts = _ws_window_parts(problem, nf, nwin, k3)
-        if parts > 1:
-            options.append((k2, k3, parts))
-    return options
-
-
-def _ws_window_parts(problem: _Problem, nf, nwin, k3) -> int:
-    """WS's window parts for filter blocks of ``k3`` tiles (:func:`tiles.window_parts`)."""
-    return tiles.window_parts(
-        problem.threads,
-        problem.space.outer_jobs,
-        ceil_div(ceil_div(problem.geometry.filters_per_group, nf), k3),
-        ceil_div(problem.space.windows, nwin),
-    )
-
-
-def _traffic(problem: _Problem, nf: int, nwin: int, choice: TileChoice) -> Traffic:
-    g = problem.geometry
-    return cost.schedule_traffic(
-        choice.schedule,
-        channels=g.channels_per_group,
-        kernel_area=g.kernel_height * g.kernel_width,
-        height=g.height,
-        width=g.width,
-        filters=g.filters_per_group,
-        windows=g.windows,
-        channel_tile=choice.channel_tile,
-        filters_per_tile=nf,
-        windows_per_tile=nwin,
-        k2=choice.l2_tiles,
-        k3=choice.l3_tiles,
-        element_bytes=problem.element_bytes,
-        hardware=problem.hardware,
-        window_parts=choice.window_parts,
-        vector_operand=problem.vector_operand,
-        filters_prepacked=problem.filters_prepacked,
-        batch=g.batch,
-        input_in_place=problem.input_in_place,
-        threads=problem.threads,
-        outer_jobs=problem.space.outer_jobs,
-        images=problem.space.images,
-    )
-
-
-def schedule_cost(plan: Plan, choice: TileChoice) -> Traffic:
-    """The modelled :class:`Traffic` of ``plan``'s problem and micro-kernel
-    with the tiles of ``choice``."""
-    problem = _problem(
-        plan.geometry,
-        plan.dtype,
-        plan.hardware,
-        plan.threads,
-        plan.vector_operand,
-        plan.filters_prepacked,
-        plan.batch_folded,
-    )
-    return _traffic(problem, plan.filters_per_tile, plan.windows_per_tile, choice)
-
-
-def cache_tiles(plan: Plan, schedule, channel_tile: int):
-    """``(K2, K3)`` the CSA rules give ``schedule`` with ``channel_tile``
-    for ``plan``'s problem and micro-kernel (before the thread cap)."""
-    problem = _problem(
-        plan.geometry,
-        plan.dtype,
-        plan.hardware,
-        plan.threads,
-        plan.vector_operand,
-        plan.filters_prepacked,
-        plan.batch_folded,
-    )
-    return _cache_tiles(
-        problem, Schedule(schedule), channel_tile, plan.filters_per_tile, plan.windows_per_tile
     )
 
 
@@ -509,22 +292,14 @@ def with_tiles(
     k2 = max(1, int(l2_tiles if l2_tiles is not None else k2))
     k3 = max(1, int(l3_tiles if l3_tiles is not None else k3))
     by_schedule[schedule] = (nc, k2, k3)
-    problem = _problem(
-        g,
-        plan.dtype,
-        plan.hardware,
-        plan.threads,
-        plan.vector_operand,
-        plan.filters_prepacked,
-        plan.batch_folded,
-    )
+    problem = problem_of(plan)
     window_parts = 1
     if schedule == Schedule.WS:
-        window_parts = _ws_window_parts(problem, plan.filters_per_tile, plan.windows_per_tile, k3)
+        window_parts = ws_window_parts(problem, plan.filters_per_tile, plan.windows_per_tile, k3)
     costs = tuple(
         (
             name,
-            _traffic(
+            traffic(
                 problem,
                 plan.filters_per_tile,
                 plan.windows_per_tile,

@@ -91,7 +91,7 @@ def test_each_rule_holds_and_is_tight(hardware, x_shape, w_shape, stride, paddin
 
 
 def test_channel_tile_is_the_cheapest_candidate():
-    from cso.analysis.planner import TileChoice, cache_tiles, schedule_cost
+    from cso.analysis.candidates import TileChoice, cache_tiles, schedule_cost
 
     plan = plan_conv2d((1, 512, 7, 7), (512, 512, 3, 3), padding=1, hardware=AVX512, threads=1)
     rule = tiles.channel_tile(
