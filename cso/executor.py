@@ -25,7 +25,7 @@ from .analysis.choices import Schedule, VectorOperand
 from .analysis.plan import Plan
 from .geometry import ceil_div
 from .macrokernel.bounds import LoopBounds
-from .macrokernel.specialise import loop_module
+from .macrokernel.specialise import LoopPatch, loop_module
 from .packing.filters import (
     pack_bias,
     pack_edge_filter_rows,
@@ -211,19 +211,26 @@ def _make_launch(plan: Plan, filters_packed: bool, module) -> Launch:
         scratch_offset=scratch_offset,
     )
     if module is None:
-        module = loop_module(
-            plan.filters_per_tile,
-            plan.windows_per_tile,
-            plan.dtype,
-            plan.vector_lanes,
-            plan.vector_operand,
-        )
+        module = loop_module_for(plan)
     loop_nest = (
         module.convolve_input_stationary
         if plan.schedule == Schedule.IS
         else module.convolve_weight_stationary
     )
     return Launch(loop_nest, bounds, plan.threads * stride)
+
+
+def loop_module_for(plan: Plan, patch: LoopPatch = None):
+    """The loop module specialised for ``plan``'s micro-kernel (and ``patch``,
+    a measurement variant, when given): :func:`~cso.macrokernel.specialise.loop_module`."""
+    return loop_module(
+        plan.filters_per_tile,
+        plan.windows_per_tile,
+        plan.dtype,
+        plan.vector_lanes,
+        plan.vector_operand,
+        patch=patch,
+    )
 
 
 def _worker_elements(plan: Plan):

@@ -14,8 +14,9 @@ import time
 import numpy as np
 
 from . import executor
+from .analysis.choices import VectorOperand
 from .analysis.plan import Plan
-from .macrokernel.specialise import LoopPatch, loop_module
+from .macrokernel.specialise import LoopPatch
 
 # The measurement variants of the loop nests: the same nests with a stage
 # replaced by a no-op (the time of a stage is the difference between the
@@ -97,17 +98,10 @@ def plan_program(plan: Plan, x, w, bias=None, *, variant=None, prepacked=None):
     if variant is not None and variant not in VARIANTS:
         raise ValueError(f"variant must be one of {sorted(VARIANTS)} or None, got {variant!r}")
     y = np.empty(plan.geometry.output_shape, np.dtype(plan.dtype))
-    filters_packed = prepacked is not None or plan.vector_operand == "filters"
+    filters_packed = prepacked is not None or plan.vector_operand == VectorOperand.FILTERS
     launch = None
     if variant is not None:
-        module = loop_module(
-            plan.filters_per_tile,
-            plan.windows_per_tile,
-            plan.dtype,
-            plan.vector_lanes,
-            plan.vector_operand,
-            patch=VARIANTS[variant],
-        )
+        module = executor.loop_module_for(plan, VARIANTS[variant])
         launch = executor.launch_for(plan, filters_packed, module)
 
     if prepacked is not None:
