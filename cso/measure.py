@@ -98,14 +98,19 @@ def plan_program(plan: Plan, x, w, bias=None, *, variant=None, prepacked=None):
     if variant is not None and variant not in VARIANTS:
         raise ValueError(f"variant must be one of {sorted(VARIANTS)} or None, got {variant!r}")
     y = np.empty(plan.geometry.output_shape, np.dtype(plan.dtype))
-    filters_packed = prepacked is not None or plan.vector_operand == VectorOperand.FILTERS
+    operands = None
+    if prepacked is not None:
+        operands = executor.prepacked_operands(prepacked.panels, prepacked.bias, plan)
+    # Which layout the loop nest reads the filters in: as the operands say.
+    filters_packed = (
+        operands.packed if operands is not None else plan.vector_operand == VectorOperand.FILTERS
+    )
     launch = None
     if variant is not None:
         module = executor.loop_module_for(plan, VARIANTS[variant])
         launch = executor.launch_for(plan, filters_packed, module)
 
-    if prepacked is not None:
-        operands = executor.prepacked_operands(prepacked.panels, prepacked.bias, plan)
+    if operands is not None:
 
         def program():
             return executor.run(plan, x, operands, y, launch)

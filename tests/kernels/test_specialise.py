@@ -105,3 +105,21 @@ def test_stage_times_add_up_to_the_total():
     assert abs(parts - stages["total"]) <= stages["total"] / 3
     # The micro-kernel does most of a 3x3 layer's work.
     assert stages["kernel"] > stages["total"] / 4
+
+
+def test_a_variant_reads_packed_dot_product_filters_as_the_call_does():
+    # Dot-product panels are KCRS rows read in place: a variant's launch must
+    # take the operands' own layout, not assume packed panels.
+    import cso
+
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((1, 64, 7, 7)).astype(np.float32)
+    w = rng.standard_normal((40, 64, 7, 7)).astype(np.float32)
+    plan = cso.plan_conv2d(
+        x.shape, w.shape, vector_operand="reduction", filters_prepacked=True, threads=1
+    )
+    packed = cso.pack_filters(w, x.shape, plan=plan)
+    shipped = measure.plan_program(plan, x, w, prepacked=packed)().copy()
+    assert np.array_equal(shipped, cso.conv2d(x, packed, threads=1))
+    outlined = measure.plan_program(plan, x, w, variant="outlined", prepacked=packed)
+    assert np.array_equal(shipped, outlined())
