@@ -40,3 +40,26 @@ LoopBounds = namedtuple(
         "scratch_offset",  # where a worker's edge-tile scratch starts in its part
     ],
 )
+
+DepthwiseBounds = namedtuple(
+    "DepthwiseBounds",
+    [
+        "batch",  # N
+        "channels",  # C (= groups)
+        "multiplier",  # m = K / C
+        "height",
+        "width",  # H, W of the input as given (unpadded)
+        "kernel_height",
+        "kernel_width",  # R, S
+        "stride_h",
+        "stride_w",
+        "pad_top",
+        "pad_left",
+        "out_height",
+        "out_width",  # P, Q
+        "segment",  # outputs per kernel call: Nv * VL
+        "rows",  # packed rows per channel: (P - 1) * stride_h + (R - 1) * dilation_h + 1
+        "phase_width",  # packed elements per row of each of the stride_w phases
+        "workspace_stride",  # elements of the workspace per worker
+    ],
+)

@@ -1,0 +1,57 @@
+"""Packing one input channel for the depthwise tap kernel.
+
+Packed-layout contract (what :mod:`cso.microkernels.taps` reads)
+---------------------------------------------------------------
+One channel of one image becomes ``stride_w`` *phases*, each ``rows`` rows of
+``phase_width`` elements::
+
+    buffer[(phase * rows + row) * phase_width + j]
+        = x[row - pad_top][j * stride_w + phase - pad_left]   (zero outside x)
+
+With this layout the input column of output ``q``'s tap ``s``,
+``q * stride_w + s * dilation_w``, is element ``q + (s * dilation_w) //
+stride_w`` of phase ``(s * dilation_w) % stride_w``: every tap of every
+stride and dilation reads a contiguous run, so the kernel loads whole
+vectors.  Rows past the input and columns past its edges are zeros, and
+``phase_width`` covers every load of the last, padded row segment.
+"""
+
+from __future__ import annotations
+
+from numba import njit
+
+from .vector_copy import pack_row_runs
+
+
+# Not cached on its own: it is compiled into, and cached with, each
+# specialised depthwise module, whose file name hashes this source.
+@njit(nogil=True)
+def pack_channel_phases(
+    x_flat, plane_offset, height, width, pad_top, pad_left, stride_w, rows, phase_width,
+    buffer, buffer_offset, vector,
+):  # fmt: skip
+    """Write the phases of the channel plane at ``x_flat[plane_offset:]``
+    (``height x width``) into ``buffer[buffer_offset:]`` (see the module contract)."""
+    phase_stride = rows * phase_width
+    for row in range(rows):
+        input_row = row - pad_top
+        inside = 0 <= input_row < height
+        # Row `row` of every phase in one call: copy `phase` starts `phase`
+        # columns further on, each reading every stride_w-th column.
+        pack_row_runs(
+            buffer,
+            buffer_offset + row * phase_width,
+            phase_stride,
+            x_flat,
+            plane_offset + input_row * width if inside else 0,
+            -pad_left,
+            stride_w,
+            1,
+            stride_w,
+            phase_width,
+            width if inside else 0,
+            1,
+            0,
+            0,
+            vector,
+        )
