@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import executor
+from .analysis.choices import Algorithm
 from .analysis.detect import detect_hardware
 from .analysis.plan import check_plan
 from .analysis.planner import plan_for_geometry
@@ -222,7 +223,15 @@ def _conv2d_packed(x, packed, bias, stride, padding, dilation, groups, out, thre
     if geometry.batch == 0:
         return y
     plan = packed.plan
-    if plan.geometry != geometry or plan.threads != threads:
+    if (plan.geometry != geometry or plan.threads != threads) and (
+        plan.algorithm == Algorithm.DEPTHWISE
+    ):
+        # The depthwise panels are the KCRS rows: any segment reads them.
+        plan = plan_for_geometry(
+            geometry, dtype.name, plan.hardware, None, None, None, threads,
+            algorithm=Algorithm.DEPTHWISE,
+        )  # fmt: skip
+    elif plan.geometry != geometry or plan.threads != threads:
         # Another batch size or thread count: the same panels (they depend on
         # Nf only), with the cache tiling planned again for this call.
         plan = plan_for_geometry(

@@ -21,11 +21,12 @@ from typing import NamedTuple
 import numba
 import numpy as np
 
-from .analysis.choices import Schedule, VectorOperand
+from .analysis import depthwise
+from .analysis.choices import Algorithm, Schedule, VectorOperand
 from .analysis.plan import Plan
 from .geometry import ceil_div
-from .macrokernel.bounds import LoopBounds
-from .macrokernel.specialise import LoopPatch, loop_module
+from .macrokernel.bounds import DepthwiseBounds, LoopBounds
+from .macrokernel.specialise import LoopPatch, depthwise_module, loop_module
 from .packing.filters import (
     pack_bias,
     pack_edge_filter_rows,
@@ -67,6 +68,10 @@ def filter_operands(w, bias, plan: Plan) -> FilterOperands:
     """
     g = plan.geometry
     dtype = np.dtype(plan.dtype)
+    if plan.algorithm == Algorithm.DEPTHWISE:
+        # The tap kernel reads each channel's R*S taps from KCRS in place.
+        w_flat = writeable(np.ascontiguousarray(w, dtype=dtype)).reshape(-1)
+        return _depthwise_operands(w_flat, bias, plan)
     bias_panel = _bias_panel(bias, plan)
     if plan.vector_operand == VectorOperand.FILTERS:
         with numba_threads(plan.threads):
@@ -87,6 +92,8 @@ def prepacked_operands(panels: np.ndarray, bias, plan: Plan) -> FilterOperands:
     Dot-product panels are the KCRS rows, read in place with their last
     partial tile packed as rows; other panels are read whole.
     """
+    if plan.algorithm == Algorithm.DEPTHWISE:
+        return _depthwise_operands(panels, bias, plan)
     has_bias = bias is not None
     # Without a bias, the shared zeros of a full bias panel's size: the
     # micro-kernels load their bias row either way.
@@ -94,6 +101,16 @@ def prepacked_operands(panels: np.ndarray, bias, plan: Plan) -> FilterOperands:
     if plan.vector_operand == VectorOperand.REDUCTION:
         return FilterOperands(panels, _edge_filters(panels, plan), False, bias_panel, has_bias)
     return FilterOperands(panels, panels[: plan.filters_per_tile], True, bias_panel, has_bias)
+
+
+def _depthwise_operands(w_flat, bias, plan: Plan) -> FilterOperands:
+    """KCRS filters and the ``(K,)`` bias (a zero placeholder without one)."""
+    dtype = np.dtype(plan.dtype)
+    placeholder = _placeholder(1, dtype)
+    if bias is None:
+        return FilterOperands(w_flat, placeholder, False, placeholder, False)
+    bias = writeable(np.ascontiguousarray(bias, dtype=dtype)).reshape(-1)
+    return FilterOperands(w_flat, placeholder, False, bias, True)
 
 
 def _bias_panel(bias, plan: Plan):
@@ -144,8 +161,9 @@ class Launch(NamedTuple):
     """What a plan's loop nest is called with, besides the operands."""
 
     loop_nest: object
-    bounds: LoopBounds
+    bounds: tuple
     workspace_elements: int
+    offsets: np.ndarray = None  # the depthwise nest's tap offsets; None for dense nests
 
 
 _launches: dict = {}
@@ -175,6 +193,8 @@ def launch_for(plan: Plan, filters_packed: bool, module=None) -> Launch:
 
 
 def _make_launch(plan: Plan, filters_packed: bool, module) -> Launch:
+    if plan.algorithm == Algorithm.DEPTHWISE:
+        return _depthwise_launch(plan, module)
     g = plan.geometry
     panel_elements, scratch_elements = _worker_elements(plan)
     scratch_offset = worker_stride(panel_elements, plan.dtype)
@@ -220,6 +240,37 @@ def _make_launch(plan: Plan, filters_packed: bool, module) -> Launch:
     return Launch(loop_nest, bounds, plan.threads * stride)
 
 
+def _depthwise_launch(plan: Plan, module) -> Launch:
+    """The depthwise nest (:mod:`cso.macrokernel.depthwise`), its bounds, tap
+    offsets and workspace: one packed channel per worker."""
+    g = plan.geometry
+    segment = plan.windows_per_tile
+    stride = worker_stride(depthwise.packed_channel_elements(g, segment), plan.dtype)
+    bounds = DepthwiseBounds(
+        batch=g.batch,
+        channels=g.channels,
+        multiplier=g.filters_per_group,
+        height=g.height,
+        width=g.width,
+        kernel_height=g.kernel_height,
+        kernel_width=g.kernel_width,
+        stride_h=g.stride_h,
+        stride_w=g.stride_w,
+        pad_top=g.pad_top,
+        pad_left=g.pad_left,
+        out_height=g.out_height,
+        out_width=g.out_width,
+        segment=segment,
+        rows=depthwise.packed_rows(g),
+        phase_width=depthwise.phase_width(g, segment),
+        workspace_stride=stride,
+    )
+    if module is None:
+        module = depthwise_module(segment // plan.vector_lanes, plan.dtype, plan.vector_lanes)
+    offsets = np.array(depthwise.tap_offsets(g, segment), dtype=np.intp)
+    return Launch(module.convolve_depthwise, bounds, plan.threads * stride, offsets)
+
+
 def loop_module_for(plan: Plan, patch: LoopPatch = None):
     """The loop module specialised for ``plan``'s micro-kernel (and ``patch``,
     a measurement variant, when given): :func:`~cso.macrokernel.specialise.loop_module`."""
@@ -258,7 +309,31 @@ def run(plan: Plan, x, filters: FilterOperands, y: np.ndarray, launch: Launch = 
     if launch is None:
         launch = launch_for(plan, filters.packed)
     x_ready = np.ascontiguousarray(x, dtype=y.dtype)
-    arguments = (
+    if launch.offsets is not None:
+        arguments = (
+            writeable(x_ready).reshape(-1),
+            filters.array,
+            filters.bias,
+            filters.has_bias,
+            y.reshape(-1),
+            workspace(launch.workspace_elements, y.dtype),
+            launch.offsets,
+            launch.bounds,
+        )
+    else:
+        arguments = _dense_arguments(x_ready, filters, y, launch)
+    # The loop nest runs `threads` workers of its own (one per part of the
+    # workspace), so Numba's thread count needs changing only when it is lower.
+    if numba.get_num_threads() >= plan.threads:
+        launch.loop_nest(*arguments)
+    else:
+        with numba_threads(plan.threads):
+            launch.loop_nest(*arguments)
+    return y
+
+
+def _dense_arguments(x_ready, filters: FilterOperands, y, launch: Launch) -> tuple:
+    return (
         writeable(x_ready).reshape(-1),
         filters.array,
         filters.edge,
@@ -268,14 +343,6 @@ def run(plan: Plan, x, filters: FilterOperands, y: np.ndarray, launch: Launch = 
         workspace(launch.workspace_elements, y.dtype),
         launch.bounds,
     )
-    # The loop nest runs `threads` workers of its own (one per part of the
-    # workspace), so Numba's thread count needs changing only when it is lower.
-    if numba.get_num_threads() >= plan.threads:
-        launch.loop_nest(*arguments)
-    else:
-        with numba_threads(plan.threads):
-            launch.loop_nest(*arguments)
-    return y
 
 
 class numba_threads:

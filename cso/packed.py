@@ -35,7 +35,8 @@ import numpy as np
 
 from ._version import __version__
 from .analysis import tiles
-from .analysis.choices import VectorOperand
+from .analysis.choices import Algorithm, VectorOperand
+from .analysis.depthwise import MAX_SEGMENT_VECTORS
 from .analysis.detect import detect_hardware
 from .analysis.plan import Plan, check_plan
 from .analysis.planner import plan_conv2d
@@ -176,8 +177,9 @@ def pack_filters(
         )
     else:
         check_plan(plan, geometry, dtype)
-    if plan.vector_operand == VectorOperand.REDUCTION:
-        # Dot products read each filter as a row: the KCRS array is the panel.
+    if plan.vector_operand == VectorOperand.REDUCTION or plan.algorithm == Algorithm.DEPTHWISE:
+        # Dot products and the tap kernel read each filter as a row: the KCRS
+        # array is the panel.
         panels = pack_filters_rows(w, dtype)
     else:
         panels = pack_filters_panels(
@@ -320,6 +322,11 @@ def _layers(path, metadata, members, hardware) -> dict:
             + tiles.dot_product_blocks(
                 hardware.vector_bytes, hardware.vector_registers, element_bytes
             )
+            # The depthwise tap kernel's row segments (its panels are KCRS rows).
+            + [
+                (1, vectors * max(1, hardware.vector_bytes // element_bytes))
+                for vectors in range(1, MAX_SEGMENT_VECTORS + 1)
+            ]
         )
         if shape not in usable:
             here = ", ".join(f"{nf}x{nwin}" for nf, nwin in usable)
@@ -351,6 +358,7 @@ def _layers(path, metadata, members, hardware) -> dict:
         size = (
             int(np.prod(w_shape))
             if plan.vector_operand == VectorOperand.REDUCTION
+            or plan.algorithm == Algorithm.DEPTHWISE
             else _panel_size(w_shape, groups, plan.filters_per_tile)
         )
         if panels.dtype != np.dtype(plan.dtype) or panels.shape != (size,):

@@ -17,7 +17,7 @@ import numpy as np
 
 from . import executor
 from .analysis import tiles
-from .analysis.choices import SCHEDULES, Schedule, VectorOperand
+from .analysis.choices import SCHEDULES, Algorithm, Schedule, VectorOperand
 from .analysis.plan import Plan
 from .analysis.planner import plan_conv2d, plan_for_geometry, with_tiles
 from .checks import check_threads
@@ -232,10 +232,21 @@ def tune(
                 f"micro_kernels: ({nf}, {nwin}) needs Nf >= 1 and Nwin a multiple "
                 f"of {analysis.vector_lanes}"
             )
-    own = (analysis.filters_per_tile, analysis.windows_per_tile, analysis.vector_operand)
     windows = [(nf, nwin, VectorOperand.WINDOWS) for nf, nwin in shapes]
-    kernels = list(dict.fromkeys([own] + windows + others))
-    ranked = _interleaved(candidate_plans(analysis, kernels))
+    if analysis.algorithm == Algorithm.DEPTHWISE:
+        # The depthwise plan against the dense plans around the dense analysis.
+        dense = plan_for_geometry(
+            analysis.geometry, analysis.dtype, hw, None, None, None, threads,
+            algorithm=Algorithm.DENSE,
+        )  # fmt: skip
+        own = (dense.filters_per_tile, dense.windows_per_tile, dense.vector_operand)
+        kernels = list(dict.fromkeys([own] + windows + others))
+        pool = [(plan, "variant") for plan, _ in candidate_plans(dense, kernels)]
+        ranked = _interleaved([(analysis, "analysis")] + pool)
+    else:
+        own = (analysis.filters_per_tile, analysis.windows_per_tile, analysis.vector_operand)
+        kernels = list(dict.fromkeys([own] + windows + others))
+        ranked = _interleaved(candidate_plans(analysis, kernels))
     rng = np.random.default_rng(seed)
     x = rng.standard_normal(x_shape).astype(dtype)
     w = rng.standard_normal(w_shape).astype(dtype)

@@ -47,6 +47,20 @@ class VectorOperand(_Choice):
     REDUCTION = "reduction"
 
 
+class Algorithm(_Choice):
+    """The algorithm family a plan runs.
+
+    ``DENSE``: packed input tiles times filter tiles in the outer-product
+    micro-kernel, under the IS or WS cache-tiling nest (groups one after
+    another).  ``DEPTHWISE``: one input channel per group; each channel is
+    packed once and its taps applied to row segments held in vector
+    registers (the tap micro-kernel).
+    """
+
+    DENSE = "dense"
+    DEPTHWISE = "depthwise"
+
+
 SCHEDULES = tuple(Schedule)
 VECTOR_OPERANDS = tuple(VectorOperand)
 

@@ -6,7 +6,8 @@ import numpy as np
 
 from ..geometry import ceil_div
 from . import tiles
-from .choices import Schedule, VectorOperand
+from . import depthwise
+from .choices import Algorithm, Schedule, VectorOperand
 from .cost import hidden_stream_cost
 from .planner import plan_for_geometry
 
@@ -164,8 +165,67 @@ def padding_share(plan) -> float:
     return 1 - useful / padded if padded else 0.0
 
 
+def _explain_depthwise(plan) -> str:
+    """A depthwise plan's story: the tap kernel, the packed channel, the
+    memory it moves against its multiply-adds, and why not dense."""
+    g, hw = plan.geometry, plan.hardware
+    s = np.dtype(plan.dtype).itemsize
+    segment, lanes = plan.windows_per_tile, plan.vector_lanes
+    taps = g.kernel_height * g.kernel_width
+    traffic = plan.cost_of(plan.schedule)
+    dense = plan_for_geometry(
+        g, plan.dtype, hw, None, None, None, plan.threads, algorithm=Algorithm.DENSE
+    )
+    dense_cost = dense.cost_of(dense.schedule).cost
+    packed = depthwise.packed_channel_elements(g, segment)
+    moved = (g.batch * g.channels * g.height * g.width + g.filters * taps) * s
+    moved += g.batch * g.filters * g.windows * s
+    x_shape = (g.batch, g.channels, g.height, g.width)
+    w_shape = (g.filters, 1, g.kernel_height, g.kernel_width)
+    padding = ((g.pad_top, g.pad_bottom), (g.pad_left, g.pad_right))
+    lines = [
+        f"Hardware ({hw.source}): L1 {_size(hw.l1_bytes)}, L2 {_size(hw.l2_bytes)}, "
+        f"L3 {_size(hw.l3_bytes)}; {hw.vector_bytes * 8}-bit vectors; {hw.cores} core(s)",
+        "",
+        "Problem",
+        f"  x {x_shape}, w {w_shape} -> y {g.output_shape}, {plan.dtype}; stride "
+        f"{(g.stride_h, g.stride_w)}, padding {padding}, "
+        f"dilation {(g.dilation_h, g.dilation_w)}, groups {g.groups} (depthwise, channel "
+        f"multiplier {g.filters_per_group}); {g.flops / 1e9:.4f} GFLOP",
+        "",
+        "Algorithm: depthwise",
+        f"  tap kernel: a row segment of {segment // lanes} vector(s) of {lanes} outputs "
+        f"({segment}), {taps} taps each a broadcast and {segment // lanes} load(s) + FMA(s); "
+        f"{padding_share(plan):.1%} of its multiply-adds are padding",
+        f"  packed channel: {g.stride_w} phase(s) x {depthwise.packed_rows(g)} rows x "
+        f"{depthwise.phase_width(g, segment)} = {_size(packed * s)} per worker (every tap "
+        "a contiguous load, zeros for the padding)",
+        f"  memory-bound: {_size(moved)} compulsory (input, filters, output) for "
+        f"{g.flops / 2 / 1e6:.2f} M multiply-adds, {g.flops / moved:.2f} FLOP per byte",
+        "",
+        "Choice",
+        f"  depthwise: modelled cost {traffic.cost:.3g} per (channel, image) against the best "
+        f"dense plan's {dense_cost:.3g} ({dense.filters_per_tile}x{dense.windows_per_tile} "
+        f"{dense.schedule}); {traffic.kernel_calls} kernel calls, "
+        f"{traffic.packed_input_elements} elements packed per job; busiest thread "
+        f"{traffic.imbalance:.3f}x an even share",
+        "",
+        "Loop nest",
+        f"  for (image, input channel) in {g.batch} x {g.channels} jobs over {plan.threads} "
+        "thread(s)",
+        "    pack the channel's phases",
+        f"    for k in its {g.filters_per_group} output channel(s)",
+        f"      for p in {g.out_height} output rows",
+        f"        for q0 in {ceil_div(g.out_width, segment)} segment(s) of {segment}",
+        f"          tap kernel: y[k, p, q0:q0+{segment}] = bias + sum of {taps} taps",
+    ]
+    return "\n".join(lines)
+
+
 def explain(plan) -> str:
     """Everything the analysis decided for ``plan``, as text."""
+    if plan.algorithm == Algorithm.DEPTHWISE:
+        return _explain_depthwise(plan)
     g, hw = plan.geometry, plan.hardware
     weights = hw.weights
     weights = hw.weights

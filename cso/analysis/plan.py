@@ -15,7 +15,7 @@ import numpy as np
 
 from ..geometry import ConvGeometry
 from . import tiles
-from .choices import SCHEDULES, Schedule, VectorOperand
+from .choices import SCHEDULES, Algorithm, Schedule, VectorOperand
 from .cost import Traffic
 from .hardware import Hardware
 
@@ -56,6 +56,11 @@ class Plan:
         unpadded convolution with small planes
         (:func:`~cso.analysis.tiles.reads_input_in_place`), or a dot-product
         plan whose one window is the whole input.
+    algorithm : Algorithm
+        The algorithm family: ``"dense"`` (the fields above describe its
+        outer-product tiles) or ``"depthwise"`` (one input channel per
+        group: ``windows_per_tile`` is the tap kernel's row segment, ``Nv``
+        vectors of ``vector_lanes``; the dense tiles are 1).
     pack_channels_outer : bool
         The input panels are packed a block of tiles at a time, channel by
         channel (the other 1x1, stride-1, unpadded plans:
@@ -107,11 +112,19 @@ class Plan:
     filters_prepacked: bool = False
     batch_folded: bool = False
     pack_channels_outer: bool = False
+    algorithm: Algorithm = Algorithm.DENSE
 
     def __post_init__(self):
         # The loop nests obey these layout decisions without checking them
         # again: a plan whose layout the problem does not allow must not exist.
         g = self.geometry
+        if self.algorithm == Algorithm.DEPTHWISE and not (
+            g.channels_per_group == 1 and self.windows_per_tile % self.vector_lanes == 0
+        ):
+            raise ValueError(
+                "a depthwise plan needs one input channel per group and a row segment "
+                f"(windows_per_tile) of whole vectors: got {g} and {self.windows_per_tile}"
+            )
         pointwise = tiles.is_unstrided_unpadded_pointwise(
             g.kernel_height, g.kernel_width, g.stride_h, g.stride_w, _padded(g)
         )
@@ -179,6 +192,7 @@ class Plan:
             "filters_prepacked": self.filters_prepacked,
             "batch_folded": self.batch_folded,
             "pack_channels_outer": self.pack_channels_outer,
+            "algorithm": self.algorithm,
         }
 
     @staticmethod
@@ -207,6 +221,7 @@ class Plan:
             filters_prepacked=bool(fields.get("filters_prepacked", False)),
             batch_folded=bool(fields.get("batch_folded", False)),
             pack_channels_outer=bool(fields.get("pack_channels_outer", False)),
+            algorithm=Algorithm(fields.get("algorithm", "dense")),
         )
 
     def matches(self, geometry: ConvGeometry, dtype) -> bool:

@@ -28,7 +28,8 @@ from .candidates import (
     whole_input_window,
     ws_window_parts,
 )
-from .choices import SCHEDULES, Schedule, VectorOperand, parse_choice
+from .choices import SCHEDULES, Algorithm, Schedule, VectorOperand, parse_choice
+from .depthwise import is_depthwise, plan_depthwise
 from .detect import detect_hardware
 from .hardware import Hardware
 from .plan import Plan
@@ -65,8 +66,9 @@ def plan_conv2d(
     vector_operand=None,
     filters_prepacked=False,
     fold_batch=None,
+    algorithm=None,
 ) -> Plan:
-    """Plan a convolution: tiles, their cache distribution and the schedule.
+    """Plan a convolution: the algorithm, its tiles, their cache distribution and the schedule.
 
     Parameters
     ----------
@@ -98,6 +100,9 @@ def plan_conv2d(
         Force folding the batch into the windows (``True``) or computing
         image by image (``False``) instead of the model's choice (see
         :attr:`Plan.batch_folded`).
+    algorithm : {"dense", "depthwise"}, optional
+        Force the algorithm family instead of the cost model's choice
+        (``"depthwise"`` needs ``groups == C``).
 
     Returns
     -------
@@ -115,6 +120,7 @@ def plan_conv2d(
     schedule = parse_choice(Schedule, schedule, "schedule")
     vector_operand = parse_choice(VectorOperand, vector_operand, "vector_operand")
     threads = check_threads(threads, hardware.cores)
+    algorithm = parse_choice(Algorithm, algorithm, "algorithm")
     if fold_batch not in (None, True, False):
         raise ValueError(f"fold_batch must be True, False or None, got {fold_batch!r}")
     return plan_for_geometry(
@@ -128,6 +134,7 @@ def plan_conv2d(
         vector_operand=vector_operand,
         filters_prepacked=bool(filters_prepacked),
         fold_batch=fold_batch,
+        algorithm=algorithm,
     )
 
 
@@ -144,8 +151,61 @@ def plan_for_geometry(
     vector_operand=None,
     filters_prepacked=False,
     fold_batch=None,
+    algorithm=None,
 ) -> Plan:
     """:func:`plan_conv2d` on validated arguments (memoised: plans are pure and frozen).
+
+    The algorithm families are weighed by their modelled cost per (group,
+    image): the dense outer-product plans (:func:`_plan_dense`) and, for a
+    depthwise layer, the depthwise plan (:mod:`.depthwise`).  Forcing any
+    dense setting (a tile size, schedule, vector operand or folding) plans
+    densely.
+    """
+    if algorithm == Algorithm.DEPTHWISE:
+        if not is_depthwise(geometry):
+            raise ValueError(
+                "algorithm='depthwise' needs one input channel per group (groups == C > 1), "
+                f"got {geometry.groups} group(s) of {geometry.channels_per_group} channel(s)"
+            )
+        return plan_depthwise(geometry, dtype_name, hardware, threads)
+    dense = _plan_dense(
+        geometry,
+        dtype_name,
+        hardware,
+        filters_per_tile,
+        windows_per_tile,
+        schedule,
+        threads,
+        vector_operand=vector_operand,
+        filters_prepacked=filters_prepacked,
+        fold_batch=fold_batch,
+    )
+    dense_forced = algorithm == Algorithm.DENSE or any(
+        setting is not None
+        for setting in (filters_per_tile, windows_per_tile, schedule, vector_operand, fold_batch)
+    )
+    if dense_forced or not is_depthwise(geometry):
+        return dense
+    depthwise = plan_depthwise(geometry, dtype_name, hardware, threads)
+    if depthwise.cost_of(depthwise.schedule).cost < dense.cost_of(dense.schedule).cost:
+        return depthwise
+    return dense
+
+
+def _plan_dense(
+    geometry: ConvGeometry,
+    dtype_name: str,
+    hardware: Hardware,
+    filters_per_tile,
+    windows_per_tile,
+    schedule,
+    threads: int,
+    *,
+    vector_operand=None,
+    filters_prepacked=False,
+    fold_batch=None,
+) -> Plan:
+    """The cheapest dense plan.
 
     Every micro-kernel shape of :func:`~cso.analysis.tiles.register_blocks`
     and :func:`~cso.analysis.tiles.filter_vector_blocks`, or the one asked

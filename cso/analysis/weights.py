@@ -96,6 +96,13 @@ class CostWeights:
         of each run, none slower than 0.97x.  At 1 some ran 0.91-0.95x, and
         crediting IS's streams too moved 3x3 layers at two threads to IS,
         0.90-0.95x.
+    tap_call_cost : float
+        Fixed cost of one call of the depthwise tap kernel (a row segment:
+        its bias broadcast, loop entry and masked stores).  A scratch timing
+        of the kernel on L1-resident data (4 vectors, 9 taps) on an AMD
+        EPYC (Zen 4) ran 17.4 ns a call where its FMAs alone take 9.9 ns at
+        the peak: some 7.5 ns, about 1700 units (a float32 MAC is 4 units,
+        0.017 ns there).
     """
 
     l2_cost: float = 0.25
@@ -111,6 +118,7 @@ class CostWeights:
     input_pack_cost: float = 80.0
     in_place_filter_cost: float = 6.0
     stream_overlap: float = 0.5
+    tap_call_cost: float = 1700.0
 
     def __post_init__(self):
         for field in fields(self):

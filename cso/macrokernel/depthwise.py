@@ -33,13 +33,13 @@ VECTOR_TOKEN = None
 def convolve_depthwise(x_flat, w_flat, bias, has_bias, y_flat, workspace, offsets, b):
     """::
 
-        for worker                                         # parallel
-         for job = (image, input channel c)                # the worker's share
-           pack channel c's phases                          # once, ~ L1/L2
-           for k in c's m output channels
-             for p in P output rows
-               for q0 in segments of Nv*VL outputs
-                 tap kernel: y[k, p, q0:] = bias + sum_t w[k, t] * IN[offsets[t] + ...]
+    for worker                                         # parallel
+     for job = (image, input channel c)                # the worker's share
+       pack channel c's phases                          # once, ~ L1/L2
+       for k in c's m output channels
+         for p in P output rows
+           for q0 in segments of Nv*VL outputs
+             tap kernel: y[k, p, q0:] = bias + sum_t w[k, t] * IN[offsets[t] + ...]
     """
     segment = b.segment
     taps = b.kernel_height * b.kernel_width

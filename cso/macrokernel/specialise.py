@@ -32,11 +32,14 @@ import numba
 from ..analysis.choices import VectorOperand
 from ..cachedir import cache_directory
 from ..microkernels import outer_product as outer_product_source
+from ..microkernels import taps as taps_source
+from ..packing import depthwise as depthwise_packing_source
 from ..packing import filters as filters_source
 from ..packing import inputs as inputs_source
 from ..packing import transpose as transpose_source
 from ..packing import vector_copy as vector_copy_source
 from . import bounds as bounds_source
+from . import depthwise as depthwise_source
 from . import loops as loops_source
 
 _lock = threading.Lock()
@@ -51,6 +54,9 @@ _DEPENDENCIES = (
     transpose_source,
     vector_copy_source,
     outer_product_source,
+    depthwise_source,
+    depthwise_packing_source,
+    taps_source,
 )
 
 
@@ -129,17 +135,40 @@ def loop_module(
         int(vector_lanes),
         VectorOperand(vector_operand),
     )
+    suffix = "" if patch is None else "_" + patch.name.replace("-", "_")
+    orientation = {"windows": "", "filters": "_fvec", "reduction": "_dot"}[key[4].value]
+    name = f"cso_loops_f{key[0]}_w{key[1]}_{key[2]}_l{key[3]}{orientation}{suffix}"
+    return _specialised((key, patch), name, lambda: _module_source(key, patch))
+
+
+def depthwise_module(vectors: int, dtype_name: str, vector_lanes: int):
+    """The depthwise loop nest (:mod:`.depthwise`) bound to the tap kernel of
+    ``vectors`` accumulator vectors of ``vector_lanes`` ``dtype_name``
+    elements (:func:`~cso.microkernels.taps.build_tap_kernel`), memoised."""
+    key = ("depthwise", int(vectors), str(dtype_name), int(vector_lanes))
+
+    def source():
+        template = pathlib.Path(depthwise_source.__file__).read_text()
+        return template + (
+            "\n\n# ---- specialisation written by cso.macrokernel.specialise ----\n"
+            "from cso.microkernels.taps import build_tap_kernel\n"
+            f"tap_kernel = build_tap_kernel({key[1]}, {key[2]!r}, {key[3]})\n"
+            f"VECTOR_TOKEN = (None,) * {key[3]}\n"
+        )
+
+    return _specialised(key, f"cso_depthwise_v{key[1]}_{key[2]}_l{key[3]}", source)
+
+
+def _specialised(key, name, source_of):
+    """The module ``name`` (plus the sources' hash) written from ``source_of()``
+    and imported, memoised by ``key``."""
     with _lock:
-        module = _modules.get((key, patch))
+        module = _modules.get(key)
         if module is not None:
             return module
-        suffix = "" if patch is None else "_" + patch.name.replace("-", "_")
-        orientation = {"windows": "", "filters": "_fvec", "reduction": "_dot"}[key[4].value]
-        name = (
-            f"cso_loops_f{key[0]}_w{key[1]}_{key[2]}_l{key[3]}{orientation}{suffix}_{source_hash()}"
-        )
+        name = f"{name}_{source_hash()}"
         path = cache_directory() / f"{name}.py"
-        source = _module_source(key, patch)
+        source = source_of()
         if not path.exists() or path.read_text() != source:
             # Write then rename, so that a concurrent process never imports half a file.
             temporary = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
@@ -149,5 +178,5 @@ def loop_module(
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         spec.loader.exec_module(module)
-        _modules[(key, patch)] = module
+        _modules[key] = module
         return module

@@ -106,9 +106,7 @@ def build_tap_kernel(vectors: int, dtype_name: str, vector_lanes: int):
             entry = builder.basic_block
             loop = builder.append_basic_block("taps.loop")
             done = builder.append_basic_block("taps.done")
-            builder.cbranch(
-                builder.icmp_signed(">", taps_v, ir.Constant(intp, 0)), loop, done
-            )
+            builder.cbranch(builder.icmp_signed(">", taps_v, ir.Constant(intp, 0)), loop, done)
             builder.position_at_end(loop)
             index = builder.phi(intp)
             index.add_incoming(ir.Constant(intp, 0), entry)

@@ -529,3 +529,40 @@ def test_folded_counts_are_per_image():
     # The input, the output and (shared by the batch) the filters, once, per image.
     raw, outputs, filters = 4 * 49 * 4, 8 * 49 * 4, 8 * 36 * 4
     assert folded.dram == by_image.dram == raw + outputs + filters // 4
+
+
+def test_depthwise_segment_vectors():
+    # As few calls as 4 vectors allow, split evenly.
+    assert tiles.depthwise_segment_vectors(112, 16, 4) == 4  # 7 vectors: 4 + 3 -> two of 4
+    assert tiles.depthwise_segment_vectors(56, 16, 4) == 4
+    assert tiles.depthwise_segment_vectors(28, 16, 4) == 2
+    assert tiles.depthwise_segment_vectors(7, 16, 4) == 1
+    assert tiles.depthwise_segment_vectors(150, 16, 4) == 4  # 10 vectors: 3 calls of 4
+    assert tiles.depthwise_segment_vectors(9 * 16, 16, 4) == 3  # 9 vectors: 3 calls of 3
+
+
+def test_depthwise_tap_offsets_by_hand():
+    from cso.analysis import depthwise
+    from cso.geometry import make_geometry
+
+    # Stride 2, dilation (1, 3), 3x3: columns q*2 + s*3 -> phase (3s) % 2, index q + 3s // 2.
+    g = make_geometry(
+        (1, 4, 20, 30), (4, 1, 3, 3), stride=2, padding=1, dilation=(1, 3), groups=4
+    )
+    segment = 16
+    rows, width = depthwise.packed_rows(g), depthwise.phase_width(g, segment)
+    assert rows == (g.out_height - 1) * 2 + 2 + 1
+    assert width == 16 + (2 * 3) // 2
+    offsets = depthwise.tap_offsets(g, segment)
+    for r in range(3):
+        for s, (phase, index) in enumerate([(0, 0), (1, 1), (0, 3)]):
+            assert offsets[r * 3 + s] == phase * rows * width + r * width + index
+    assert depthwise.packed_channel_elements(g, segment) == 2 * rows * width
+
+
+def test_depthwise_plan_is_validated():
+    plan = plan_conv2d((1, 8, 9, 9), (8, 1, 3, 3), groups=8, algorithm="depthwise", hardware=AVX512)
+    assert plan.algorithm == "depthwise" and plan.windows_per_tile % plan.vector_lanes == 0
+    assert Plan.from_dict(plan.to_dict()) == plan
+    with pytest.raises(ValueError, match="depthwise plan needs one input channel per group"):
+        dataclasses.replace(plan, geometry=plan_conv2d((1, 8, 9, 9), (8, 8, 3, 3)).geometry)

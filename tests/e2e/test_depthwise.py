@@ -1,0 +1,128 @@
+"""The depthwise algorithm: against the float64 reference, packed, tuned, chosen by the model."""
+
+import numpy as np
+import pytest
+from conftest import AVX512_CORE, assert_matches_reference
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+import cso
+from cso.geometry import make_geometry
+
+
+@st.composite
+def depthwise_problems(draw):
+    channels = draw(st.integers(2, 9))
+    multiplier = draw(st.integers(1, 3))
+    size = draw(st.sampled_from([1, 2, 3, 5, 7]))
+    R, S = size, draw(st.sampled_from([size, 3]))
+    stride = draw(st.one_of(st.integers(1, 3), st.tuples(st.integers(1, 3), st.integers(1, 3))))
+    dilation = draw(st.one_of(st.just(1), st.tuples(st.integers(1, 2), st.integers(1, 3))))
+    padding = draw(
+        st.one_of(
+            st.integers(0, 3),
+            st.tuples(
+                st.tuples(st.integers(0, 3), st.integers(0, 1)),
+                st.tuples(st.integers(0, 1), st.integers(0, 3)),
+            ),
+            st.just("same"),
+        )
+    )
+    if padding == "same":
+        stride = 1
+    H, W = draw(st.integers(1, 20)), draw(st.integers(1, 70))
+    batch = draw(st.integers(1, 3))
+    params = dict(stride=stride, padding=padding, dilation=dilation, groups=channels)
+    w_shape = (channels * multiplier, 1, R, S)
+    try:
+        make_geometry((batch, channels, H, W), w_shape, **params)
+    except ValueError:
+        assume(False)
+    dtype = draw(st.sampled_from([np.float32, np.float64]))
+    threads = draw(st.sampled_from([1, min(2, cso.executor.available_threads())]))
+    bias = draw(st.booleans())
+    return (batch, channels, H, W), w_shape, params, dtype, threads, bias
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(depthwise_problems(), st.integers(0, 2**32 - 1))
+def test_depthwise_matches_the_reference(problem, seed):
+    x_shape, w_shape, params, dtype, threads, with_bias = problem
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(x_shape).astype(dtype)
+    w = rng.standard_normal(w_shape).astype(dtype)
+    b = rng.standard_normal(w_shape[0]).astype(dtype) if with_bias else None
+    plan = cso.plan_conv2d(
+        x_shape, w_shape, dtype=dtype, threads=threads, algorithm="depthwise", **params
+    )
+    assert plan.algorithm == "depthwise"
+    y = cso.conv2d(x, w, b, plan=plan, **params)
+    assert y.dtype == dtype
+    assert_matches_reference(y, x, w, b, **params)
+
+
+def test_the_model_chooses_the_cheaper_algorithm():
+    # The rule, not this machine's outcome: the plan is the cheaper family.
+    for x_shape, w_shape, params in (
+        ((1, 144, 56, 56), (144, 1, 3, 3), dict(padding=1, groups=144)),
+        ((1, 672, 14, 14), (672, 1, 5, 5), dict(stride=2, padding=2, groups=672)),
+        ((1, 4, 3, 3), (8, 1, 1, 1), dict(groups=4)),
+    ):
+        chosen = cso.plan_conv2d(x_shape, w_shape, hardware=AVX512_CORE, **params)
+        depthwise = cso.plan_conv2d(
+            x_shape, w_shape, hardware=AVX512_CORE, algorithm="depthwise", **params
+        )
+        dense = cso.plan_conv2d(x_shape, w_shape, hardware=AVX512_CORE, algorithm="dense", **params)
+        depthwise_cost = depthwise.cost_of(depthwise.schedule).cost
+        cheaper = "depthwise" if depthwise_cost < dense.cost_of(dense.schedule).cost else "dense"
+        assert chosen.algorithm == cheaper
+    # A dense setting forced plans densely; a dense layer is never depthwise.
+    forced = cso.plan_conv2d((1, 8, 9, 9), (8, 1, 3, 3), groups=8, schedule="WS")
+    assert forced.algorithm == "dense"
+    with pytest.raises(ValueError, match="algorithm='depthwise' needs one input channel"):
+        cso.plan_conv2d((1, 8, 9, 9), (8, 4, 3, 3), groups=2, algorithm="depthwise")
+    with pytest.raises(ValueError, match="algorithm must be one of"):
+        cso.plan_conv2d((1, 8, 9, 9), (8, 1, 3, 3), groups=8, algorithm="sparse")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_depthwise_with_packed_filters_round_trip(rng, tmp_path, dtype):
+    x = rng.standard_normal((2, 12, 15, 17)).astype(dtype)
+    w = rng.standard_normal((24, 1, 3, 3)).astype(dtype)
+    b = rng.standard_normal(24).astype(dtype)
+    params = dict(stride=2, padding=1, groups=12)
+    plan = cso.plan_conv2d(
+        x.shape, w.shape, dtype=dtype, algorithm="depthwise", filters_prepacked=True, **params
+    )
+    packed = cso.pack_filters(w, x.shape, bias=b, plan=plan, **params)
+    y = cso.conv2d(x, packed)
+    assert_matches_reference(y, x, w, b, **params)
+    assert np.array_equal(y, cso.conv2d(x, w, b, plan=plan, **params))
+    # Another batch size reads the same panels.
+    assert_matches_reference(cso.conv2d(x[:1], packed), x[:1], w, b, **params)
+    path = tmp_path / "depthwise.npz"
+    cso.save_packed(path, {"dw": packed})
+    loaded = cso.load_packed(path)["dw"]
+    assert loaded.plan.algorithm == "depthwise"
+    assert np.array_equal(cso.conv2d(x, loaded), y)
+
+
+def test_tuner_times_the_depthwise_plan_against_dense_ones(rng):
+    x_shape, w_shape = (1, 16, 12, 12), (16, 1, 3, 3)
+    result = cso.tune(x_shape, w_shape, padding=1, groups=16, threads=1, budget_s=0.5)
+    timed = [c for c in result.candidates if c.seconds is not None]
+    assert timed[0].origin == "analysis" and timed[0].plan.algorithm == "depthwise"
+    assert any(c.plan.algorithm == "dense" for c in result.candidates)
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    w = rng.standard_normal(w_shape).astype(np.float32)
+    y = cso.conv2d(x, w, padding=1, groups=16, plan=result.best)
+    assert_matches_reference(y, x, w, padding=1, groups=16)
+
+
+def test_explain_tells_the_depthwise_story():
+    plan = cso.plan_conv2d(
+        (1, 32, 20, 20), (32, 1, 3, 3), padding=1, groups=32, algorithm="depthwise"
+    )
+    text = cso.explain(plan)
+    assert "Algorithm: depthwise" in text and "tap kernel" in text
+    assert "best dense plan" in text and "FLOP per byte" in text
