@@ -244,8 +244,10 @@ def _depthwise_launch(plan: Plan, module) -> Launch:
     """The depthwise nest (:mod:`cso.macrokernel.depthwise`), its bounds, tap
     offsets and workspace: one packed channel per worker."""
     g = plan.geometry
-    segment = plan.windows_per_tile
-    stride = worker_stride(depthwise.packed_channel_elements(g, segment), plan.dtype)
+    segment, spans = plan.windows_per_tile, plan.segments_span_rows
+    scratch_offset = worker_stride(depthwise.packed_channel_elements(g, segment, spans), plan.dtype)
+    scratch = depthwise.span_scratch_elements(g, segment) if spans else 0
+    stride = scratch_offset + worker_stride(scratch, plan.dtype)
     bounds = DepthwiseBounds(
         batch=g.batch,
         channels=g.channels,
@@ -262,12 +264,14 @@ def _depthwise_launch(plan: Plan, module) -> Launch:
         out_width=g.out_width,
         segment=segment,
         rows=depthwise.packed_rows(g),
-        phase_width=depthwise.phase_width(g, segment),
+        phase_width=depthwise.phase_width(g, segment, spans),
+        spans_rows=spans,
+        scratch_offset=scratch_offset,
         workspace_stride=stride,
     )
     if module is None:
         module = depthwise_module(segment // plan.vector_lanes, plan.dtype, plan.vector_lanes)
-    offsets = np.array(depthwise.tap_offsets(g, segment), dtype=np.intp)
+    offsets = np.array(depthwise.tap_offsets(g, segment, spans), dtype=np.intp)
     return Launch(module.convolve_depthwise, bounds, plan.threads * stride, offsets)
 
 

@@ -35,25 +35,47 @@ def packed_rows(geometry: ConvGeometry) -> int:
     return (g.out_height - 1) * g.stride_h + (g.kernel_height - 1) * g.dilation_h + 1
 
 
-def phase_width(geometry: ConvGeometry, segment: int) -> int:
-    """Elements per packed row of each phase: ``ceil(Q / seg) * seg + ((S-1) * dw) // sw``,
-    so that every load of the last, padded segment is inside the packed row."""
+def phase_width(geometry: ConvGeometry, segment: int, spans_rows: bool = False) -> int:
+    """Elements per packed row of each phase.
+
+    Row by row: ``ceil(Q / seg) * seg + ((S-1) * dw) // sw``, so that every
+    load of a row's last, padded segment is inside the packed row.  With
+    segments spanning rows: ``Q + ((S-1) * dw) // sw``, the columns the
+    outputs read (the extra ones are computed and dropped).
+    """
     g = geometry
-    return (
-        ceil_div(g.out_width, segment) * segment + (g.kernel_width - 1) * g.dilation_w // g.stride_w
-    )
+    reach = (g.kernel_width - 1) * g.dilation_w // g.stride_w
+    if spans_rows:
+        return g.out_width + reach
+    return ceil_div(g.out_width, segment) * segment + reach
 
 
-def packed_channel_elements(geometry: ConvGeometry, segment: int) -> int:
-    """One packed channel: ``stride_w`` phases of ``rows x phase_width``."""
-    return geometry.stride_w * packed_rows(geometry) * phase_width(geometry, segment)
+def packed_channel_elements(geometry: ConvGeometry, segment: int, spans_rows: bool = False) -> int:
+    """One packed channel: ``stride_w`` phases of ``rows x phase_width``, and
+    with segments spanning rows one segment more, which the last segment's
+    loads may run into."""
+    g = geometry
+    elements = g.stride_w * packed_rows(g) * phase_width(g, segment, spans_rows)
+    return elements + segment if spans_rows else elements
 
 
-def tap_offsets(geometry: ConvGeometry, segment: int) -> list:
+def spanned_outputs(geometry: ConvGeometry, segment: int) -> int:
+    """Outputs one channel computes with segments spanning rows: ``(P-1) * width + Q``
+    (``width`` the packed row's: each row's last ``width - Q`` are dropped)."""
+    g = geometry
+    return (g.out_height - 1) * phase_width(g, segment, True) + g.out_width
+
+
+def span_scratch_elements(geometry: ConvGeometry, segment: int) -> int:
+    """The scratch plane spanning segments are written to: whole segments."""
+    return ceil_div(spanned_outputs(geometry, segment), segment) * segment
+
+
+def tap_offsets(geometry: ConvGeometry, segment: int, spans_rows: bool = False) -> list:
     """Tap ``t = r*S + s``'s start in the packed channel relative to its output:
     ``phase(s) * rows * width + r * dilation_h * width + (s * dilation_w) // stride_w``."""
     g = geometry
-    rows, width = packed_rows(g), phase_width(g, segment)
+    rows, width = packed_rows(g), phase_width(g, segment, spans_rows)
     return [
         (s * g.dilation_w % g.stride_w) * rows * width
         + r * g.dilation_h * width
@@ -64,14 +86,21 @@ def tap_offsets(geometry: ConvGeometry, segment: int) -> list:
 
 
 def depthwise_traffic(
-    geometry: ConvGeometry, hardware: Hardware, element_bytes: int, segment: int, threads: int
+    geometry: ConvGeometry,
+    hardware: Hardware,
+    element_bytes: int,
+    segment: int,
+    threads: int,
+    spans_rows: bool = False,
 ) -> Traffic:
     """What one (channel, image) job of the depthwise nest costs, modelled.
 
     Counts per job: the compulsory bytes (its input plane, ``m`` filters and
     ``m`` output planes) from the level the whole call's operands fit in;
     the packed channel's elements; ``m * P * ceil(Q / seg)`` kernel calls of
-    ``seg * R * S`` multiply-adds each.  Weighted like the dense plans
+    ``seg * R * S`` multiply-adds each, or with segments spanning rows
+    ``m * ceil(((P-1) * width + Q) / seg)`` calls and the copy of every
+    output out of the scratch plane (priced like packed elements).  Weighted like the dense plans
     (:func:`~cso.analysis.cost.weighted_cost`, the calls at
     ``tap_call_cost``), scaled by the busiest thread's share of the
     ``N * C`` jobs.
@@ -80,7 +109,12 @@ def depthwise_traffic(
     s = element_bytes
     multiplier = g.filters_per_group
     taps = g.kernel_height * g.kernel_width
-    calls = multiplier * g.out_height * ceil_div(g.out_width, segment)
+    if spans_rows:
+        calls = multiplier * ceil_div(spanned_outputs(g, segment), segment)
+        copied = multiplier * g.windows
+    else:
+        calls = multiplier * g.out_height * ceil_div(g.out_width, segment)
+        copied = 0
     job_bytes = (g.height * g.width + multiplier * taps + multiplier * g.windows) * s
     call_bytes = job_bytes * g.groups * g.batch
     usable = hardware.usable_fraction
@@ -97,7 +131,7 @@ def depthwise_traffic(
         kernel_calls=calls,
         l1_spill=0,
         padded_macs=calls * segment * taps,
-        packed_input_elements=packed_channel_elements(g, segment),
+        packed_input_elements=packed_channel_elements(g, segment, spans_rows) + copied,
     )
     jobs = g.batch * g.groups
     imbalance = cost.thread_imbalance(threads, jobs, 1, 1, 1.0)
@@ -112,9 +146,18 @@ def plan_depthwise(geometry: ConvGeometry, dtype_name: str, hardware: Hardware, 
     """The depthwise plan of ``geometry`` (which must be :func:`is_depthwise`)."""
     element_bytes = np.dtype(dtype_name).itemsize
     lanes = max(1, hardware.vector_bytes // element_bytes)
-    vectors = tiles.depthwise_segment_vectors(geometry.out_width, lanes, MAX_SEGMENT_VECTORS)
-    segment = vectors * lanes
-    traffic = depthwise_traffic(geometry, hardware, element_bytes, segment, threads)
+    # Row by row, or (stride 1 down the rows, whose packed rows are then
+    # consecutive) segments spanning rows, whichever the model prices lower.
+    options = []
+    for spans in (False, True) if geometry.stride_h == 1 else (False,):
+        width = (
+            spanned_outputs(geometry, lanes * MAX_SEGMENT_VECTORS) if spans else geometry.out_width
+        )
+        vectors = tiles.depthwise_segment_vectors(width, lanes, MAX_SEGMENT_VECTORS)
+        segment = vectors * lanes
+        traffic = depthwise_traffic(geometry, hardware, element_bytes, segment, threads, spans)
+        options.append((traffic.cost, spans, segment, traffic))
+    _, spans, segment, traffic = min(options, key=lambda option: option[:2])
     return Plan(
         schedule=Schedule.IS,
         channel_tile=1,
@@ -133,4 +176,5 @@ def plan_depthwise(geometry: ConvGeometry, dtype_name: str, hardware: Hardware, 
         hardware=hardware,
         vector_operand=VectorOperand.WINDOWS,
         algorithm=Algorithm.DEPTHWISE,
+        segments_span_rows=spans,
     )

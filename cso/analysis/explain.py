@@ -177,7 +177,8 @@ def _explain_depthwise(plan) -> str:
         g, plan.dtype, hw, None, None, None, plan.threads, algorithm=Algorithm.DENSE
     )
     dense_cost = dense.cost_of(dense.schedule).cost
-    packed = depthwise.packed_channel_elements(g, segment)
+    spans = plan.segments_span_rows
+    packed = depthwise.packed_channel_elements(g, segment, spans)
     moved = (g.batch * g.channels * g.height * g.width + g.filters * taps) * s
     moved += g.batch * g.filters * g.windows * s
     x_shape = (g.batch, g.channels, g.height, g.width)
@@ -198,7 +199,7 @@ def _explain_depthwise(plan) -> str:
         f"({segment}), {taps} taps each a broadcast and {segment // lanes} load(s) + FMA(s); "
         f"{padding_share(plan):.1%} of its multiply-adds are padding",
         f"  packed channel: {g.stride_w} phase(s) x {depthwise.packed_rows(g)} rows x "
-        f"{depthwise.phase_width(g, segment)} = {_size(packed * s)} per worker (every tap "
+        f"{depthwise.phase_width(g, segment, spans)} = {_size(packed * s)} per worker (every tap "
         "a contiguous load, zeros for the padding)",
         f"  memory-bound: {_size(moved)} compulsory (input, filters, output) for "
         f"{g.flops / 2 / 1e6:.2f} M multiply-adds, {g.flops / moved:.2f} FLOP per byte",
@@ -215,10 +216,21 @@ def _explain_depthwise(plan) -> str:
         "thread(s)",
         "    pack the channel's phases",
         f"    for k in its {g.filters_per_group} output channel(s)",
-        f"      for p in {g.out_height} output rows",
-        f"        for q0 in {ceil_div(g.out_width, segment)} segment(s) of {segment}",
-        f"          tap kernel: y[k, p, q0:q0+{segment}] = bias + sum of {taps} taps",
     ]
+    if spans:
+        run = depthwise.spanned_outputs(g, segment)
+        lines += [
+            f"      for i0 in {ceil_div(run, segment)} segment(s) of {segment} spanning the rows "
+            f"(a run of {run}: row width {depthwise.phase_width(g, segment, True)})",
+            f"        tap kernel: scratch[i0:i0+{segment}] = bias + sum of {taps} taps",
+            f"      copy each row's {g.out_width} outputs to y",
+        ]
+    else:
+        lines += [
+            f"      for p in {g.out_height} output rows",
+            f"        for q0 in {ceil_div(g.out_width, segment)} segment(s) of {segment}",
+            f"          tap kernel: y[k, p, q0:q0+{segment}] = bias + sum of {taps} taps",
+        ]
     return "\n".join(lines)
 
 

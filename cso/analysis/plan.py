@@ -61,6 +61,11 @@ class Plan:
         outer-product tiles) or ``"depthwise"`` (one input channel per
         group: ``windows_per_tile`` is the tap kernel's row segment, ``Nv``
         vectors of ``vector_lanes``; the dense tiles are 1).
+    segments_span_rows : bool
+        Depthwise only: a tap-kernel segment runs on from one output row into
+        the next (stride 1 down the rows), into a scratch plane whose rows
+        are then copied out, instead of one row at a time: small planes
+        fill their vectors.
     pack_channels_outer : bool
         The input panels are packed a block of tiles at a time, channel by
         channel (the other 1x1, stride-1, unpadded plans:
@@ -113,6 +118,7 @@ class Plan:
     batch_folded: bool = False
     pack_channels_outer: bool = False
     algorithm: Algorithm = Algorithm.DENSE
+    segments_span_rows: bool = False
 
     def __post_init__(self):
         # The loop nests obey these layout decisions without checking them
@@ -125,6 +131,10 @@ class Plan:
                 "a depthwise plan needs one input channel per group and a row segment "
                 f"(windows_per_tile) of whole vectors: got {g} and {self.windows_per_tile}"
             )
+        if self.segments_span_rows and not (
+            self.algorithm == Algorithm.DEPTHWISE and g.stride_h == 1
+        ):
+            raise ValueError("segments_span_rows=True needs a depthwise plan with stride 1 down")
         pointwise = tiles.is_unstrided_unpadded_pointwise(
             g.kernel_height, g.kernel_width, g.stride_h, g.stride_w, _padded(g)
         )
@@ -193,6 +203,7 @@ class Plan:
             "batch_folded": self.batch_folded,
             "pack_channels_outer": self.pack_channels_outer,
             "algorithm": self.algorithm,
+            "segments_span_rows": self.segments_span_rows,
         }
 
     @staticmethod
@@ -222,6 +233,7 @@ class Plan:
             batch_folded=bool(fields.get("batch_folded", False)),
             pack_channels_outer=bool(fields.get("pack_channels_outer", False)),
             algorithm=Algorithm(fields.get("algorithm", "dense")),
+            segments_span_rows=bool(fields.get("segments_span_rows", False)),
         )
 
     def matches(self, geometry: ConvGeometry, dtype) -> bool:

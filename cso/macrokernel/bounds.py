@@ -60,6 +60,8 @@ DepthwiseBounds = namedtuple(
         "segment",  # outputs per kernel call: Nv * VL
         "rows",  # packed rows per channel: (P - 1) * stride_h + (R - 1) * dilation_h + 1
         "phase_width",  # packed elements per row of each of the stride_w phases
+        "spans_rows",  # segments run on across output rows, into a scratch plane
+        "scratch_offset",  # where that plane starts in a worker's part
         "workspace_stride",  # elements of the workspace per worker
     ],
 )

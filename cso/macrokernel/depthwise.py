@@ -16,13 +16,17 @@ Contracts relied on
   * phase_width + r * dilation_h * phase_width + (s * dilation_w) // stride_w``.
 * ``y_flat``: the output ``[N][K][P][Q]`` flattened; every element is written.
 * ``workspace``: ``W`` parts of ``b.workspace_stride`` elements, one per
-  worker, each holding one packed channel.  Worker ``i`` of ``W`` takes
+  worker, each holding one packed channel (and one segment more), and with
+  ``b.spans_rows`` from ``b.scratch_offset`` a scratch plane of whole
+  segments: output ``(p, q)`` at ``p * phase_width + q``, whose first ``Q``
+  columns of each row are copied to ``y``.  Worker ``i`` of ``W`` takes
   jobs ``(image, channel)`` ``[i*J//W, (i+1)*J//W)``.
 """
 
 from numba import njit, prange
 
 from cso.packing.depthwise import pack_channel_phases
+from cso.packing.vector_copy import copy_run
 
 # Bound by cso.macrokernel.specialise in each generated specialisation.
 tap_kernel = None
@@ -37,6 +41,8 @@ def convolve_depthwise(x_flat, w_flat, bias, has_bias, y_flat, workspace, offset
      for job = (image, input channel c)                # the worker's share
        pack channel c's phases                          # once, ~ L1/L2
        for k in c's m output channels
+         (spanning rows: for i0 in segments of the (P-1)*width + Q run,
+          into the scratch plane, then copy each row's Q outputs; else)
          for p in P output rows
            for q0 in segments of Nv*VL outputs
              tap kernel: y[k, p, q0:] = bias + sum_t w[k, t] * IN[offsets[t] + ...]
@@ -72,6 +78,33 @@ def convolve_depthwise(x_flat, w_flat, bias, has_bias, y_flat, workspace, offset
                 k = channel * b.multiplier + j
                 bias_value = bias[k] if has_bias else bias[0] * 0
                 out_start = (image * filters + k) * outputs
+                if b.spans_rows:
+                    # Stride 1 down: packed rows are consecutive, so a segment
+                    # runs on into the next row; each row's last columns are dropped.
+                    spanned = (b.out_height - 1) * b.phase_width + b.out_width
+                    for i0 in range(0, spanned, segment):
+                        tap_kernel(
+                            taps,
+                            w_flat,
+                            k * taps,
+                            offsets,
+                            buffer,
+                            i0,
+                            buffer,
+                            b.scratch_offset + i0,
+                            segment,
+                            bias_value,
+                        )
+                    for p in range(b.out_height):
+                        copy_run(
+                            y_flat,
+                            out_start + p * b.out_width,
+                            buffer,
+                            b.scratch_offset + p * b.phase_width,
+                            b.out_width,
+                            VECTOR_TOKEN,
+                        )
+                    continue
                 for p in range(b.out_height):
                     row_start = p * b.stride_h * b.phase_width
                     for q0 in range(0, b.out_width, segment):

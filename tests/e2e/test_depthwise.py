@@ -1,5 +1,7 @@
 """The depthwise algorithm: against the float64 reference, packed, tuned, chosen by the model."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 from conftest import AVX512_CORE, assert_matches_reference
@@ -59,6 +61,10 @@ def test_depthwise_matches_the_reference(problem, seed):
     y = cso.conv2d(x, w, b, plan=plan, **params)
     assert y.dtype == dtype
     assert_matches_reference(y, x, w, b, **params)
+    if plan.geometry.stride_h == 1:
+        # Both ways of covering the rows, whichever the model preferred.
+        other = dataclasses.replace(plan, segments_span_rows=not plan.segments_span_rows)
+        assert_matches_reference(cso.conv2d(x, w, b, plan=other, **params), x, w, b, **params)
 
 
 def test_the_model_chooses_the_cheaper_algorithm():
@@ -117,6 +123,18 @@ def test_tuner_times_the_depthwise_plan_against_dense_ones(rng):
     w = rng.standard_normal(w_shape).astype(np.float32)
     y = cso.conv2d(x, w, padding=1, groups=16, plan=result.best)
     assert_matches_reference(y, x, w, padding=1, groups=16)
+
+
+def test_segments_span_rows_only_down_stride_one():
+    plan = cso.plan_conv2d((1, 8, 7, 7), (8, 1, 3, 3), padding=1, groups=8, algorithm="depthwise")
+    strided = cso.plan_conv2d(
+        (1, 8, 7, 7), (8, 1, 3, 3), stride=(2, 1), padding=1, groups=8, algorithm="depthwise"
+    )
+    assert not strided.segments_span_rows
+    with pytest.raises(ValueError, match="segments_span_rows=True needs"):
+        dataclasses.replace(strided, segments_span_rows=True)
+    text = cso.explain(dataclasses.replace(plan, segments_span_rows=True))
+    assert "spanning the rows" in text
 
 
 def test_explain_tells_the_depthwise_story():
