@@ -223,26 +223,22 @@ def _conv2d_packed(x, packed, bias, stride, padding, dilation, groups, out, thre
     if geometry.batch == 0:
         return y
     plan = packed.plan
-    if (plan.geometry != geometry or plan.threads != threads) and (
-        plan.algorithm == Algorithm.DEPTHWISE
-    ):
-        # The depthwise panels are the KCRS rows: any segment reads them.
-        plan = plan_for_geometry(
-            geometry, dtype.name, plan.hardware, None, None, None, threads,
-            algorithm=Algorithm.DEPTHWISE,
-        )  # fmt: skip
-    elif plan.geometry != geometry or plan.threads != threads:
-        # Another batch size or thread count: the same panels (they depend on
-        # Nf only), with the cache tiling planned again for this call.
+    if plan.geometry != geometry or plan.threads != threads:
+        # Another batch size or thread count: the same panels, with the plan
+        # made again for this call.  Dense panels depend on Nf only (the cache
+        # tiling is replanned for that kernel); depthwise ones are the KCRS
+        # rows, which any segment reads.
+        depthwise = plan.algorithm == Algorithm.DEPTHWISE
         plan = plan_for_geometry(
             geometry,
             dtype.name,
             plan.hardware,
-            plan.filters_per_tile,
-            plan.windows_per_tile,
+            None if depthwise else plan.filters_per_tile,
+            None if depthwise else plan.windows_per_tile,
             None,
             threads,
-            vector_operand=plan.vector_operand,
+            vector_operand=None if depthwise else plan.vector_operand,
             filters_prepacked=True,
+            algorithm=plan.algorithm,
         )
     return executor.run(plan, x, executor.prepacked_operands(packed.panels, packed.bias, plan), y)

@@ -14,7 +14,7 @@ import time
 import numpy as np
 
 from . import executor
-from .analysis.choices import VectorOperand
+from .analysis.choices import Algorithm, VectorOperand
 from .analysis.plan import Plan
 from .macrokernel.specialise import LoopPatch
 
@@ -97,6 +97,10 @@ def plan_program(plan: Plan, x, w, bias=None, *, variant=None, prepacked=None):
     """
     if variant is not None and variant not in VARIANTS:
         raise ValueError(f"variant must be one of {sorted(VARIANTS)} or None, got {variant!r}")
+    if variant is not None and plan.algorithm != Algorithm.DENSE:
+        raise ValueError(
+            f"variants patch the dense loop nests; this plan's algorithm is {plan.algorithm}"
+        )
     y = np.empty(plan.geometry.output_shape, np.dtype(plan.dtype))
     operands = None
     if prepacked is not None:

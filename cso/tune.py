@@ -233,20 +233,20 @@ def tune(
                 f"of {analysis.vector_lanes}"
             )
     windows = [(nf, nwin, VectorOperand.WINDOWS) for nf, nwin in shapes]
+    # Dense candidates around the dense analysis: the analysis' own plan, or
+    # for a depthwise plan, the dense plan it was weighed against.
+    base = analysis
     if analysis.algorithm == Algorithm.DEPTHWISE:
-        # The depthwise plan against the dense plans around the dense analysis.
-        dense = plan_for_geometry(
+        base = plan_for_geometry(
             analysis.geometry, analysis.dtype, hw, None, None, None, threads,
             algorithm=Algorithm.DENSE,
         )  # fmt: skip
-        own = (dense.filters_per_tile, dense.windows_per_tile, dense.vector_operand)
-        kernels = list(dict.fromkeys([own] + windows + others))
-        pool = [(plan, "variant") for plan, _ in candidate_plans(dense, kernels)]
-        ranked = _interleaved([(analysis, "analysis")] + pool)
-    else:
-        own = (analysis.filters_per_tile, analysis.windows_per_tile, analysis.vector_operand)
-        kernels = list(dict.fromkeys([own] + windows + others))
-        ranked = _interleaved(candidate_plans(analysis, kernels))
+    own = (base.filters_per_tile, base.windows_per_tile, base.vector_operand)
+    kernels = list(dict.fromkeys([own] + windows + others))
+    pool = candidate_plans(base, kernels)
+    if base is not analysis:
+        pool = [(analysis, "analysis")] + [(plan, "variant") for plan, _ in pool]
+    ranked = _interleaved(pool)
     rng = np.random.default_rng(seed)
     x = rng.standard_normal(x_shape).astype(dtype)
     w = rng.standard_normal(w_shape).astype(dtype)
