@@ -21,7 +21,7 @@ from .hardware import Hardware
 from .plan import Plan
 
 # Accumulator vectors of the tap kernel at most (tiles.depthwise_segment_vectors).
-MAX_SEGMENT_VECTORS = 4
+MAX_SEGMENT_VECTORS = tiles.MAX_SEGMENT_VECTORS
 
 
 def is_depthwise(geometry: ConvGeometry) -> bool:

@@ -20,6 +20,7 @@ import platform
 from dataclasses import replace
 
 from ..cachedir import cache_directory
+from ..untrusted import read_json_file
 from .hardware import DEFAULT_HARDWARE, Hardware, parse_size
 
 _SYSFS_CPU = "/sys/devices/system/cpu"
@@ -147,7 +148,9 @@ def probe() -> Hardware:
     found_fields = {"cores": cores}
     sources = []
     for name, probe in (("py-cpuinfo", lambda: from_cpuinfo(cores)), ("sysfs", from_sysfs)):
-        found = {k: v for k, v in probe().items() if k not in found_fields}
+        found = {
+            k: v for k, v in probe().items() if k not in found_fields and _plausible(k, v)
+        }
         if found:
             sources.append(name)
             found_fields.update(found)
@@ -160,6 +163,16 @@ def probe() -> Hardware:
     if len(found_fields) < 7:
         sources.append("defaults")
     return replace(DEFAULT_HARDWARE, **found_fields, source="+".join(sources) or "defaults")
+
+
+def _plausible(field: str, value) -> bool:
+    """Whether a probed figure is in the range :class:`Hardware` accepts (a
+    misreported one falls through to the next source)."""
+    try:
+        replace(DEFAULT_HARDWARE, **{field: value})
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 @functools.lru_cache(maxsize=4)
@@ -175,12 +188,13 @@ def stored_or_probed() -> Hardware:
     path = cache_directory() / "hardware.json"
     key = machine_key()
     try:
-        stored = json.loads(path.read_text())
+        stored = read_json_file(path, max_bytes=_MAX_STORED_BYTES)
         if stored.get("key") == key:
             # Only what was probed is stored; the costs are today's defaults.
+            # Hardware validates every field (type and real-machine range).
             return replace(DEFAULT_HARDWARE, **{k: stored["probed"][k] for k in _PROBED})
     except (OSError, ValueError, TypeError, KeyError, AttributeError):
-        pass  # absent, unreadable or stale: probe again
+        pass  # absent, unreadable, damaged, out of range or stale: probe again
     hardware = probe()
     try:
         temporary = path.with_suffix(f".{os.getpid()}.tmp")
@@ -191,6 +205,8 @@ def stored_or_probed() -> Hardware:
         pass
     return hardware
 
+
+_MAX_STORED_BYTES = 64 * 1024
 
 # The fields detection finds; everything else comes from DEFAULT_HARDWARE.
 _PROBED = (
@@ -220,13 +236,26 @@ _ENVIRONMENT = {
 def _with_environment_cached(hardware, overrides):
     if not overrides:
         return hardware
-    return replace(hardware, **dict(overrides), source=f"{hardware.source}+environment")
+    for variable, field, value in overrides:
+        try:
+            replace(hardware, **{field: value})
+        except ValueError as error:
+            raise ValueError(f"{variable}={value}: {error}") from None
+    fields = {field: value for _, field, value in overrides}
+    return replace(hardware, **fields, source=f"{hardware.source}+environment")
 
 
 def with_environment(hardware: Hardware, environment) -> Hardware:
-    """``hardware`` with the ``CSO_*`` variables of ``environment`` applied."""
+    """``hardware`` with the ``CSO_*`` variables of ``environment`` applied.
+
+    Raises
+    ------
+    ValueError
+        Naming the variable, when its value is not a size or outside what
+        :class:`~cso.analysis.hardware.Hardware` accepts (real machines' ranges).
+    """
     overrides = tuple(
-        (field, parse_size(environment[variable], variable))
+        (variable, field, parse_size(environment[variable], variable))
         for variable, field in _ENVIRONMENT.items()
         if environment.get(variable)
     )

@@ -58,10 +58,27 @@ class Hardware:
     source: str = "user"
 
     def __post_init__(self):
-        for name in _INTEGER_FIELDS:
+        for name, (low, high) in _LIMITS.items():
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"Hardware.{name} must be a positive int, got {value!r}")
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise TypeError(f"Hardware.{name} must be an int, got {value!r}")
+            if not low <= value <= high:
+                raise ValueError(
+                    f"Hardware.{name} must be between {low} and {high} (what real machines "
+                    f"have), got {value!r}"
+                )
+        for name in _POWERS_OF_TWO:
+            value = getattr(self, name)
+            if value & (value - 1):
+                raise ValueError(f"Hardware.{name} must be a power of two, got {value!r}")
+        if not isinstance(self.source, str):
+            raise TypeError(f"Hardware.source must be a str, got {self.source!r}")
+        if isinstance(self.usable_fraction, bool) or not isinstance(
+            self.usable_fraction, (int, float)
+        ):
+            raise TypeError(
+                f"Hardware.usable_fraction must be a number, got {self.usable_fraction!r}"
+            )
         if not 0.0 < self.usable_fraction <= 1.0:
             raise ValueError(
                 f"Hardware.usable_fraction must be in (0, 1], got {self.usable_fraction!r}"
@@ -97,17 +114,22 @@ class Hardware:
         return Hardware(**values, weights=CostWeights(**weights))
 
 
-_INTEGER_FIELDS = (
-    "l1_bytes",
-    "l2_bytes",
-    "l3_bytes",
-    "line_bytes",
-    "vector_bytes",
-    "vector_registers",
-    "cores",
-    "page_bytes",
-    "tlb_entries",
-)
+# Each integer field's range: what real machines have, with room to spare.
+# They bound what a hardware.json, an environment variable or a stored plan
+# can make the analysis and the kernel generator do (vector_registers 10**6
+# would generate a kernel of a million accumulators).
+_LIMITS = {
+    "l1_bytes": (1024, 1 << 20),  # 1 KiB .. 1 MiB (Apple M-series: 128 KiB)
+    "l2_bytes": (1024, 1 << 28),  # .. 256 MiB
+    "l3_bytes": (1024, 1 << 34),  # .. 16 GiB (AMD 3D V-Cache parts: 1.1 GiB)
+    "line_bytes": (16, 256),
+    "vector_bytes": (16, 256),  # SSE / NEON .. SVE's 2048 bits
+    "vector_registers": (8, 32),  # x86 SSE without REX .. AVX-512, NEON, SVE
+    "cores": (1, 1 << 16),
+    "page_bytes": (1024, 1 << 30),
+    "tlb_entries": (1, 1 << 16),
+}
+_POWERS_OF_TWO = ("line_bytes", "vector_bytes", "page_bytes")
 
 DEFAULT_HARDWARE = Hardware(source="defaults")
 

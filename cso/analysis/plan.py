@@ -14,10 +14,10 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from ..geometry import ConvGeometry
-from . import tiles
 from .choices import SCHEDULES, Algorithm, Schedule, VectorOperand
 from .cost import Traffic
 from .hardware import Hardware
+from .plan_checks import check_plan_fields
 
 
 @dataclass(frozen=True)
@@ -121,50 +121,9 @@ class Plan:
     segments_span_rows: bool = False
 
     def __post_init__(self):
-        # The loop nests obey these layout decisions without checking them
-        # again: a plan whose layout the problem does not allow must not exist.
-        g = self.geometry
-        if self.algorithm == Algorithm.DEPTHWISE and not (
-            g.channels_per_group == 1 and self.windows_per_tile % self.vector_lanes == 0
-        ):
-            raise ValueError(
-                "a depthwise plan needs one input channel per group and a row segment "
-                f"(windows_per_tile) of whole vectors: got {g} and {self.windows_per_tile}"
-            )
-        if self.segments_span_rows and not (
-            self.algorithm == Algorithm.DEPTHWISE and g.stride_h == 1
-        ):
-            raise ValueError("segments_span_rows=True needs a depthwise plan with stride 1 down")
-        pointwise = tiles.is_unstrided_unpadded_pointwise(
-            g.kernel_height, g.kernel_width, g.stride_h, g.stride_w, _padded(g)
-        )
-        whole_input = tiles.reads_whole_input_per_window(
-            g.kernel_height,
-            g.kernel_width,
-            g.height,
-            g.width,
-            _padded(g),
-            g.windows,
-            (g.dilation_h, g.dilation_w) != (1, 1),
-        )
-        if self.vector_operand == VectorOperand.REDUCTION and not (
-            whole_input and self.input_in_place
-        ):
-            raise ValueError(
-                "a dot-product plan (vector_operand='reduction') needs one window that is the "
-                "whole unpadded input, read in place (input_in_place=True)"
-            )
-        dot_product = self.vector_operand == VectorOperand.REDUCTION
-        if self.input_in_place and not (pointwise or dot_product):
-            raise ValueError(
-                "input_in_place=True needs a 1x1, stride-1, unpadded convolution (or a "
-                f"dot-product plan): the windows of {g} are not runs of x"
-            )
-        if self.pack_channels_outer and not (pointwise and not self.input_in_place):
-            raise ValueError(
-                "pack_channels_outer=True needs a 1x1, stride-1, unpadded convolution whose "
-                "input is packed (input_in_place=False)"
-            )
+        # A plan whose fields the code cannot run must not exist: the loop
+        # nests obey it without checking again, and plans also come from files.
+        check_plan_fields(self)
 
     @property
     def image_jobs(self) -> int:
@@ -239,11 +198,6 @@ class Plan:
     def matches(self, geometry: ConvGeometry, dtype) -> bool:
         """Whether this plan was made for ``geometry`` and ``dtype``."""
         return self.geometry == geometry and self.dtype == np.dtype(dtype).name
-
-
-def _padded(geometry: ConvGeometry) -> bool:
-    g = geometry
-    return bool(g.pad_top or g.pad_bottom or g.pad_left or g.pad_right)
 
 
 def check_plan(plan, geometry: ConvGeometry, dtype) -> None:

@@ -264,6 +264,22 @@ def _plan_dense(
         if operand == VectorOperand.REDUCTION
         or (nf if operand == VectorOperand.FILTERS else nwin) % lanes == 0
     ]
+    # A forced size combined with a block's other size may leave a tile the
+    # registers cannot hold (14 rows forced beside the 8x48 block's 48 columns).
+    fitting = [
+        (nf, nwin, operand)
+        for nf, nwin, operand in shapes
+        if tiles.accumulator_vectors(nf, nwin, lanes, operand) <= hardware.vector_registers
+    ]
+    if not fitting:
+        nf, nwin, operand = shapes[0]
+        raise ValueError(
+            f"a {nf}x{nwin} micro-kernel ({operand}) needs "
+            f"{tiles.accumulator_vectors(nf, nwin, lanes, operand)} vector registers for its "
+            f"output tile; the machine has {hardware.vector_registers}: force smaller "
+            "filters_per_tile or windows_per_tile"
+        )
+    shapes = fitting
     if fold_batch:
         if vector_operand == VectorOperand.REDUCTION:
             raise ValueError(

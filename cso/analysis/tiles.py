@@ -15,6 +15,10 @@ from __future__ import annotations
 
 from ..geometry import ceil_div
 
+# Accumulator vectors of the depthwise tap kernel at most
+# (:func:`depthwise_segment_vectors`).
+MAX_SEGMENT_VECTORS = 4
+
 
 def register_blocks(vector_bytes: int, vector_registers: int, element_bytes: int) -> list:
     """The micro-kernel shapes the analysis chooses among for a register file.
@@ -278,3 +282,17 @@ def packs_channels_outer(kernel_height, kernel_width, strided, padded, input_in_
     ``python experiments/variants.py --variant tile-by-tile``).
     """
     return kernel_height == kernel_width == 1 and not strided and not padded and not input_in_place
+
+
+def accumulator_vectors(filters_per_tile: int, windows_per_tile: int, lanes: int,
+                        vector_operand: str) -> int:
+    """Vector registers a micro-kernel's output tile takes.
+
+    ``Nf * Nwin / VL`` when its vectors hold windows or filters (``Nwin`` or
+    ``Nf`` a multiple of ``VL``), ``Nf * Nwin`` dot-product accumulators when
+    they hold the reduction.  The kernels keep the whole tile in registers,
+    so a shape whose tile needs more than the machine has is not one cso runs.
+    """
+    if vector_operand == "reduction":
+        return filters_per_tile * windows_per_tile
+    return filters_per_tile * windows_per_tile // max(1, lanes)

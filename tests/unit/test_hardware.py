@@ -32,9 +32,20 @@ def _fresh_detect(monkeypatch, cpuinfo_fields, sysfs_fields):
 
 
 def test_cpuinfo_first_then_sysfs(monkeypatch):
-    machine = _fresh_detect(monkeypatch, {"l1_bytes": 1000}, {"l1_bytes": 5, "l2_bytes": 7000})
-    assert machine.l1_bytes == 1000 and machine.l2_bytes == 7000
+    machine = _fresh_detect(
+        monkeypatch, {"l1_bytes": 48 << 10}, {"l1_bytes": 32 << 10, "l2_bytes": 2 << 20}
+    )
+    assert machine.l1_bytes == 48 << 10 and machine.l2_bytes == 2 << 20
     assert "py-cpuinfo" in machine.source and "sysfs" in machine.source
+
+
+def test_an_implausible_probed_size_falls_through_to_the_next_source(monkeypatch):
+    monkeypatch.setattr(detect, "flags_from_proc", lambda: [])
+    machine = _fresh_detect(
+        monkeypatch, {"l1_bytes": 5, "vector_registers": 10**6}, {"l1_bytes": 32 << 10}
+    )
+    assert machine.l1_bytes == 32 << 10
+    assert machine.vector_registers == DEFAULT_HARDWARE.vector_registers
 
 
 def test_defaults_when_everything_is_silent(monkeypatch):

@@ -448,10 +448,16 @@ def test_vector_operand_can_be_forced_and_is_validated():
 def test_plan_dict_keeps_the_vector_operand():
     plan = plan_conv2d((1, 8, 9, 9), (40, 8, 3, 3), hardware=AVX512, vector_operand="filters")
     assert Plan.from_dict(plan.to_dict()) == plan
-    older = plan.to_dict()
-    older["vector_operand"] = None
+    older = plan_conv2d(
+        (1, 8, 9, 9), (40, 8, 3, 3), hardware=AVX512, vector_operand="windows"
+    ).to_dict()
     del older["vector_operand"]  # a plan stored before the field existed
     assert Plan.from_dict(older).vector_operand == "windows"
+    # A filter-vectorised tile read as a window-vectorised one does not exist.
+    relabelled = plan.to_dict()
+    del relabelled["vector_operand"]
+    with pytest.raises(ValueError, match="multiple of the 16 lanes"):
+        Plan.from_dict(relabelled)
 
 
 def test_folding_saves_padding():
@@ -497,7 +503,9 @@ def test_fold_batch_is_validated_and_kept():
     plan = plan_conv2d((3, 8, 7, 7), (40, 8, 3, 3), hardware=AVX512, fold_batch=True)
     assert plan.batch_folded and plan.window_count == 3 * 25
     assert Plan.from_dict(plan.to_dict()) == plan
-    older = plan.to_dict()
+    older = plan_conv2d(
+        (3, 8, 7, 7), (40, 8, 3, 3), hardware=AVX512, fold_batch=False
+    ).to_dict()
     del older["batch_folded"]  # a plan stored before the field existed
     assert not Plan.from_dict(older).batch_folded
 

@@ -1,0 +1,231 @@
+"""What makes a :class:`~cso.analysis.plan.Plan` one the code can run.
+
+The loop nests, the packing and the kernel generator obey a plan without
+checking it again, and plans also come from files (packed filters, the
+tuned-plans store) that may be damaged or hostile.  So every plan is checked
+field by field when it is made (:func:`check_plan_fields`, called by
+``Plan.__post_init__``): types, ranges, consistency with its own problem and
+machine, and the micro-kernels that exist.  A plan that fails does not exist.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import fields
+
+from ..geometry import SUPPORTED_DTYPES, ConvGeometry, ceil_div, make_geometry
+from . import tiles
+from .choices import SCHEDULES, Algorithm, VectorOperand
+from .hardware import Hardware
+
+_DTYPE_NAMES = {dtype.name: dtype for dtype in SUPPORTED_DTYPES}
+_INT_FIELDS = (
+    "channel_tile",
+    "l2_tiles",
+    "l3_tiles",
+    "filters_per_tile",
+    "windows_per_tile",
+    "vector_lanes",
+    "threads",
+    "window_parts",
+)
+_BOOL_FIELDS = (
+    "input_in_place",
+    "filters_prepacked",
+    "batch_folded",
+    "pack_channels_outer",
+    "segments_span_rows",
+)
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_plan_fields(plan) -> None:
+    """Raise unless every field of ``plan`` is one the code can run.
+
+    Raises
+    ------
+    TypeError
+        A field of the wrong type.
+    ValueError
+        A value out of range or inconsistent with the plan's problem, machine
+        or micro-kernel, naming the field.
+    """
+    _check_types(plan)
+    check_geometry(plan.geometry)
+    _check_kernel(plan)
+    _check_tiles(plan)
+    _check_layout(plan)
+    _check_costs(plan)
+
+
+def _check_types(plan) -> None:
+    for name in _INT_FIELDS:
+        value = getattr(plan, name)
+        if not _is_int(value):
+            raise TypeError(f"Plan.{name} must be an int, got {value!r}")
+        if value < 1:
+            raise ValueError(f"Plan.{name} must be >= 1, got {value}")
+    for name in _BOOL_FIELDS:
+        if not isinstance(getattr(plan, name), bool):
+            raise TypeError(f"Plan.{name} must be a bool, got {getattr(plan, name)!r}")
+    if plan.dtype not in _DTYPE_NAMES:
+        raise ValueError(f"Plan.dtype must be 'float32' or 'float64', got {plan.dtype!r}")
+    if plan.schedule not in SCHEDULES:
+        raise ValueError(f"Plan.schedule must be one of {SCHEDULES}, got {plan.schedule!r}")
+    if plan.vector_operand not in tuple(VectorOperand):
+        raise ValueError(f"Plan.vector_operand is not a VectorOperand: {plan.vector_operand!r}")
+    if plan.algorithm not in tuple(Algorithm):
+        raise ValueError(f"Plan.algorithm is not an Algorithm: {plan.algorithm!r}")
+    if not isinstance(plan.geometry, ConvGeometry):
+        raise TypeError(f"Plan.geometry must be a ConvGeometry, got {plan.geometry!r}")
+    if not isinstance(plan.hardware, Hardware):
+        raise TypeError(f"Plan.hardware must be a Hardware, got {plan.hardware!r}")
+
+
+def check_geometry(geometry: ConvGeometry) -> None:
+    """Raise unless ``geometry`` is what :func:`~cso.geometry.make_geometry`
+    makes of its own shapes and parameters (a consistent, valid problem)."""
+    g = geometry
+    for field in fields(g):
+        if not _is_int(getattr(g, field.name)):
+            raise TypeError(f"geometry.{field.name} must be an int, got {getattr(g, field.name)!r}")
+    if g.groups < 1 or g.channels % g.groups:
+        raise ValueError(f"geometry.groups ({g.groups}) must divide its channels ({g.channels})")
+    remade = make_geometry(
+        (g.batch, g.channels, g.height, g.width),
+        (g.filters, g.channels // g.groups, g.kernel_height, g.kernel_width),
+        stride=(g.stride_h, g.stride_w),
+        padding=((g.pad_top, g.pad_bottom), (g.pad_left, g.pad_right)),
+        dilation=(g.dilation_h, g.dilation_w),
+        groups=g.groups,
+    )
+    if remade != g:
+        raise ValueError(f"geometry is inconsistent: {g}")
+
+
+def _check_kernel(plan) -> None:
+    hardware = plan.hardware
+    element_bytes = _DTYPE_NAMES[plan.dtype].itemsize
+    lanes = max(1, hardware.vector_bytes // element_bytes)
+    if plan.vector_lanes != lanes:
+        raise ValueError(
+            f"Plan.vector_lanes ({plan.vector_lanes}) must be the machine's {lanes} "
+            f"{plan.dtype} lanes ({hardware.vector_bytes}-byte vectors)"
+        )
+    if plan.threads > hardware.cores:
+        raise ValueError(
+            f"Plan.threads ({plan.threads}) exceeds the machine's cores ({hardware.cores})"
+        )
+    nf, nwin = plan.filters_per_tile, plan.windows_per_tile
+    if plan.algorithm == Algorithm.DEPTHWISE:
+        if nf != 1 or nwin % lanes or nwin // lanes > tiles.MAX_SEGMENT_VECTORS:
+            raise ValueError(
+                f"a depthwise plan's row segment is 1 x (1..{tiles.MAX_SEGMENT_VECTORS}) vectors "
+                f"of {lanes} lanes, got filters_per_tile={nf}, windows_per_tile={nwin}"
+            )
+        return
+    if plan.vector_operand == VectorOperand.WINDOWS and nwin % lanes:
+        raise ValueError(
+            f"Plan.windows_per_tile ({nwin}) must be a multiple of the {lanes} lanes when the "
+            "micro-kernel's vectors hold windows"
+        )
+    if plan.vector_operand == VectorOperand.FILTERS and nf % lanes:
+        raise ValueError(
+            f"Plan.filters_per_tile ({nf}) must be a multiple of the {lanes} lanes when the "
+            "micro-kernel's vectors hold filters"
+        )
+    accumulators = tiles.accumulator_vectors(nf, nwin, lanes, plan.vector_operand)
+    if accumulators > hardware.vector_registers:
+        raise ValueError(
+            f"a {nf}x{nwin} micro-kernel ({plan.vector_operand}) needs {accumulators} vector "
+            f"registers for its output tile; the machine has {hardware.vector_registers}"
+        )
+
+
+def _check_tiles(plan) -> None:
+    g = plan.geometry
+    if plan.channel_tile > g.channels_per_group:
+        raise ValueError(
+            f"Plan.channel_tile ({plan.channel_tile}) exceeds the channels of a group "
+            f"({g.channels_per_group})"
+        )
+    window_count = g.windows * (g.batch if plan.batch_folded else 1)
+    window_tiles = ceil_div(window_count, plan.windows_per_tile)
+    filter_tiles = ceil_div(g.filters_per_group, plan.filters_per_tile)
+    most = max(window_tiles, filter_tiles)
+    for name in ("l2_tiles", "l3_tiles"):
+        if getattr(plan, name) > most:
+            raise ValueError(
+                f"Plan.{name} ({getattr(plan, name)}) exceeds the problem's tiles ({most})"
+            )
+    if plan.window_parts > window_tiles:
+        raise ValueError(
+            f"Plan.window_parts ({plan.window_parts}) exceeds the window tiles ({window_tiles})"
+        )
+
+
+def _padded(g: ConvGeometry) -> bool:
+    return bool(g.pad_top or g.pad_bottom or g.pad_left or g.pad_right)
+
+
+def _check_layout(plan) -> None:
+    # The loop nests obey these layout decisions without checking them again.
+    g = plan.geometry
+    if plan.algorithm == Algorithm.DEPTHWISE and g.channels_per_group != 1:
+        raise ValueError(f"a depthwise plan needs one input channel per group: got {g}")
+    if plan.segments_span_rows and not (
+        plan.algorithm == Algorithm.DEPTHWISE and g.stride_h == 1
+    ):
+        raise ValueError("segments_span_rows=True needs a depthwise plan with stride 1 down")
+    pointwise = tiles.is_unstrided_unpadded_pointwise(
+        g.kernel_height, g.kernel_width, g.stride_h, g.stride_w, _padded(g)
+    )
+    whole_input = tiles.reads_whole_input_per_window(
+        g.kernel_height,
+        g.kernel_width,
+        g.height,
+        g.width,
+        _padded(g),
+        g.windows,
+        (g.dilation_h, g.dilation_w) != (1, 1),
+    )
+    if plan.vector_operand == VectorOperand.REDUCTION and not (
+        whole_input and plan.input_in_place
+    ):
+        raise ValueError(
+            "a dot-product plan (vector_operand='reduction') needs one window that is the "
+            "whole unpadded input, read in place (input_in_place=True)"
+        )
+    dot_product = plan.vector_operand == VectorOperand.REDUCTION
+    if plan.input_in_place and not (pointwise or dot_product):
+        raise ValueError(
+            "input_in_place=True needs a 1x1, stride-1, unpadded convolution (or a "
+            f"dot-product plan): the windows of {g} are not runs of x"
+        )
+    if plan.pack_channels_outer and not (pointwise and not plan.input_in_place):
+        raise ValueError(
+            "pack_channels_outer=True needs a 1x1, stride-1, unpadded convolution whose "
+            "input is packed (input_in_place=False)"
+        )
+
+
+def _check_costs(plan) -> None:
+    # explain() and the planner's comparisons read these: numbers, finite.
+    for label, pairs in (("costs", plan.costs), ("tiles_by_schedule", plan.tiles_by_schedule)):
+        if not isinstance(pairs, tuple) or tuple(name for name, _ in pairs) != SCHEDULES:
+            raise ValueError(f"Plan.{label} must name the schedules {SCHEDULES} in order")
+    for name, traffic in plan.costs:
+        for field in fields(traffic):
+            value = getattr(traffic, field.name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+                math.isfinite(value) and value >= 0
+            ):
+                raise ValueError(
+                    f"Plan.costs[{name}].{field.name} must be a finite number >= 0, got {value!r}"
+                )
+    for name, ks in plan.tiles_by_schedule:
+        if len(ks) != 3 or not all(_is_int(k) and k >= 1 for k in ks):
+            raise ValueError(f"Plan.tiles_by_schedule[{name}] must be 3 ints >= 1, got {ks!r}")
