@@ -12,7 +12,7 @@ from .analysis.planner import plan_for_geometry
 from .checks import as_array, check_bias, check_ndim, check_out, check_threads
 from .geometry import make_geometry, result_dtype
 from .packed import PackedFilters
-from .tuned_store import tuned_plan
+from .tuned_store import check_tuned, tuned_plan
 
 # dtype.name is slow enough (a microsecond) to show in a small layer's call.
 _DTYPE_NAMES = {np.dtype(np.float32): "float32", np.dtype(np.float64): "float64"}
@@ -80,6 +80,8 @@ def conv2d(
     thread keeps for its next calls (:mod:`cso.workspace`); fresh memory
     would fault on every page.  :func:`cso.release_workspace` frees it.
     """
+    if tuned is not False:
+        check_tuned(tuned)
     if isinstance(w, PackedFilters):
         if tuned:
             raise ValueError("tuned must be False with packed filters: they carry their own plan")

@@ -9,7 +9,7 @@ File format (``save_packed`` / ``load_packed``)
 An ``.npz`` archive read with ``allow_pickle=False``.  Member
 ``__metadata__`` is a UTF-8 JSON document (as a ``uint8`` array)::
 
-    {"format": "cso-packed-filters", "format_version": 1, "cso_version": ...,
+    {"format": "cso-packed-filters", "format_version": 3, "cso_version": ...,
      "micro_kernels": [{"filters_per_tile": Nf, "windows_per_tile": Nwin,
                         "dtype": ..., "vector_lanes": ...}, ...],   # the shapes used
      "hardware": {...},                                     # what the plans assumed
@@ -18,9 +18,17 @@ An ``.npz`` archive read with ``allow_pickle=False``.  Member
                        "plan": Plan.to_dict(), "sha256": ...}}}
 
 and for each layer ``NAME``, member ``NAME/panels`` (1-D, the plan's filter
-panels, :mod:`cso.packing.filters`) and, with a bias, ``NAME/bias``.  The
-SHA-256 covers the panels' and bias's bytes.  Everything is checked on load;
-any inconsistency raises :class:`PackedFormatError`.
+panels, :mod:`cso.packing.filters`) and, with a bias, ``NAME/bias``.  A
+layer's SHA-256 covers its entry (every field but ``sha256``, as canonical
+JSON: sorted keys, no spaces), then its panels' and bias's bytes, so an
+edited plan fails it like a flipped panel bit.
+
+Nothing in the file is trusted before it is checked (:mod:`cso.untrusted`):
+the metadata is bounded JSON; member names are checked before any member is
+read; each member's ``.npy`` header (dtype, shape) is checked against what
+its layer's plan expects before its array is allocated; every plan is
+validated field by field (:mod:`cso.analysis.plan_checks`) and against this
+machine's micro-kernels.  Any failure raises :class:`PackedFormatError`.
 """
 
 from __future__ import annotations
@@ -28,7 +36,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import zipfile
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,16 +43,17 @@ import numpy as np
 from ._version import __version__
 from .analysis import tiles
 from .analysis.choices import Algorithm, VectorOperand
-from .analysis.depthwise import MAX_SEGMENT_VECTORS
 from .analysis.detect import detect_hardware
 from .analysis.plan import Plan, check_plan
 from .analysis.planner import plan_conv2d
 from .checks import as_array, check_bias, check_ndim
 from .geometry import SUPPORTED_DTYPES, ceil_div, make_geometry
 from .packing.filters import aligned_empty, pack_bias, pack_filters_panels, pack_filters_rows
+from .untrusted import NpzMembers, UntrustedFileError, parse_json
 
 FORMAT = "cso-packed-filters"
-FORMAT_VERSION = 2  # 2: the plan's hardware nests its cost weights
+FORMAT_VERSION = 3  # 2: the plan's hardware nests its cost weights; 3: checksums cover metadata
+_MAX_METADATA_BYTES = 64 * 1024 * 1024
 _METADATA = "__metadata__"
 
 
@@ -97,11 +105,23 @@ class PackedFilters:
             "groups": self.groups,
         }
 
+    def describe(self) -> dict:
+        """The layer's metadata entry, without its checksum (see the module docstring)."""
+        return {
+            "w_shape": list(self.w_shape),
+            "input_shape": list(self.input_shape),
+            "stride": list(self.stride),
+            "padding": list(self.padding),
+            "dilation": list(self.dilation),
+            "groups": self.groups,
+            "dtype": self.plan.dtype,
+            "has_bias": self.bias is not None,
+            "plan": self.plan.to_dict(),
+        }
+
     def sha256(self) -> str:
-        digest = hashlib.sha256(np.ascontiguousarray(self.panels).tobytes())
-        if self.bias is not None:
-            digest.update(np.ascontiguousarray(self.bias).tobytes())
-        return digest.hexdigest()
+        """The checksum of :meth:`describe` (canonical JSON), the panels and the bias."""
+        return _checksum(self.describe(), self.panels, self.bias)
 
     def __repr__(self) -> str:
         return (
@@ -109,6 +129,14 @@ class PackedFilters:
             f"dtype={self.dtype.name}, micro_kernel={self.plan.filters_per_tile}x"
             f"{self.plan.windows_per_tile}, schedule={self.plan.schedule})"
         )
+
+
+def _checksum(entry: dict, panels, bias) -> str:
+    digest = hashlib.sha256(json.dumps(entry, sort_keys=True, separators=(",", ":")).encode())
+    digest.update(np.ascontiguousarray(panels).tobytes())
+    if bias is not None:
+        digest.update(np.ascontiguousarray(bias).tobytes())
+    return digest.hexdigest()
 
 
 def _panel_size(w_shape, groups, filters_per_tile) -> int:
@@ -230,18 +258,7 @@ def save_packed(path, layers: dict) -> None:
         arrays[f"{name}/panels"] = packed.panels
         if packed.bias is not None:
             arrays[f"{name}/bias"] = packed.bias
-        described[name] = {
-            "w_shape": list(packed.w_shape),
-            "input_shape": list(packed.input_shape),
-            "stride": list(packed.stride),
-            "padding": list(packed.padding),
-            "dilation": list(packed.dilation),
-            "groups": packed.groups,
-            "dtype": packed.plan.dtype,
-            "has_bias": packed.bias is not None,
-            "plan": packed.plan.to_dict(),
-            "sha256": packed.sha256(),
-        }
+        described[name] = dict(packed.describe(), sha256=packed.sha256())
     metadata = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -252,9 +269,18 @@ def save_packed(path, layers: dict) -> None:
     }
     arrays[_METADATA] = np.frombuffer(json.dumps(metadata).encode(), dtype=np.uint8)
     path = os.fspath(path)
-    temporary = f"{path}.{os.getpid()}.tmp.npz"
-    np.savez(temporary, **arrays)
-    os.replace(temporary, path)
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"{path} is a directory: give the packed file's name")
+    # Written beside its destination, then renamed: a reader never sees half a
+    # file, and a failed write leaves nothing behind.
+    directory, base = os.path.split(os.path.abspath(path))
+    temporary = os.path.join(directory, f".{base}.{os.getpid()}.tmp.npz")
+    try:
+        np.savez(temporary, **arrays)
+        os.replace(temporary, path)
+    finally:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
 
 
 def load_packed(path, *, hardware=None) -> dict:
@@ -279,54 +305,61 @@ def load_packed(path, *, hardware=None) -> dict:
     """
     hardware = detect_hardware() if hardware is None else hardware
     try:
-        with np.load(os.fspath(path), allow_pickle=False) as archive:
-            members = {name: archive[name] for name in archive.files}
+        with NpzMembers(path) as members:
+            return _read(os.fspath(path), members, hardware)
     except FileNotFoundError:
         raise PackedFormatError(f"{path}: no such file") from None
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as error:
-        raise PackedFormatError(
-            f"{path}: not a readable packed-filters archive ({error})"
-        ) from None
-    if _METADATA not in members:
+    except PackedFormatError:
+        raise
+    except UntrustedFileError as error:
+        raise PackedFormatError(str(error)) from None
+    except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as error:
+        raise PackedFormatError(f"{path}: malformed metadata ({error!r})") from None
+
+
+def _read(path, members: NpzMembers, hardware) -> dict:
+    if _METADATA not in members.names:
         raise PackedFormatError(f"{path}: no {_METADATA} member; not written by cso.save_packed")
-    try:
-        metadata = json.loads(members.pop(_METADATA).tobytes().decode())
-    except (UnicodeDecodeError, ValueError) as error:
-        raise PackedFormatError(f"{path}: metadata is not valid JSON ({error})") from None
+    raw = members.read(_METADATA, max_elements=_MAX_METADATA_BYTES)
+    if raw.dtype != np.uint8 or raw.ndim != 1:
+        raise PackedFormatError(f"{path}: {_METADATA} is not a byte string")
+    metadata = parse_json(raw.tobytes(), what=f"{path} metadata")
     if not isinstance(metadata, dict) or metadata.get("format") != FORMAT:
         raise PackedFormatError(f"{path}: not a {FORMAT} file")
     if metadata.get("format_version") != FORMAT_VERSION:
         raise PackedFormatError(
             f"{path}: format version {metadata.get('format_version')!r} is not supported "
-            f"(this cso reads version {FORMAT_VERSION})"
+            f"(this cso reads version {FORMAT_VERSION}): pack the filters again"
         )
-    try:
-        return _layers(path, metadata, members, hardware)
-    except PackedFormatError:
-        raise
-    except (KeyError, TypeError, ValueError, AttributeError) as error:
-        raise PackedFormatError(f"{path}: malformed metadata ({error!r})") from None
+    entries = metadata["layers"]
+    if not isinstance(entries, dict) or not entries:
+        raise PackedFormatError(f"{path}: metadata lists no layers")
+    expected = {_METADATA}
+    for name, entry in entries.items():
+        expected.add(f"{name}/panels")
+        if entry["has_bias"] is True:
+            expected.add(f"{name}/bias")
+    # Names first: no member is read unless a layer entry expects it.
+    unexpected = sorted(set(members.names) - expected)
+    if unexpected:
+        raise PackedFormatError(f"{path}: members without a layer entry: {unexpected}")
+    listed = _listed_kernels(path, metadata["micro_kernels"], hardware)
+    return {
+        name: _layer(path, name, entry, members, listed, hardware)
+        for name, entry in entries.items()
+    }
 
 
-def _layers(path, metadata, members, hardware) -> dict:
+def _listed_kernels(path, kernels, hardware) -> set:
+    """The ``(dtype, (Nf, Nwin))`` the file lists, each one this machine runs."""
     listed = set()
-    for kernel in metadata["micro_kernels"]:
-        dtype_name = str(kernel["dtype"])
-        shape = (int(kernel["filters_per_tile"]), int(kernel["windows_per_tile"]))
-        element_bytes = np.dtype(dtype_name).itemsize
-        usable = (
-            tiles.register_blocks(hardware.vector_bytes, hardware.vector_registers, element_bytes)
-            + tiles.filter_vector_blocks(
-                hardware.vector_bytes, hardware.vector_registers, element_bytes
-            )
-            + tiles.dot_product_blocks(
-                hardware.vector_bytes, hardware.vector_registers, element_bytes
-            )
-            # The depthwise tap kernel's row segments (its panels are KCRS rows).
-            + [
-                (1, vectors * max(1, hardware.vector_bytes // element_bytes))
-                for vectors in range(1, MAX_SEGMENT_VECTORS + 1)
-            ]
+    for kernel in kernels:
+        dtype_name = kernel["dtype"]
+        if dtype_name not in ("float32", "float64"):
+            raise PackedFormatError(f"{path}: micro-kernel dtype {dtype_name!r} is not supported")
+        shape = (kernel["filters_per_tile"], kernel["windows_per_tile"])
+        usable = tiles.micro_kernel_shapes(
+            hardware.vector_bytes, hardware.vector_registers, np.dtype(dtype_name).itemsize
         )
         if shape not in usable:
             here = ", ".join(f"{nf}x{nwin}" for nf, nwin in usable)
@@ -335,68 +368,82 @@ def _layers(path, metadata, members, hardware) -> dict:
                 f"micro-kernel; this machine uses {here}: pack them again here"
             )
         listed.add((dtype_name, shape))
-    layers = {}
-    expected_members = set()
-    for name, entry in metadata["layers"].items():
-        plan = Plan.from_dict(entry["plan"])
-        panels = members.get(f"{name}/panels")
-        expected_members.add(f"{name}/panels")
-        if panels is None:
-            raise PackedFormatError(f"{path}: layer {name!r} has no panels")
-        bias = None
-        if entry["has_bias"]:
-            expected_members.add(f"{name}/bias")
-            bias = members.get(f"{name}/bias")
-            if bias is None:
-                raise PackedFormatError(f"{path}: layer {name!r} has no bias member")
-        if (plan.dtype, (plan.filters_per_tile, plan.windows_per_tile)) not in listed:
-            raise PackedFormatError(
-                f"{path}: layer {name!r} uses a micro-kernel the file does not list"
-            )
-        w_shape = tuple(int(d) for d in entry["w_shape"])
-        groups = int(entry["groups"])
-        size = (
-            int(np.prod(w_shape))
-            if plan.vector_operand == VectorOperand.REDUCTION
-            or plan.algorithm == Algorithm.DEPTHWISE
-            else _panel_size(w_shape, groups, plan.filters_per_tile)
+    return listed
+
+
+def _layer(path, name, entry, members, listed, hardware) -> PackedFilters:
+    """One layer: its plan, geometry and sizes checked before its arrays are read."""
+    if not isinstance(entry, dict):
+        raise PackedFormatError(f"{path}: layer {name!r} entry is not an object")
+    plan = Plan.from_dict(entry["plan"])  # every field validated (plan_checks)
+    if (plan.dtype, (plan.filters_per_tile, plan.windows_per_tile)) not in listed:
+        raise PackedFormatError(
+            f"{path}: layer {name!r} uses a micro-kernel the file does not list"
         )
-        if panels.dtype != np.dtype(plan.dtype) or panels.shape != (size,):
-            raise PackedFormatError(
-                f"{path}: layer {name!r} panels are {panels.dtype} {panels.shape}, expected "
-                f"{plan.dtype} ({size},)"
-            )
-        top, bottom, left, right = (int(p) for p in entry["padding"])
-        geometry = make_geometry(
-            entry["input_shape"],
-            w_shape,
-            stride=tuple(entry["stride"]),
-            padding=((top, bottom), (left, right)),
-            dilation=tuple(entry["dilation"]),
-            groups=groups,
+    lanes = max(1, hardware.vector_bytes // np.dtype(plan.dtype).itemsize)
+    if plan.vector_lanes != lanes:
+        raise PackedFormatError(
+            f"{path}: layer {name!r} was packed for {plan.vector_lanes}-lane vectors; this "
+            f"machine has {lanes}: pack it again here"
         )
-        if geometry != plan.geometry:
-            raise PackedFormatError(f"{path}: layer {name!r} plan is for another convolution")
-        packed = PackedFilters(
-            panels=_aligned_copy(panels),  # private, writeable, on a cache line
-            bias=None if bias is None else np.array(bias),
-            w_shape=w_shape,
-            input_shape=tuple(int(d) for d in entry["input_shape"]),
-            stride=(geometry.stride_h, geometry.stride_w),
-            padding=(top, bottom, left, right),
-            dilation=(geometry.dilation_h, geometry.dilation_w),
-            groups=groups,
-            plan=plan,
+    top, bottom, left, right = entry["padding"]
+    geometry = make_geometry(
+        tuple(entry["input_shape"]),
+        tuple(entry["w_shape"]),
+        stride=tuple(entry["stride"]),
+        padding=((top, bottom), (left, right)),
+        dilation=tuple(entry["dilation"]),
+        groups=entry["groups"],
+    )
+    if geometry != plan.geometry or entry["dtype"] != plan.dtype:
+        raise PackedFormatError(f"{path}: layer {name!r} plan is for another convolution")
+    w_shape = (
+        geometry.filters,
+        geometry.channels_per_group,
+        geometry.kernel_height,
+        geometry.kernel_width,
+    )
+    rows = plan.vector_operand == VectorOperand.REDUCTION or plan.algorithm == Algorithm.DEPTHWISE
+    size = int(np.prod(w_shape)) if rows else _panel_size(w_shape, geometry.groups,
+                                                         plan.filters_per_tile)
+    panels = _member(path, members, f"{name}/panels", plan.dtype, (size,))
+    bias = None
+    if entry["has_bias"] is True:
+        bias_size = geometry.groups * ceil_div(
+            geometry.filters_per_group, plan.filters_per_tile
+        ) * plan.filters_per_tile
+        bias = _member(path, members, f"{name}/bias", plan.dtype, (bias_size,))
+    elif entry["has_bias"] is not False:
+        raise PackedFormatError(f"{path}: layer {name!r} has_bias must be true or false")
+    packed = PackedFilters(
+        panels=_aligned_copy(panels),  # private, writeable, on a cache line
+        bias=bias,
+        w_shape=w_shape,
+        input_shape=(geometry.batch, geometry.channels, geometry.height, geometry.width),
+        stride=(geometry.stride_h, geometry.stride_w),
+        padding=(geometry.pad_top, geometry.pad_bottom, geometry.pad_left, geometry.pad_right),
+        dilation=(geometry.dilation_h, geometry.dilation_w),
+        groups=geometry.groups,
+        plan=plan,
+    )
+    described = {key: value for key, value in entry.items() if key != "sha256"}
+    if _checksum(described, packed.panels, packed.bias) != entry["sha256"]:
+        raise PackedFormatError(
+            f"{path}: layer {name!r} fails its checksum: the file is damaged or was edited"
         )
-        if packed.sha256() != entry["sha256"]:
-            raise PackedFormatError(
-                f"{path}: layer {name!r} fails its checksum: the file is damaged"
-            )
-        layers[name] = packed
-    unexpected = set(members) - expected_members
-    if unexpected:
-        raise PackedFormatError(f"{path}: members without a layer entry: {sorted(unexpected)}")
-    return layers
+    return packed
+
+
+def _member(path, members, member, dtype_name, shape) -> np.ndarray:
+    """Member ``member``, its header checked against ``dtype_name`` and ``shape`` first."""
+    if member not in members.names:
+        raise PackedFormatError(f"{path}: no member {member!r}")
+    dtype, stored_shape, _ = members.header(member)
+    if dtype != np.dtype(dtype_name) or stored_shape != shape:
+        raise PackedFormatError(
+            f"{path}: member {member!r} is {dtype} {stored_shape}, expected {dtype_name} {shape}"
+        )
+    return members.read(member, max_elements=int(np.prod(shape)))
 
 
 def _aligned_copy(array: np.ndarray) -> np.ndarray:

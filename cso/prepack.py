@@ -17,13 +17,13 @@ to stdout; any bad input exits with status 1 and a message on stderr.
 from __future__ import annotations
 
 import argparse
-import json
+import os
 import sys
 import time
-import zipfile
 
-import numpy as np
+from .untrusted import NpzMembers, UntrustedFileError, read_json_file
 
+_MAX_SPEC_BYTES = 16 * 1024 * 1024
 _KEYS = {"input_shape", "stride", "padding", "dilation", "groups", "bias"}
 
 
@@ -33,32 +33,43 @@ class PrepackError(Exception):
 
 def _load_weights(path):
     try:
-        with np.load(path, allow_pickle=False) as archive:
-            return {name: archive[name] for name in archive.files}
-    except FileNotFoundError:
-        raise PrepackError(f"{path}: no such file") from None
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
-        raise PrepackError(f"{path}: not a readable .npz archive ({error})") from None
-
-
-def _load_spec(path):
-    try:
-        with open(path) as handle:
-            spec = json.load(handle)
+        with NpzMembers(path) as members:
+            return {name: members.read(name) for name in members.names}
     except FileNotFoundError:
         raise PrepackError(f"{path}: no such file") from None
     except OSError as error:
         raise PrepackError(f"{path}: cannot read ({error})") from None
-    except json.JSONDecodeError as error:
-        raise PrepackError(f"{path}: bad JSON ({error})") from None
+    except UntrustedFileError as error:
+        raise PrepackError(str(error)) from None
+
+
+def _load_spec(path):
+    try:
+        spec = read_json_file(path, max_bytes=_MAX_SPEC_BYTES)
+    except FileNotFoundError:
+        raise PrepackError(f"{path}: no such file") from None
+    except OSError as error:
+        raise PrepackError(f"{path}: cannot read ({error})") from None
+    except UntrustedFileError as error:
+        raise PrepackError(f"bad JSON: {error}") from None
     if not isinstance(spec, dict) or not spec:
         raise PrepackError(f"{path}: must be a non-empty JSON object mapping layer names to specs")
     for name, entry in spec.items():
+        if not name or "/" in name or name == "__metadata__":
+            raise PrepackError(
+                f"{path}: layer name {name!r} cannot be stored (it must be non-empty, without "
+                "'/', and not '__metadata__'): rename the array"
+            )
         if not isinstance(entry, dict) or "input_shape" not in entry:
             raise PrepackError(f"{path}: layer {name!r} needs an object with 'input_shape'")
         unknown = set(entry) - _KEYS
         if unknown:
             raise PrepackError(f"{path}: layer {name!r} has unknown keys {sorted(unknown)}")
+        if "bias" in entry and not isinstance(entry["bias"], str):
+            raise PrepackError(
+                f"{path}: layer {name!r}: 'bias' must be the name of an array in the weights "
+                f"file, got {entry['bias']!r}"
+            )
     return spec
 
 
@@ -79,6 +90,8 @@ def prepack(weights_path, spec_path, output_path, *, progress=None, out=None):
     progress = sys.stderr if progress is None else progress
     out = sys.stdout if out is None else out
 
+    if os.path.isdir(os.fspath(output_path)):
+        raise PrepackError(f"{output_path}: is a directory; give the packed file's name")
     weights = _load_weights(weights_path)
     spec = _load_spec(spec_path)
     biases = {entry["bias"] for entry in spec.values() if "bias" in entry}

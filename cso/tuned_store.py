@@ -8,6 +8,7 @@ file keyed by the problem, the hardware fingerprint and the cso version;
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -15,18 +16,17 @@ import pathlib
 import threading
 import warnings
 
-import numpy as np
-
 from ._version import __version__
 from .analysis.detect import detect_hardware
 from .analysis.hardware import Hardware
-from .analysis.choices import SCHEDULES
 from .analysis.plan import Plan
 from .cachedir import cache_directory
 from .geometry import ConvGeometry
+from .untrusted import UntrustedFileError, read_json_file
 
 STORE_FORMAT = "cso-tuned-plans"
 STORE_VERSION = 2  # 2: the plans' hardware nests its cost weights
+_MAX_STORE_BYTES = 64 * 1024 * 1024
 
 
 def hardware_fingerprint(hardware: Hardware) -> str:
@@ -56,7 +56,7 @@ class TunedPlans:
 
     def _read(self) -> dict:
         try:
-            text = self.path.read_text()
+            content = read_json_file(self.path, max_bytes=_MAX_STORE_BYTES)
         except FileNotFoundError:
             return {}
         except OSError as error:
@@ -66,8 +66,14 @@ class TunedPlans:
                 stacklevel=3,
             )
             return {}
+        except UntrustedFileError as error:
+            warnings.warn(
+                f"tuned-plans store {self.path} is damaged ({error}); ignored",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            return {}
         try:
-            content = json.loads(text)
             if content.get("format") != STORE_FORMAT or content.get("version") != STORE_VERSION:
                 raise ValueError("not a cso tuned-plans store of this version")
             entries = content["entries"]
@@ -100,22 +106,23 @@ class TunedPlans:
         if entry is None:
             return None
         try:
+            # Every field is validated as the plan is made (analysis/plan_checks.py).
             plan = Plan.from_dict(entry)
-        except (KeyError, TypeError, ValueError) as error:
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as error:
             warnings.warn(
                 f"tuned plan in {self.path} is malformed ({error!r}); ignored",
                 RuntimeWarning,
                 stacklevel=2,
             )
             return None
-        lanes = max(1, hardware.vector_bytes // np.dtype(dtype_name).itemsize)
         if (
             not plan.matches(geometry, dtype_name)
-            or plan.windows_per_tile % lanes
-            or plan.schedule not in SCHEDULES
+            or plan.threads != threads
+            or hardware_fingerprint(plan.hardware) != hardware_fingerprint(hardware)
         ):
             warnings.warn(
-                f"tuned plan in {self.path} does not fit its key; ignored",
+                f"tuned plan in {self.path} does not fit its key (another problem, thread "
+                "count or machine); ignored",
                 RuntimeWarning,
                 stacklevel=2,
             )
@@ -136,7 +143,40 @@ class TunedPlans:
             os.replace(temporary, self.path)
 
 
+def check_tuned(tuned):
+    """``conv2d``'s ``tuned``: True, False, or a path (str or path-like).
+
+    Raises
+    ------
+    TypeError
+        Naming ``tuned``, for anything else (``tuned=1`` included).
+    """
+    if isinstance(tuned, bool) or isinstance(tuned, (str, os.PathLike)):
+        return tuned
+    raise TypeError(
+        f"tuned must be True, False or the path of a tuned-plans store, got "
+        f"{type(tuned).__name__} {tuned!r}"
+    )
+
+
 def tuned_plan(geometry, dtype_name, threads, tuned) -> Plan | None:
-    """The stored plan ``cso.conv2d(..., tuned=...)`` should use, if any."""
+    """The stored plan ``cso.conv2d(..., tuned=...)`` should use, if any.
+
+    A store named by path that does not exist is an empty store, said in a
+    warning (the default store, ``tuned=True``, is simply empty until
+    :func:`cso.tune` writes it).
+    """
     store = TunedPlans(None if tuned is True else tuned)
+    if tuned is not True and not store.path.exists():
+        _warn_missing(str(store.path))
     return store.get(geometry, dtype_name, detect_hardware(), threads)
+
+
+@functools.lru_cache(maxsize=64)
+def _warn_missing(path: str) -> None:
+    # Once per path and process: a loop of calls should not repeat it.
+    warnings.warn(
+        f"tuned-plans store {path} does not exist; the analysis' plans are used",
+        RuntimeWarning,
+        stacklevel=4,
+    )

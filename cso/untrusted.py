@@ -12,8 +12,9 @@ content is validated field by field by its own loader:
 - :func:`read_npz` reads an archive's ``.npy`` members one at a time, each
   only after its name has been accepted and its header (dtype, shape,
   order) checked against what the caller expects, and never allocates more
-  than the member's stored bytes: ``np.savez`` stores members uncompressed,
-  so a member can claim no more elements than the file holds.
+  than the member's stored bytes: ``np.savez`` stores members uncompressed
+  and ``np.savez_compressed`` deflates them (at most ~1032-fold), so a
+  member can claim no more elements than the file can hold.
 
 Both raise :class:`UntrustedFileError` (a ``ValueError``) with a message
 naming what was wrong; the callers re-raise it as their own error type.
@@ -31,6 +32,7 @@ import numpy as np
 MAX_JSON_DEPTH = 64
 MAX_JSON_BYTES = 64 * 1024 * 1024
 _MAX_INTEGER_DIGITS = 30
+_MAX_DEFLATE_RATIO = 1100
 # A JSON string literal, escapes included: removed before brackets are counted.
 _JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
 _BRACKETS = re.compile(r"[\[\]{}]")
@@ -155,10 +157,15 @@ class NpzMembers:
             problem = None
             if not name.endswith(".npy"):
                 problem = "is not an .npy array"
+            elif info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+                problem = "is compressed other than by deflate (np.savez_compressed)"
             elif info.header_offset + info.compress_size > archive_bytes or (
-                info.compress_type == zipfile.ZIP_STORED and info.file_size != info.compress_size
+                info.file_size > _MAX_DEFLATE_RATIO * info.compress_size + 1024
+                if info.compress_type == zipfile.ZIP_DEFLATED
+                else info.file_size != info.compress_size
             ):
-                # Sizes past the file's end: a reader would be asked to allocate them.
+                # Sizes past what the file can hold: a reader would be asked to
+                # allocate them (deflate expands at most ~1032-fold).
                 problem = "claims more bytes than the archive holds"
             if problem:
                 self.close()
@@ -213,15 +220,11 @@ class NpzMembers:
         Raises
         ------
         UntrustedFileError
-            A Fortran-ordered or non-numeric member, one stored compressed, one
-            whose header claims more elements than ``max_elements`` or more
-            bytes than the archive stores for it.
+            A Fortran-ordered or non-numeric member, or one whose header
+            claims more elements than ``max_elements`` or more bytes than the
+            archive stores for it.
         """
         info = self._infos[name]
-        if info.compress_type != zipfile.ZIP_STORED:
-            raise UntrustedFileError(
-                f"{self.path}: member {name!r} is compressed; cso reads stored members only"
-            )
         try:
             with self._zip.open(info) as stream:
                 dtype, shape, fortran_order = self._read_header(stream, name)

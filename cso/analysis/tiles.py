@@ -296,3 +296,16 @@ def accumulator_vectors(filters_per_tile: int, windows_per_tile: int, lanes: int
     if vector_operand == "reduction":
         return filters_per_tile * windows_per_tile
     return filters_per_tile * windows_per_tile // max(1, lanes)
+
+
+def micro_kernel_shapes(vector_bytes: int, vector_registers: int, element_bytes: int) -> list:
+    """Every ``(Nf, Nwin)`` the analysis offers on a machine: the window-,
+    filter- and reduction-vectorised blocks and the depthwise tap kernel's
+    row segments (``1 x v*VL`` for ``v`` up to :data:`MAX_SEGMENT_VECTORS`)."""
+    lanes = max(1, vector_bytes // element_bytes)
+    return (
+        register_blocks(vector_bytes, vector_registers, element_bytes)
+        + filter_vector_blocks(vector_bytes, vector_registers, element_bytes)
+        + dot_product_blocks(vector_bytes, vector_registers, element_bytes)
+        + [(1, vectors * lanes) for vectors in range(1, MAX_SEGMENT_VECTORS + 1)]
+    )
