@@ -70,3 +70,16 @@ def check_ndim(array: np.ndarray, name: str, letters: str) -> None:
     """Raise unless ``array`` is 4-D (``letters`` names its axes)."""
     if array.ndim != 4:
         raise ValueError(f"{name} must be 4-D {letters}, got {array.ndim}-D shape {array.shape}")
+
+
+def check_plannable_batch(batch: int, name: str) -> None:
+    """Raise unless ``batch`` (the ``N`` a plan is made for) is at least 1.
+
+    ``conv2d`` returns an empty batch's empty output without planning; a plan
+    or packed filters are made for the images they will meet.
+    """
+    if batch < 1:
+        raise ValueError(
+            f"{name}[0] (N) must be >= 1 to plan: a plan is made for a batch of images "
+            f"(conv2d itself accepts N = 0), got {batch}"
+        )

@@ -81,6 +81,13 @@ class ConvGeometry:
         return 2 * self.batch * self.filters * self.windows * self.reduction_length
 
 
+# Every extent and parameter fits a 32-bit int, so that no index or offset
+# the loop nests compute from them overflows their 64-bit integers.
+MAX_EXTENT = 2**31 - 1
+# Elements of one output array at most (NumPy's own limit on one array).
+_MAX_ELEMENTS = np.iinfo(np.intp).max // 8
+
+
 def _positive_int(value, name: str, minimum: int = 1) -> int:
     if isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{name} must be an integer, got bool {value!r}")
@@ -92,7 +99,9 @@ def _positive_int(value, name: str, minimum: int = 1) -> int:
         ) from None
     if number < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {number}")
-    return number
+    if number > MAX_EXTENT:
+        raise ValueError(f"{name} must be <= {MAX_EXTENT} (2**31 - 1), got {number}")
+    return int(number)
 
 
 def _pair(value, name: str, minimum: int) -> tuple:
@@ -268,6 +277,18 @@ def _make_geometry(x_shape, w_shape, stride, padding, dilation, groups) -> ConvG
                 f"the padded input {axis} ({extent}) is smaller than the dilated kernel "
                 f"{axis} ({span}): the output would be empty"
             )
+        if extent > MAX_EXTENT or span > MAX_EXTENT:
+            raise ValueError(
+                f"the padded input {axis} ({extent}) or the dilated kernel {axis} ({span}) "
+                f"exceeds {MAX_EXTENT}: check padding and dilation"
+            )
+    elements = batch * filters * geometry.out_height * geometry.out_width
+    if elements > _MAX_ELEMENTS:
+        raise ValueError(
+            f"the output would have shape {geometry.output_shape}, {elements:.3g} elements, "
+            f"more than one array can hold: check padding {(top, bottom, left, right)}, "
+            f"stride {(stride_h, stride_w)} and dilation {(dilation_h, dilation_w)}"
+        )
     return geometry
 
 

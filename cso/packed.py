@@ -46,7 +46,7 @@ from .analysis.choices import Algorithm, VectorOperand
 from .analysis.detect import detect_hardware
 from .analysis.plan import Plan, check_plan
 from .analysis.planner import plan_conv2d
-from .checks import as_array, check_bias, check_ndim
+from .checks import as_array, check_bias, check_ndim, check_plannable_batch
 from .geometry import SUPPORTED_DTYPES, ceil_div, make_geometry
 from .packing.filters import aligned_empty, pack_bias, pack_filters_panels, pack_filters_rows
 from .untrusted import NpzMembers, UntrustedFileError, parse_json
@@ -192,6 +192,7 @@ def pack_filters(
         raise TypeError(f"dtype must be float32 or float64, got {dtype}")
     params = dict(stride=stride, padding=padding, dilation=dilation, groups=groups)
     geometry = make_geometry(input_shape, w.shape, **params)
+    check_plannable_batch(geometry.batch, "input_shape")
     bias = check_bias(bias, geometry.filters)
     if plan is None:
         plan = plan_conv2d(

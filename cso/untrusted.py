@@ -25,6 +25,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import struct
+import tokenize
 import zipfile
 
 import numpy as np
@@ -36,6 +38,26 @@ _MAX_DEFLATE_RATIO = 1100
 # A JSON string literal, escapes included: removed before brackets are counted.
 _JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
 _BRACKETS = re.compile(r"[\[\]{}]")
+
+
+# What zipfile and NumPy's header parser raise on damaged bytes: besides the
+# documented OSError/BadZipFile/ValueError, a flipped byte in a header reaches
+# ast.literal_eval (SyntaxError), struct (struct.error), the codecs
+# (UnicodeDecodeError, a ValueError) or an unsupported zip feature
+# (NotImplementedError).  All mean the same thing here: a damaged file.
+_DAMAGED = (
+    OSError,
+    zipfile.BadZipFile,
+    ValueError,
+    EOFError,
+    SyntaxError,
+    TypeError,
+    KeyError,
+    IndexError,
+    NotImplementedError,
+    struct.error,
+    tokenize.TokenError,  # NumPy tokenizes old-style .npy headers
+)
 
 
 class UntrustedFileError(ValueError):
@@ -146,7 +168,7 @@ class NpzMembers:
             self._zip = zipfile.ZipFile(self.path)
         except FileNotFoundError:
             raise
-        except (OSError, zipfile.BadZipFile, ValueError, EOFError) as error:
+        except _DAMAGED as error:
             raise UntrustedFileError(
                 f"{self.path}: not a readable .npz archive ({error})"
             ) from None
@@ -193,7 +215,7 @@ class NpzMembers:
                 return self._read_header(stream, name)
         except UntrustedFileError:
             raise
-        except (OSError, zipfile.BadZipFile, ValueError, EOFError) as error:
+        except _DAMAGED as error:
             raise UntrustedFileError(f"{self.path}: member {name!r} is damaged ({error})") from None
 
     def _read_header(self, stream, name):
@@ -246,7 +268,7 @@ class NpzMembers:
                 data = stream.read(nbytes)
         except UntrustedFileError:
             raise
-        except (OSError, zipfile.BadZipFile, ValueError, EOFError) as error:
+        except _DAMAGED as error:
             raise UntrustedFileError(f"{self.path}: member {name!r} is damaged ({error})") from None
         if len(data) != nbytes:
             raise UntrustedFileError(f"{self.path}: member {name!r} is truncated")

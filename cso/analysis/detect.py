@@ -192,13 +192,13 @@ def stored_or_probed() -> Hardware:
         if stored.get("key") == key:
             # Only what was probed is stored; the costs are today's defaults.
             # Hardware validates every field (type and real-machine range).
-            return replace(DEFAULT_HARDWARE, **{k: stored["probed"][k] for k in _PROBED})
+            return replace(DEFAULT_HARDWARE, **{k: stored["probed"][k] for k in PROBED_FIELDS})
     except (OSError, ValueError, TypeError, KeyError, AttributeError):
         pass  # absent, unreadable, damaged, out of range or stale: probe again
     hardware = probe()
     try:
         temporary = path.with_suffix(f".{os.getpid()}.tmp")
-        probed = {k: getattr(hardware, k) for k in _PROBED}
+        probed = {k: getattr(hardware, k) for k in PROBED_FIELDS}
         temporary.write_text(json.dumps({"key": key, "probed": probed}))
         os.replace(temporary, path)
     except OSError:
@@ -209,7 +209,7 @@ def stored_or_probed() -> Hardware:
 _MAX_STORED_BYTES = 64 * 1024
 
 # The fields detection finds; everything else comes from DEFAULT_HARDWARE.
-_PROBED = (
+PROBED_FIELDS = (
     "l1_bytes",
     "l2_bytes",
     "l3_bytes",
@@ -259,4 +259,6 @@ def with_environment(hardware: Hardware, environment) -> Hardware:
         for variable, field in _ENVIRONMENT.items()
         if environment.get(variable)
     )
+    if not overrides:
+        return hardware  # itself, not an equal one the memo kept
     return _with_environment_cached(hardware, overrides)

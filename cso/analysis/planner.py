@@ -14,7 +14,7 @@ import functools
 
 import numpy as np
 
-from ..checks import check_threads
+from ..checks import check_plannable_batch, check_threads
 from ..geometry import SUPPORTED_DTYPES, ConvGeometry, make_geometry
 from . import tiles
 from .candidates import (
@@ -111,6 +111,7 @@ def plan_conv2d(
     geometry = make_geometry(
         x_shape, w_shape, stride=stride, padding=padding, dilation=dilation, groups=groups
     )
+    check_plannable_batch(geometry.batch, "x_shape")
     hardware = detect_hardware() if hardware is None else hardware
     if not isinstance(hardware, Hardware):
         raise TypeError(f"hardware must be a cso.Hardware, got {type(hardware).__name__}")

@@ -84,6 +84,10 @@ def test_console_script_is_installed():
         ("wrong shape", "layer 'conv2'"),
         ("unknown key", "unknown keys ['strides']"),
         ("not npz", "not a readable .npz"),
+        ("array named a/b", "layer name 'a/b' cannot be stored"),
+        ("array named __metadata__", "layer name '__metadata__' cannot be stored"),
+        ("bias as a list", "'bias' must be the name of an array"),
+        ("spec nested deep", "nested 100001 deep"),
     ],
 )
 def test_bad_inputs_exit_non_zero(model, case, message):
@@ -108,8 +112,27 @@ def test_bad_inputs_exit_non_zero(model, case, message):
         spec_path.write_text(json.dumps(spec))
     elif case == "not npz":
         weights_path.write_text("plain text")
+    elif case.startswith("array named"):
+        name = case.split()[-1]
+        np.savez(weights_path, **weights, **{name: np.ones((2, 2, 1, 1), np.float32)})
+        spec[name] = {"input_shape": [1, 2, 4, 4]}
+        spec_path.write_text(json.dumps(spec))
+    elif case == "bias as a list":
+        spec["conv2"]["bias"] = [1.0] * 8
+        spec_path.write_text(json.dumps(spec))
+    elif case == "spec nested deep":
+        spec_path.write_text('{"conv1": ' + "[" * 100_000 + "]" * 100_000 + "}")
     result = _run(folder, weights_path, "--spec", spec_path, "-o", folder / "out.npz")
     assert result.returncode == 1
     assert message in result.stderr
     assert "Traceback" not in result.stderr
     assert not (folder / "out.npz").exists()
+
+
+def test_an_output_that_is_a_directory_is_refused_and_leaves_nothing(model):
+    folder, weights, spec = model
+    before = set(folder.iterdir())
+    result = _run(folder, folder / "weights.npz", "--spec", folder / "spec.json", "-o", ".")
+    assert result.returncode == 1
+    assert "is a directory" in result.stderr and "Traceback" not in result.stderr
+    assert set(folder.iterdir()) == before
