@@ -24,13 +24,8 @@ from .analysis.planner import plan_conv2d  # noqa: E402
 from .analysis.weights import CostWeights  # noqa: E402
 from ._version import __version__  # noqa: E402
 from .conv import conv2d  # noqa: E402
-from .packed import (  # noqa: E402
-    PackedFilters,
-    PackedFormatError,
-    load_packed,
-    pack_filters,
-    save_packed,
-)
+from .packed import PackedFilters, pack_filters  # noqa: E402
+from .packed_file import PackedFormatError, load_packed, save_packed  # noqa: E402
 from .tune import TuneResult, tune  # noqa: E402
 from .tuned_store import TunedPlans  # noqa: E402
 from .workspace import release as release_workspace  # noqa: E402

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 import cso
 from cso.analysis import detect
-from cso.packed import PackedFormatError
+from cso.packed_file import PackedFormatError
 from cso.tuned_store import TunedPlans
 
 PARAMS = dict(stride=(1, 2), padding=((1, 0), (2, 1)), groups=2)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import cso
-from cso.packed import PackedFormatError
+from cso.packed_file import PackedFormatError
 
 PARAMS = dict(stride=(1, 2), padding=((1, 0), (2, 1)), groups=2)
 

@@ -8,7 +8,7 @@ import pytest
 from conftest import AVX512_CORE, assert_matches_reference
 
 import cso
-from cso.packed import PackedFormatError
+from cso.packed_file import PackedFormatError
 
 
 @pytest.fixture
