@@ -10,12 +10,14 @@ machine, and the micro-kernels that exist.  A plan that fails does not exist.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import fields
 
 from ..geometry import SUPPORTED_DTYPES, ConvGeometry, ceil_div, make_geometry
 from . import tiles
 from .choices import SCHEDULES, Algorithm, VectorOperand
+from .cost import Traffic
 from .hardware import Hardware
 
 _DTYPE_NAMES = {dtype.name: dtype for dtype in SUPPORTED_DTYPES}
@@ -89,9 +91,20 @@ def check_geometry(geometry: ConvGeometry) -> None:
     """Raise unless ``geometry`` is what :func:`~cso.geometry.make_geometry`
     makes of its own shapes and parameters (a consistent, valid problem)."""
     g = geometry
-    for field in fields(g):
-        if not _is_int(getattr(g, field.name)):
-            raise TypeError(f"geometry.{field.name} must be an int, got {getattr(g, field.name)!r}")
+    for name in _GEOMETRY_FIELDS:
+        if type(getattr(g, name)) is not int:
+            raise TypeError(f"geometry.{name} must be an int, got {getattr(g, name)!r}")
+    # Its fields are exact ints, so equal geometries are the same problem:
+    # the planner makes hundreds of plans of one geometry.
+    _check_remade(g)
+
+
+_GEOMETRY_FIELDS = tuple(field.name for field in fields(ConvGeometry))
+_TRAFFIC_FIELDS = tuple(field.name for field in fields(Traffic))
+
+
+@functools.lru_cache(maxsize=1024)
+def _check_remade(g: ConvGeometry) -> None:
     if g.groups < 1 or g.channels % g.groups:
         raise ValueError(f"geometry.groups ({g.groups}) must divide its channels ({g.channels})")
     remade = make_geometry(
@@ -218,13 +231,11 @@ def _check_costs(plan) -> None:
         if not isinstance(pairs, tuple) or tuple(name for name, _ in pairs) != SCHEDULES:
             raise ValueError(f"Plan.{label} must name the schedules {SCHEDULES} in order")
     for name, traffic in plan.costs:
-        for field in fields(traffic):
-            value = getattr(traffic, field.name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
-                math.isfinite(value) and value >= 0
-            ):
+        for field in _TRAFFIC_FIELDS:
+            value = getattr(traffic, field)
+            if type(value) not in (int, float) or not (math.isfinite(value) and value >= 0):
                 raise ValueError(
-                    f"Plan.costs[{name}].{field.name} must be a finite number >= 0, got {value!r}"
+                    f"Plan.costs[{name}].{field} must be a finite number >= 0, got {value!r}"
                 )
     for name, ks in plan.tiles_by_schedule:
         if len(ks) != 3 or not all(_is_int(k) and k >= 1 for k in ks):
