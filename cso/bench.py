@@ -9,6 +9,13 @@ ahead of time, as a deployed model would hold them (which also lets the
 analysis use filter-vectorised micro-kernels).  Peers: im2col + NumPy matmul
 (the BLAS NumPy links) and, when installed, torch (given the weights as they
 are, on every call).
+
+Each layer also gets a roofline bound: the longer of its FMA time at the
+measured peak and the time this machine takes to stream its compulsory
+bytes (read the input and filters once, write the output once; timed on
+buffers of those sizes, so in the cache level that holds them,
+:func:`cso.microkernels.stream.stream_seconds`).  ``roof`` is the share of
+that bound a program reaches (100% would be the bound itself).
 """
 
 from __future__ import annotations
@@ -23,6 +30,8 @@ import time
 import numpy as np
 
 from .measure import best_times, im2col_gemm, kernel_name, stage_times, torch_peer
+from .microkernels.stream import stream_seconds
+from .models import MODELS
 
 _THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
@@ -53,7 +62,6 @@ def run_benchmark(
     out = sys.stdout if out is None else out
     import cso
     from .microkernels.peak import fma_peak_gflops
-    from .models import MODELS
 
     layers = [layer.with_batch(batch) for layer in MODELS[model]()]
     hardware = cso.detect_hardware()
@@ -68,7 +76,7 @@ def run_benchmark(
         _progress(index, len(layers), layer.name)
         x = rng.standard_normal(layer.x_shape, dtype=np.float32)
         w = rng.standard_normal(layer.w_shape, dtype=np.float32)
-        kwargs = dict(stride=layer.stride, padding=layer.padding)
+        kwargs = dict(layer.params)
         if index == 0:
             cso.conv2d(x, w, threads=threads, **kwargs)
             first_call = time.perf_counter() - compile_started
@@ -76,10 +84,10 @@ def run_benchmark(
         programs = {
             "cso": lambda: cso.conv2d(x, w, threads=threads, **kwargs),
             "packed": lambda: cso.conv2d(x, packed, threads=threads),
-            "im2col": lambda: im2col_gemm(x, w, layer.stride, layer.padding),
+            "im2col": lambda: im2col_gemm(x, w, layer.stride, layer.padding, layer.groups),
         }
         if torch_run is not None:
-            programs["torch"] = lambda: torch_run(x, w, layer.stride, layer.padding)
+            programs["torch"] = lambda: torch_run(x, w, layer.stride, layer.padding, layer.groups)
         for program in programs.values():  # warm-up, and a correctness guard
             program()
         expected = cso.reference.conv2d(x, w, **kwargs)
@@ -92,6 +100,9 @@ def run_benchmark(
         )
         best = best_times(programs, rounds, min_seconds)
         plan = cso.plan_conv2d(x.shape, w.shape, threads=threads, **kwargs)
+        output_bytes = 4 * int(np.prod(plan.geometry.output_shape))
+        memory = stream_seconds(x.nbytes + w.nbytes, output_bytes, threads, rounds)
+        arithmetic = layer.flops / (peak_total * 1e9)
         row = {
             "layer": layer.name,
             "count": layer.count,
@@ -100,11 +111,16 @@ def run_benchmark(
             "kernel": kernel_name(plan),
             "packed_kernel": kernel_name(packed.plan),
             "max_abs_error": error,
+            "depthwise": layer.depthwise,
+            "compulsory_bytes": x.nbytes + w.nbytes + output_bytes,
+            "bound": "mem" if memory > arithmetic else "fma",
+            "bound_ms": max(memory, arithmetic) * 1e3,
         }
         for name, seconds in best.items():
             row[f"{name}_ms"] = seconds * 1e3
             row[f"{name}_gflops"] = layer.flops / seconds / 1e9
             row[f"{name}_peak_share"] = row[f"{name}_gflops"] / peak_total
+            row[f"{name}_roofline_share"] = row["bound_ms"] / row[f"{name}_ms"]
         if breakdown:
             for stage, seconds in stage_times(plan, x, w, rounds).items():
                 row[f"stage_{stage}_ms"] = seconds * 1e3
@@ -137,6 +153,7 @@ def run_benchmark(
                 f"({peer}'s total time / {name}'s; above 1 means {name} is faster)",
                 file=out,
             )
+    _print_roofline(rows, ours + peers, out)
     print(f"first call (layer 1, compile or cache load included): {first_call:.2f} s", file=out)
     if csv_path:
         with open(csv_path, "w", newline="") as handle:
@@ -147,6 +164,34 @@ def run_benchmark(
     if png_path:
         _chart(rows, peers, png_path, f"{model}, batch {batch}, {threads} thread(s)", out)
     return rows
+
+
+def _print_roofline(rows, programs, out):
+    """Each program's time against the roofline bound, over all layers and
+    over the depthwise ones."""
+    groups = [("all layers", rows)]
+    depthwise = [r for r in rows if r["depthwise"]]
+    if depthwise:
+        groups.append((f"{sum(r['count'] for r in depthwise)} depthwise layers", depthwise))
+    for label, chosen in groups:
+        bound = sum(r["bound_ms"] * r["count"] for r in chosen)
+        memory = sum(r["count"] for r in chosen if r["bound"] == "mem")
+        shares = ", ".join(
+            f"{name} {bound / sum(r[f'{name}_ms'] * r['count'] for r in chosen):.0%}"
+            for name in programs
+        )
+        print(
+            f"roofline, {label}: bound {bound:.2f} ms ({memory} of "
+            f"{sum(r['count'] for r in chosen)} layers memory-bound); share of it reached: "
+            f"{shares}",
+            file=out,
+        )
+    if depthwise and "torch" in programs:
+        for name in ("cso", "packed"):
+            ratio = sum(r["torch_ms"] * r["count"] for r in depthwise) / sum(
+                r[f"{name}_ms"] * r["count"] for r in depthwise
+            )
+            print(f"depthwise layers, speedup of {name} over torch: {ratio:.2f}x", file=out)
 
 
 def _print_breakdown(rows, out):
@@ -198,7 +243,7 @@ def _chart(rows, peers, path, title, out):
 def _print_table(rows, peers, out):
     header = (
         f"{'layer':<28} {'n':>2} {'GFLOP':>6} {'sch':>3} {'kernel':>8} {'cso GF/s':>9}"
-        f" {'peak':>5} {'packed':>7} {'kernel':>8} {'peak':>5}"
+        f" {'peak':>5} {'packed':>7} {'kernel':>8} {'peak':>5} {'bound':>5} {'roof':>5}"
     )
     for peer in peers:
         header += f" {peer + ' GF/s':>12} {'x ' + peer:>9} {'packed x':>9}"
@@ -208,6 +253,7 @@ def _print_table(rows, peers, out):
             f"{r['layer']:<28} {r['count']:>2} {r['gflop']:>6.3f} {r['schedule']:>3} "
             f"{r['kernel']:>8} {r['cso_gflops']:>9.1f} {r['cso_peak_share']:>5.0%} "
             f"{r['packed_gflops']:>7.1f} {r['packed_kernel']:>8} {r['packed_peak_share']:>5.0%}"
+            f" {r['bound']:>5} {r['packed_roofline_share']:>5.0%}"
         )
         for peer in peers:
             line += (
@@ -221,7 +267,11 @@ def main(argv=None):
     parser = argparse.ArgumentParser(
         prog="python -m cso bench", description=__doc__.splitlines()[0]
     )
-    parser.add_argument("--model", default="resnet50", choices=["resnet50", "vgg16"])
+    parser.add_argument(
+        "--model",
+        default="resnet50",
+        choices=list(MODELS),
+    )
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=5)

@@ -175,22 +175,24 @@ def kernel_name(plan: Plan) -> str:
     return f"{plan.filters_per_tile}x{plan.windows_per_tile}{plan.vector_operand.value[0]}{folded}"
 
 
-def im2col_gemm(x, w, stride, padding):
+def im2col_gemm(x, w, stride, padding, groups=1):
     """The im2col + NumPy matmul peer (the BLAS NumPy links), in float32."""
     from .reference import conv2d as reference_conv2d
 
-    return reference_conv2d(x, w, stride=stride, padding=padding, dtype=np.float32)
+    return reference_conv2d(
+        x, w, stride=stride, padding=padding, groups=groups, dtype=np.float32
+    )
 
 
 def torch_peer(threads):
     """torch's convolution on ``threads`` threads as ``run(x, w, stride,
-    padding)``, or None when torch is not installed."""
+    padding, groups=1)``, or None when torch is not installed."""
     try:
         import torch
     except ImportError:
         return None
 
-    def run(x, w, stride, padding, _cache={}):
+    def run(x, w, stride, padding, groups=1, _cache={}):
         key = (id(x), id(w))
         if key not in _cache:
             _cache.clear()
@@ -203,6 +205,8 @@ def torch_peer(threads):
         if torch.get_num_threads() != threads:
             torch.set_num_threads(threads)
         with torch.no_grad():
-            return torch.nn.functional.conv2d(tx, tw, stride=stride, padding=padding)
+            return torch.nn.functional.conv2d(
+                tx, tw, stride=stride, padding=padding, groups=groups
+            )
 
     return run

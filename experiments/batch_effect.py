@@ -65,7 +65,7 @@ def main(argv=None) -> None:
     )
     for name in args.layers:
         layer = layers[name]
-        kwargs = dict(stride=layer.stride, padding=layer.padding)
+        kwargs = dict(layer.params)
         x = rng.standard_normal(layer.x_shape, dtype=np.float32)
         w = rng.standard_normal(layer.w_shape, dtype=np.float32)
         y = cso.conv2d(x, w, threads=1, **kwargs)
@@ -84,8 +84,8 @@ def main(argv=None) -> None:
             # id, which a view made and freed on each call could pass on.
             images = [x[i : i + 1] for i in range(args.batch)]
             ways["torch"] = _ways(
-                lambda: torch_run(x, w, layer.stride, layer.padding),
-                lambda i: torch_run(images[i], w, layer.stride, layer.padding),
+                lambda: torch_run(x, w, layer.stride, layer.padding, layer.groups),
+                lambda i: torch_run(images[i], w, layer.stride, layer.padding, layer.groups),
                 args.batch,
             )
         programs = {(who, way): run for who, runs in ways.items() for way, run in runs.items()}

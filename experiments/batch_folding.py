@@ -49,7 +49,7 @@ def main(argv=None) -> None:
     )
     for layer in MODELS[args.model]():
         layer = layer.with_batch(args.batch)
-        params = dict(stride=layer.stride, padding=layer.padding)
+        params = dict(layer.params)
         x = rng.standard_normal(layer.x_shape, dtype=np.float32)
         w = rng.standard_normal(layer.w_shape, dtype=np.float32)
         for way in ("call", "packed"):

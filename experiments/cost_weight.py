@@ -50,7 +50,7 @@ def parse_setting(text):
 def plan_pair(layer, batch, threads, packed, shipped, changed):
     """The layer's plan on the shipped hardware and on the changed one."""
     x_shape = (batch,) + tuple(layer.x_shape[1:])
-    kwargs = dict(stride=layer.stride, padding=layer.padding, threads=threads)
+    kwargs = dict(layer.params, threads=threads)
     return tuple(
         cso.plan_conv2d(x_shape, layer.w_shape, hardware=hw, filters_prepacked=packed, **kwargs)
         for hw in (shipped, changed)
@@ -62,7 +62,7 @@ def programs_for(layer, batch, threads, packed, plans):
     rng = np.random.default_rng(0)
     x = rng.standard_normal((batch,) + tuple(layer.x_shape[1:]), dtype=np.float32)
     w = rng.standard_normal(layer.w_shape, dtype=np.float32)
-    kwargs = dict(stride=layer.stride, padding=layer.padding)
+    kwargs = dict(layer.params)
     return {
         label: program_for(x, w, plan, threads, packed, **kwargs)
         for label, plan in zip(("shipped", "changed"), plans)

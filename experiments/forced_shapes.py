@@ -80,7 +80,7 @@ def programs_for(layer, batch, threads, shapes, packed):
     x_shape = (batch,) + tuple(layer.x_shape[1:])
     x = rng.standard_normal(x_shape, dtype=np.float32)
     w = rng.standard_normal(layer.w_shape, dtype=np.float32)
-    kwargs = dict(stride=layer.stride, padding=layer.padding)
+    kwargs = dict(layer.params)
     plans = [cso.plan_conv2d(x_shape, w.shape, threads=threads, filters_prepacked=packed, **kwargs)]
     for nf, nwin, operand in shapes:
         plans.append(

@@ -45,13 +45,13 @@ def main():
         x = rng.standard_normal(layer.x_shape, dtype=np.float32)
         w = rng.standard_normal(layer.w_shape, dtype=np.float32)
         plan = cso.plan_conv2d(
-            x.shape, w.shape, stride=layer.stride, padding=layer.padding, threads=1
+            x.shape, w.shape, **layer.params, threads=1
         )
         if plan.vector_operand != "windows":
             continue
         g = plan.geometry
         # The same plan reading panels packed ahead instead of KCRS in place.
-        panels = cso.pack_filters(w, x.shape, stride=layer.stride, padding=layer.padding, plan=plan)
+        panels = cso.pack_filters(w, x.shape, **layer.params, plan=plan)
         programs = {
             "in place": plan_program(plan, x, w),
             "packed": plan_program(plan, x, w, prepacked=panels),

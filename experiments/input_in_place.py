@@ -50,7 +50,7 @@ def main():
         if args.layers and layer.name not in args.layers:
             continue
         x_shape = (args.batch,) + tuple(layer.x_shape[1:])
-        params = dict(stride=layer.stride, padding=layer.padding)
+        params = dict(layer.params)
         plan = cso.plan_conv2d(
             x_shape, layer.w_shape, threads=args.threads, fold_batch=False, **params
         )

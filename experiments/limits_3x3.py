@@ -88,7 +88,7 @@ def main():
     for model, layer in layers:
         x = rng.standard_normal(layer.x_shape, dtype=np.float32)
         w = rng.standard_normal(layer.w_shape, dtype=np.float32)
-        params = dict(stride=layer.stride, padding=layer.padding)
+        params = dict(layer.params)
         plan = cso.plan_conv2d(x.shape, w.shape, threads=1, **params)
         stages = stage_times(plan, x, w, args.rounds)
         packed = cso.pack_filters(w, x.shape, threads=1, **params)

@@ -51,7 +51,7 @@ def model_layers(name):
             f"{name} {layer.name}",
             layer.x_shape,
             layer.w_shape,
-            dict(stride=layer.stride, padding=layer.padding),
+            dict(layer.params),
         )
         for layer in MODELS[name]()
     ]

@@ -29,7 +29,7 @@ def main():
     for layer in MODELS[args.model]():
         x = rng.standard_normal(layer.x_shape, dtype=np.float32)
         w = rng.standard_normal(layer.w_shape, dtype=np.float32)
-        params = dict(stride=layer.stride, padding=layer.padding)
+        params = dict(layer.params)
         start = time.perf_counter()
         packed = cso.pack_filters(w, x.shape, threads=args.threads, **params)
         packing = time.perf_counter() - start

@@ -62,7 +62,7 @@ def _programs(layer, threads):
     rng = np.random.default_rng(0)
     x = rng.standard_normal(layer.x_shape, dtype=np.float32)
     w = rng.standard_normal(layer.w_shape, dtype=np.float32)
-    kwargs = dict(stride=layer.stride, padding=layer.padding)
+    kwargs = dict(layer.params)
     programs = {}
     for count in (1, threads):
         packed = cso.pack_filters(w, x.shape, threads=count, **kwargs)

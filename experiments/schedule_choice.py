@@ -26,7 +26,7 @@ def main():
     for layer in layers:
         x = rng.standard_normal(layer.x_shape, dtype=np.float32)
         w = rng.standard_normal(layer.w_shape, dtype=np.float32)
-        params = dict(stride=layer.stride, padding=layer.padding)
+        params = dict(layer.params)
         plans = {
             s: cso.plan_conv2d(x.shape, w.shape, schedule=s, threads=args.threads, **params)
             for s in ("IS", "WS")

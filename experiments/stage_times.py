@@ -62,7 +62,7 @@ def main():
         x_shape = (args.batch,) + tuple(layer.x_shape[1:])
         x = rng.standard_normal(x_shape, dtype=np.float32)
         w = rng.standard_normal(layer.w_shape, dtype=np.float32)
-        params = dict(stride=layer.stride, padding=layer.padding)
+        params = dict(layer.params)
         plan = cso.plan_conv2d(x_shape, w.shape, threads=args.threads, **params)
         stages = stage_times(plan, x, w, args.rounds)
         gflop = layer.flops * args.batch / 1e9

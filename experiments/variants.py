@@ -74,7 +74,7 @@ def main():
     for layer in MODELS[args.model]():
         x = rng.standard_normal(layer.x_shape, dtype=np.float32)
         w = rng.standard_normal(layer.w_shape, dtype=np.float32)
-        kwargs = dict(stride=layer.stride, padding=layer.padding)
+        kwargs = dict(layer.params)
         cells = []
         for mode in ("per call", "packed"):
             plan, programs = _programs(x, w, kwargs, args.threads, mode == "packed", args.variant)

@@ -47,7 +47,7 @@ def main():
     for layer in MODELS[args.model]():
         x = rng.standard_normal(layer.x_shape, dtype=np.float32)
         w = rng.standard_normal(layer.w_shape, dtype=np.float32)
-        params = dict(stride=layer.stride, padding=layer.padding, threads=args.threads)
+        params = dict(layer.params, threads=args.threads)
 
         def kept():
             cso.conv2d(x, w, **params)
