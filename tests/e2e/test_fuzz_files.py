@@ -7,7 +7,6 @@ warning), or a result bit-identical to the untouched file's (or, where the
 edit leaves a different but runnable plan, one that matches the reference).
 """
 
-import hashlib
 import json
 import os
 import tempfile
@@ -15,7 +14,7 @@ import warnings
 
 import numpy as np
 import pytest
-from conftest import assert_matches_reference
+from conftest import assert_matches_reference, resign_packed_metadata
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -87,21 +86,6 @@ def packed_case():
     return x, w, b, cso.conv2d(x, packed), members, metadata, raw
 
 
-def resign(metadata, members):
-    layers = metadata.get("layers") if isinstance(metadata, dict) else None
-    for name, entry in layers.items() if isinstance(layers, dict) else ():
-        if not isinstance(entry, dict) or f"{name}/panels" not in members:
-            continue
-        described = {key: value for key, value in entry.items() if key != "sha256"}
-        digest = hashlib.sha256(
-            json.dumps(described, sort_keys=True, separators=(",", ":")).encode()
-        )
-        digest.update(members[f"{name}/panels"].tobytes())
-        if f"{name}/bias" in members:
-            digest.update(members[f"{name}/bias"].tobytes())
-        entry["sha256"] = digest.hexdigest()
-
-
 def load_or_refuse(path):
     try:
         return cso.load_packed(path)["conv"]
@@ -115,7 +99,7 @@ def test_an_edited_packed_file_is_refused_or_computes_correctly(packed_case, dat
     x, w, b, expected, members, metadata, _ = packed_case
     edited = mutate(metadata, data)
     if resigned:
-        resign(edited, members)
+        resign_packed_metadata(edited, members)
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "packed.npz")
         np.savez(

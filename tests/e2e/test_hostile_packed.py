@@ -5,13 +5,14 @@ before the checksum covered the metadata and the loader checked every field
 (issue 23).
 """
 
-import hashlib
 import io
 import json
 import zipfile
 
 import numpy as np
 import pytest
+
+from conftest import resign_packed_metadata
 
 import cso
 from cso.packed_file import PackedFormatError
@@ -44,23 +45,6 @@ def metadata_of(members) -> dict:
     return json.loads(members["__metadata__"].tobytes().decode())
 
 
-def resign(metadata, members) -> None:
-    """Recompute every layer's checksum as the format documents it (canonical
-    JSON of the entry without ``sha256``, then panels, then bias), so that
-    what is tested is the field validation, not the checksum."""
-    for name, entry in metadata["layers"].items():
-        if not isinstance(entry, dict):
-            continue
-        described = {key: value for key, value in entry.items() if key != "sha256"}
-        digest = hashlib.sha256(
-            json.dumps(described, sort_keys=True, separators=(",", ":")).encode()
-        )
-        digest.update(members[f"{name}/panels"].tobytes())
-        if f"{name}/bias" in members:
-            digest.update(members[f"{name}/bias"].tobytes())
-        entry["sha256"] = digest.hexdigest()
-
-
 def write(path, members, metadata=None, raw_metadata=None) -> None:
     members = dict(members)
     if raw_metadata is None:
@@ -74,7 +58,7 @@ def edit_plan(path, field, value, *, resigned):
     metadata = metadata_of(members)
     metadata["layers"]["conv"]["plan"][field] = value
     if resigned:
-        resign(metadata, members)
+        resign_packed_metadata(metadata, members)
     write(path, members, metadata)
 
 
@@ -128,7 +112,7 @@ def test_edited_layer_fields_are_refused(saved, field, value):
     members = read_members(saved)
     metadata = metadata_of(members)
     metadata["layers"]["conv"][field] = value
-    resign(metadata, members)
+    resign_packed_metadata(metadata, members)
     write(saved, members, raw_metadata=json.dumps(metadata).encode().replace(b"Infinity", b"1e400"))
     with pytest.raises(PackedFormatError):
         cso.load_packed(saved)
@@ -185,7 +169,7 @@ def test_panels_of_another_dtype_are_refused_before_they_are_read(saved):
     members = read_members(saved)
     members["conv/panels"] = members["conv/panels"].astype(np.float64)
     metadata = metadata_of(members)
-    resign(metadata, members)
+    resign_packed_metadata(metadata, members)
     write(saved, members, metadata)
     with pytest.raises(PackedFormatError, match="expected float32"):
         cso.load_packed(saved)
