@@ -14,6 +14,8 @@ import functools
 import math
 from dataclasses import fields
 
+import numpy as np
+
 from ..geometry import SUPPORTED_DTYPES, ConvGeometry, ceil_div, make_geometry
 from . import tiles
 from .choices import SCHEDULES, Algorithm, VectorOperand
@@ -100,6 +102,7 @@ def check_geometry(geometry: ConvGeometry) -> None:
 
 
 _GEOMETRY_FIELDS = tuple(field.name for field in fields(ConvGeometry))
+_NUMBERS = (int, float, np.integer, np.floating)
 _TRAFFIC_FIELDS = tuple(field.name for field in fields(Traffic))
 
 
@@ -233,7 +236,9 @@ def _check_costs(plan) -> None:
     for name, traffic in plan.costs:
         for field in _TRAFFIC_FIELDS:
             value = getattr(traffic, field)
-            if type(value) not in (int, float) or not (math.isfinite(value) and value >= 0):
+            if isinstance(value, bool) or not isinstance(value, _NUMBERS) or not (
+                math.isfinite(value) and value >= 0
+            ):
                 raise ValueError(
                     f"Plan.costs[{name}].{field} must be a finite number >= 0, got {value!r}"
                 )
