@@ -44,6 +44,11 @@ class ConvGeometry:
     groups: int
 
     @property
+    def padded(self) -> bool:
+        """Whether any side is padded."""
+        return bool(self.pad_top or self.pad_bottom or self.pad_left or self.pad_right)
+
+    @property
     def channels_per_group(self) -> int:
         return self.channels // self.groups
 

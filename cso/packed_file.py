@@ -39,8 +39,8 @@ from .analysis import tiles
 from .analysis.choices import Algorithm, VectorOperand
 from .analysis.detect import detect_hardware
 from .analysis.plan import Plan
-from .geometry import ceil_div, make_geometry
-from .packing.filters import aligned_empty
+from .geometry import make_geometry
+from .packing.filters import aligned_empty, padded_filters_per_group
 from .packed import PackedFilters, checksum, panel_size
 from .untrusted import NpzMembers, UntrustedFileError, parse_json
 
@@ -232,9 +232,9 @@ def _layer(path, name, entry, members, listed, hardware) -> PackedFilters:
     panels = _member(path, members, f"{name}/panels", plan.dtype, (size,))
     bias = None
     if entry["has_bias"] is True:
-        bias_size = geometry.groups * ceil_div(
-            geometry.filters_per_group, plan.filters_per_tile
-        ) * plan.filters_per_tile
+        bias_size = geometry.groups * padded_filters_per_group(
+            geometry.filters, geometry.groups, plan.filters_per_tile
+        )
         bias = _member(path, members, f"{name}/bias", plan.dtype, (bias_size,))
     elif entry["has_bias"] is not False:
         raise PackedFormatError(f"{path}: layer {name!r} has_bias must be true or false")

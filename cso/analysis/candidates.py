@@ -110,33 +110,17 @@ def cache_tiles_for(problem: Problem, schedule, nc, nf, nwin):
     return k2, k3
 
 
-def whole_input_window(geometry: ConvGeometry) -> bool:
-    """Whether the one window is the whole unpadded input (a fully connected
-    layer: :func:`~cso.analysis.tiles.reads_whole_input_per_window`)."""
-    padded = geometry.pad_top or geometry.pad_bottom or geometry.pad_left or geometry.pad_right
-    return tiles.reads_whole_input_per_window(
-        geometry.kernel_height,
-        geometry.kernel_width,
-        geometry.height,
-        geometry.width,
-        padded,
-        geometry.windows,
-        (geometry.dilation_h, geometry.dilation_w) != (1, 1),
-    )
-
-
 def input_read_in_place(geometry: ConvGeometry, operand, element_bytes, hardware) -> bool:
     """Whether the micro-kernel reads the input unpacked: a dot-product plan
     (its window is the whole input) or a 1x1 layer with small planes
     (:func:`~cso.analysis.tiles.reads_input_in_place`)."""
     if operand == VectorOperand.REDUCTION:
         return True
-    padded = geometry.pad_top or geometry.pad_bottom or geometry.pad_left or geometry.pad_right
     return tiles.reads_input_in_place(
         geometry.kernel_height,
         geometry.kernel_width,
         (geometry.stride_h, geometry.stride_w) != (1, 1),
-        padded,
+        geometry.padded,
         geometry.height * geometry.width * element_bytes,
         hardware.page_bytes,
     )
@@ -145,12 +129,11 @@ def input_read_in_place(geometry: ConvGeometry, operand, element_bytes, hardware
 def packs_channels_outer(geometry: ConvGeometry, input_in_place: bool) -> bool:
     """Whether a plan's panels are packed channel by channel
     (:func:`~cso.analysis.tiles.packs_channels_outer`)."""
-    padded = geometry.pad_top or geometry.pad_bottom or geometry.pad_left or geometry.pad_right
     return tiles.packs_channels_outer(
         geometry.kernel_height,
         geometry.kernel_width,
         (geometry.stride_h, geometry.stride_w) != (1, 1),
-        padded,
+        geometry.padded,
         input_in_place,
     )
 

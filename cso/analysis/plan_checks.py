@@ -183,8 +183,18 @@ def _check_tiles(plan) -> None:
         )
 
 
-def _padded(g: ConvGeometry) -> bool:
-    return bool(g.pad_top or g.pad_bottom or g.pad_left or g.pad_right)
+def whole_input_window(geometry: ConvGeometry) -> bool:
+    """Whether the one window is the whole unpadded input (a fully connected
+    layer: :func:`~cso.analysis.tiles.reads_whole_input_per_window`)."""
+    return tiles.reads_whole_input_per_window(
+        geometry.kernel_height,
+        geometry.kernel_width,
+        geometry.height,
+        geometry.width,
+        geometry.padded,
+        geometry.windows,
+        (geometry.dilation_h, geometry.dilation_w) != (1, 1),
+    )
 
 
 def _check_layout(plan) -> None:
@@ -197,17 +207,9 @@ def _check_layout(plan) -> None:
     ):
         raise ValueError("segments_span_rows=True needs a depthwise plan with stride 1 down")
     pointwise = tiles.is_unstrided_unpadded_pointwise(
-        g.kernel_height, g.kernel_width, g.stride_h, g.stride_w, _padded(g)
+        g.kernel_height, g.kernel_width, g.stride_h, g.stride_w, g.padded
     )
-    whole_input = tiles.reads_whole_input_per_window(
-        g.kernel_height,
-        g.kernel_width,
-        g.height,
-        g.width,
-        _padded(g),
-        g.windows,
-        (g.dilation_h, g.dilation_w) != (1, 1),
-    )
+    whole_input = whole_input_window(g)
     if plan.vector_operand == VectorOperand.REDUCTION and not (
         whole_input and plan.input_in_place
     ):

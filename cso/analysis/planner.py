@@ -25,7 +25,6 @@ from .candidates import (
     parallel_options,
     problem_of,
     traffic,
-    whole_input_window,
     ws_window_parts,
 )
 from .choices import SCHEDULES, Algorithm, Schedule, VectorOperand, parse_choice
@@ -33,6 +32,7 @@ from .depthwise import is_depthwise, plan_depthwise
 from .detect import detect_hardware
 from .hardware import Hardware
 from .plan import Plan
+from .plan_checks import whole_input_window
 
 _BLOCKS = {
     VectorOperand.WINDOWS: tiles.register_blocks,

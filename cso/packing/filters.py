@@ -130,10 +130,15 @@ def pack_edge_filter_rows(
     return tile.reshape(-1)
 
 
+def padded_filters_per_group(filters: int, groups: int, filters_per_tile: int) -> int:
+    """``T_f * Nf``: a group's filters rounded up to whole filter tiles."""
+    return ceil_div(filters // groups, filters_per_tile) * filters_per_tile
+
+
 def pack_bias(bias, filters: int, groups: int, filters_per_tile: int, dtype) -> np.ndarray:
     """Pack ``bias[K]`` (or zeros when ``None``) as ``[G][T_f*Nf]`` (flattened)."""
     filters_per_group = filters // groups
-    padded_filters = ceil_div(filters_per_group, filters_per_tile) * filters_per_tile
+    padded_filters = padded_filters_per_group(filters, groups, filters_per_tile)
     packed = np.zeros((groups, padded_filters), dtype=dtype)
     if bias is not None:
         packed[:, :filters_per_group] = np.asarray(bias).reshape(groups, filters_per_group)
