@@ -49,6 +49,19 @@ def check_bias(bias, filters: int):
     return bias
 
 
+def check_residual(residual, shape):
+    """``residual`` as an array of the output's ``shape``, or None."""
+    if residual is None:
+        return None
+    residual = as_array(residual, "residual")
+    if residual.shape != tuple(shape):
+        raise ValueError(
+            f"residual must have the output's shape {tuple(shape)} (N, K, P, Q), "
+            f"got {residual.shape}"
+        )
+    return residual
+
+
 def check_out(out, shape, dtype, inputs) -> None:
     """Raise unless ``out`` is None or a writeable C-contiguous array of
     ``shape`` and ``dtype`` that overlaps none of ``inputs``."""

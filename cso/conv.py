@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 
 from . import executor
-from .analysis.choices import Algorithm
+from .analysis.choices import Algorithm, activation_code
 from .analysis.detect import detect_hardware
 from .analysis.plan import check_plan
 from .analysis.planner import plan_for_geometry
-from .checks import as_array, check_bias, check_ndim, check_out, check_threads
+from .checks import as_array, check_bias, check_ndim, check_out, check_residual, check_threads
 from .geometry import make_geometry, result_dtype
 from .packed import PackedFilters
 from .tuned_store import check_tuned, tuned_plan
@@ -31,6 +31,8 @@ def conv2d(
     threads=None,
     plan=None,
     tuned=False,
+    activation=None,
+    residual=None,
 ) -> np.ndarray:
     """2-D convolution (cross-correlation, as in deep-learning frameworks).
 
@@ -62,6 +64,14 @@ def conv2d(
         cso version, if there is one (True: the default store, or a path to
         another); otherwise the analysis' plan.  A damaged store is ignored
         with a warning.
+    activation : str, optional
+        Applied to every output: one of ``"relu"``, ``"relu6"``,
+        ``"sigmoid"``, ``"silu"``, ``"hardswish"``, ``"hardsigmoid"``,
+        ``"gelu"`` (as PyTorch defines them), or None.
+    residual : array_like, shape (N, K, P, Q), optional
+        Added to the output before the activation:
+        ``y = activation(conv(x, w) + bias + residual)``, in the result
+        dtype.  It may be ``out`` itself (read before it is overwritten).
 
     Returns
     -------
@@ -79,25 +89,32 @@ def conv2d(
     The input panels a call packs go into scratch memory that the calling
     thread keeps for its next calls (:mod:`cso.workspace`); fresh memory
     would fault on every page.  :func:`cso.release_workspace` frees it.
+
+    The bias, residual and activation are fused: the micro-kernels apply
+    them to each output tile in registers when its last channel tile is
+    written, so they cost no pass over the output.
     """
     if tuned is not False:
         check_tuned(tuned)
     if isinstance(w, PackedFilters):
         if tuned:
             raise ValueError("tuned must be False with packed filters: they carry their own plan")
-        return _conv2d_packed(x, w, bias, stride, padding, dilation, groups, out, threads, plan)
+        return _conv2d_packed(
+            x, w, bias, stride, padding, dilation, groups, out, threads, plan, activation, residual
+        )
     x = as_array(x, "x")
     w = as_array(w, "w")
-    key = _call_key(x, w, bias, (stride, padding, dilation, groups, threads))
+    key = _call_key(x, w, bias, (stride, padding, dilation, groups, threads, activation))
     call = _validated.get(key) if key is not None else None
     if call is None:
-        call, bias = _validate(x, w, bias, stride, padding, dilation, groups, threads)
+        call, bias = _validate(x, w, bias, stride, padding, dilation, groups, threads, activation)
         if key is not None:
             if len(_validated) >= 1024:
                 _validated.clear()  # bounds a process that calls many shapes
             _validated[key] = call
     # On a hit, bias is None or an ndarray of a dtype and shape checked before.
     geometry, dtype = call.geometry, call.dtype
+    residual = check_residual(residual, geometry.output_shape)
     check_out(out, geometry.output_shape, dtype, (x, w, bias))
     if plan is not None:
         check_plan(plan, geometry, dtype)
@@ -115,17 +132,32 @@ def conv2d(
             )
             # detect_hardware() is fixed once it has succeeded: so is this plan.
             call.plan = plan
-    return executor.run(plan, x, executor.filter_operands(w, bias, plan), y)
+    epilogue = _epilogue(call.activation, residual, y)
+    return executor.run(plan, x, executor.filter_operands(w, bias, plan), y, epilogue=epilogue)
+
+
+def _epilogue(activation: int, residual, y) -> executor.Epilogue:
+    """The epilogue for output ``y``: the residual in ``y``'s dtype and layout,
+    copied when it shares memory with ``y`` (the loop nests write partial
+    sums into ``y`` before they read the residual)."""
+    if residual is None:
+        return executor.Epilogue(activation) if activation else executor.NO_EPILOGUE
+    if np.shares_memory(residual, y):
+        residual = residual.astype(y.dtype, order="C", copy=True)
+    else:
+        residual = executor.writeable(np.ascontiguousarray(residual, dtype=y.dtype))
+    return executor.Epilogue(activation, residual)
 
 
 class _Call:
     """What validating a call's shapes, dtypes and parameters found, and the
     analysis' plan for it once needed."""
 
-    __slots__ = ("geometry", "dtype", "threads", "plan")
+    __slots__ = ("geometry", "dtype", "threads", "activation", "plan")
 
-    def __init__(self, geometry, dtype, threads):
-        self.geometry, self.dtype, self.threads, self.plan = geometry, dtype, threads, None
+    def __init__(self, geometry, dtype, threads, activation):
+        self.geometry, self.dtype, self.threads = geometry, dtype, threads
+        self.activation, self.plan = activation, None
 
 
 # Validated calls by _call_key: a repeated call skips the checks, the
@@ -134,7 +166,7 @@ class _Call:
 _validated: dict = {}
 
 
-def _validate(x, w, bias, stride, padding, dilation, groups, threads):
+def _validate(x, w, bias, stride, padding, dilation, groups, threads, activation):
     """Every check of ``conv2d``'s operands and parameters, in order (the
     first failure raises): ``(_Call, bias as an array or None)``."""
     check_ndim(x, "x", "(N, C, H, W)")
@@ -144,7 +176,8 @@ def _validate(x, w, bias, stride, padding, dilation, groups, threads):
     )
     dtype = result_dtype(x.dtype, w.dtype)
     bias = check_bias(bias, geometry.filters)
-    return _Call(geometry, dtype, check_threads(threads, executor.available_threads())), bias
+    threads = check_threads(threads, executor.available_threads())
+    return _Call(geometry, dtype, threads, activation_code(activation)), bias
 
 
 def _check_plan_threads(plan, threads) -> None:
@@ -188,7 +221,9 @@ def _plain(value, depth=0) -> bool:
 _DEFAULTS = {"stride": 1, "padding": 0, "dilation": 1, "groups": 1}
 
 
-def _conv2d_packed(x, packed, bias, stride, padding, dilation, groups, out, threads, plan):
+def _conv2d_packed(
+    x, packed, bias, stride, padding, dilation, groups, out, threads, plan, activation, residual
+):
     """``conv2d`` with pre-packed filters: their plan, panels and bias."""
     if bias is not None:
         raise ValueError("bias must be None with packed filters: pass it to cso.pack_filters")
@@ -219,7 +254,9 @@ def _conv2d_packed(x, packed, bias, stride, padding, dilation, groups, out, thre
             f"pack them with dtype={np.result_type(x.dtype, dtype).name}"
         )
     threads = check_threads(threads, executor.available_threads())
+    activation = activation_code(activation)
     geometry = make_geometry(x.shape, packed.w_shape, **params)
+    residual = check_residual(residual, geometry.output_shape)
     check_out(out, geometry.output_shape, dtype, (x, packed.panels, packed.bias))
     y = np.empty(geometry.output_shape, dtype=dtype) if out is None else out
     if geometry.batch == 0:
@@ -243,4 +280,5 @@ def _conv2d_packed(x, packed, bias, stride, padding, dilation, groups, out, thre
             filters_prepacked=True,
             algorithm=plan.algorithm,
         )
-    return executor.run(plan, x, executor.prepacked_operands(packed.panels, packed.bias, plan), y)
+    operands = executor.prepacked_operands(packed.panels, packed.bias, plan)
+    return executor.run(plan, x, operands, y, epilogue=_epilogue(activation, residual, y))

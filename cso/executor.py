@@ -11,6 +11,7 @@ variant of its loop nest, exactly as a call does::
 
     filters = filter_operands(w, bias, plan)
     run(plan, x, filters, y)                        # what cso.conv2d does
+    run(plan, x, filters, y, epilogue=Epilogue(activation_code("relu"), residual))
     run(plan, x, filters, y, launch_for(plan, filters.packed, module))  # a variant
 """
 
@@ -155,6 +156,22 @@ def _placeholder(size: int, dtype) -> np.ndarray:
     if array is None:
         array = _placeholders[key] = np.zeros(size, dtype)
     return array
+
+
+class Epilogue(NamedTuple):
+    """What a call fuses into its output tiles' write-back:
+    ``y = act(conv + bias + residual)``.
+
+    ``activation`` is :func:`~cso.analysis.choices.activation_code`'s number
+    (0: none); ``residual`` is None or an array of the output's shape, dtype
+    and layout (C-contiguous) that shares no memory with the output.
+    """
+
+    activation: int = 0
+    residual: np.ndarray = None
+
+
+NO_EPILOGUE = Epilogue()
 
 
 class Launch(NamedTuple):
@@ -302,30 +319,24 @@ def _worker_elements(plan: Plan):
     return min(kept, window_tiles) * tile, plan.filters_per_tile * plan.windows_per_tile
 
 
-def run(plan: Plan, x, filters: FilterOperands, y: np.ndarray, launch: Launch = None):
+def run(
+    plan: Plan,
+    x,
+    filters: FilterOperands,
+    y: np.ndarray,
+    launch: Launch = None,
+    epilogue: Epilogue = NO_EPILOGUE,
+):
     """Drive ``plan``'s loop nest on ``plan.threads`` workers; ``y`` is overwritten.
 
     ``x`` is the input as given (made C-contiguous in ``y``'s dtype when
     it is not), ``filters`` from :func:`filter_operands` or
     :func:`prepacked_operands`, ``launch`` the plan's own unless given
-    (:func:`launch_for`).
+    (:func:`launch_for`), ``epilogue`` what the write-back fuses.
     """
     if launch is None:
         launch = launch_for(plan, filters.packed)
-    x_ready = np.ascontiguousarray(x, dtype=y.dtype)
-    if launch.offsets is not None:
-        arguments = (
-            writeable(x_ready).reshape(-1),
-            filters.array,
-            filters.bias,
-            filters.has_bias,
-            y.reshape(-1),
-            workspace(launch.workspace_elements, y.dtype),
-            launch.offsets,
-            launch.bounds,
-        )
-    else:
-        arguments = _dense_arguments(x_ready, filters, y, launch)
+    arguments = loop_arguments(launch, x, filters, y, epilogue)
     # The loop nest runs `threads` workers of its own (one per part of the
     # workspace), so Numba's thread count needs changing only when it is lower.
     if numba.get_num_threads() >= plan.threads:
@@ -336,13 +347,38 @@ def run(plan: Plan, x, filters: FilterOperands, y: np.ndarray, launch: Launch = 
     return y
 
 
-def _dense_arguments(x_ready, filters: FilterOperands, y, launch: Launch) -> tuple:
+def loop_arguments(
+    launch: Launch, x, filters: FilterOperands, y: np.ndarray, epilogue: Epilogue = NO_EPILOGUE
+) -> tuple:
+    """The arguments ``launch.loop_nest`` is called with (see :func:`run`)."""
+    x_flat = writeable(np.ascontiguousarray(x, dtype=y.dtype)).reshape(-1)
+    if epilogue.residual is None:
+        residual, has_residual = _placeholder(1, y.dtype), False
+    else:
+        residual, has_residual = epilogue.residual.reshape(-1), True
+    if launch.offsets is not None:
+        return (
+            x_flat,
+            filters.array,
+            filters.bias,
+            filters.has_bias,
+            residual,
+            epilogue.activation,
+            has_residual,
+            y.reshape(-1),
+            workspace(launch.workspace_elements, y.dtype),
+            launch.offsets,
+            launch.bounds,
+        )
     return (
-        writeable(x_ready).reshape(-1),
+        x_flat,
         filters.array,
         filters.edge,
         filters.bias,
         filters.has_bias,
+        residual,
+        epilogue.activation,
+        has_residual,
         y.reshape(-1),
         workspace(launch.workspace_elements, y.dtype),
         launch.bounds,

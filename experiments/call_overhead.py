@@ -27,7 +27,6 @@ import numpy as np  # noqa: E402
 import cso  # noqa: E402
 from cso import executor  # noqa: E402
 from cso.measure import im2col_gemm, torch_peer  # noqa: E402
-from cso.workspace import workspace  # noqa: E402
 
 
 def _medians(programs, calls=3000):
@@ -56,16 +55,7 @@ def main():
     y = np.empty(plan.geometry.output_shape, np.float32)
     filters = executor.filter_operands(w, None, plan)
     launch = executor.launch_for(plan, filters.packed)
-    operands = (
-        x.reshape(-1),
-        filters.array,
-        filters.edge,
-        filters.bias,
-        filters.has_bias,
-        y.reshape(-1),
-        workspace(launch.workspace_elements, np.float32),
-        launch.bounds,
-    )
+    operands = executor.loop_arguments(launch, x, filters, y)
     programs = {
         "cso.conv2d": lambda: cso.conv2d(x, w, threads=threads),
         "executor.run (nest and launch)": lambda: executor.run(plan, x, filters, y),

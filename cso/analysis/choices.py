@@ -61,7 +61,34 @@ class Algorithm(_Choice):
     DEPTHWISE = "depthwise"
 
 
+class Activation(_Choice):
+    """The activation a fused epilogue applies after the bias and the residual.
+
+    As PyTorch defines them: ``relu`` max(x, 0); ``relu6`` min(max(x, 0), 6);
+    ``sigmoid`` 1 / (1 + exp(-x)); ``silu`` x * sigmoid(x); ``hardsigmoid``
+    min(max(x / 6 + 1/2, 0), 1); ``hardswish`` x * hardsigmoid(x); ``gelu``
+    x * (1 + erf(x / sqrt(2))) / 2 (the exact form, not the tanh one).
+    """
+
+    RELU = "relu"
+    RELU6 = "relu6"
+    SIGMOID = "sigmoid"
+    SILU = "silu"
+    HARDSWISH = "hardswish"
+    HARDSIGMOID = "hardsigmoid"
+    GELU = "gelu"
+
+
+def activation_code(activation) -> int:
+    """The number the kernels know ``activation`` by: 0 for None, else its
+    place in :class:`Activation`, from 1 (a ``ValueError`` naming
+    ``activation`` and the choices for anything else)."""
+    member = parse_choice(Activation, activation, "activation")
+    return 0 if member is None else ACTIVATIONS.index(member) + 1
+
+
 SCHEDULES = tuple(Schedule)
+ACTIVATIONS = tuple(Activation)
 VECTOR_OPERANDS = tuple(VectorOperand)
 
 

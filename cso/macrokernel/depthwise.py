@@ -15,6 +15,11 @@ Contracts relied on
   relative to an output's (:mod:`cso.packing.depthwise`): ``phase(s) * rows
   * phase_width + r * dilation_h * phase_width + (s * dilation_w) // stride_w``.
 * ``y_flat``: the output ``[N][K][P][Q]`` flattened; every element is written.
+* ``residual``: ``y_flat``'s layout (a placeholder unless ``has_residual``).
+  The epilogue ``y = act(y + residual)`` (``act`` numbered by
+  ``activation``, 0: none) is the tap kernel's, in registers; rows that
+  span a scratch plane get the activation there when there is no residual,
+  and the whole epilogue from ``epilogue_run`` once copied when there is.
 * ``workspace``: ``W`` parts of ``b.workspace_stride`` elements, one per
   worker, each holding one packed channel (and one segment more), and with
   ``b.spans_rows`` from ``b.scratch_offset`` a scratch plane of whole
@@ -31,10 +36,14 @@ from cso.packing.vector_copy import copy_run
 # Bound by cso.macrokernel.specialise in each generated specialisation.
 tap_kernel = None
 VECTOR_TOKEN = None
+epilogue_run = None
 
 
 @njit(nogil=True, parallel=True, cache=True)
-def convolve_depthwise(x_flat, w_flat, bias, has_bias, y_flat, workspace, offsets, b):
+def convolve_depthwise(
+    x_flat, w_flat, bias, has_bias, residual, activation, has_residual, y_flat, workspace,
+    offsets, b
+):
     """::
 
     for worker                                         # parallel
@@ -81,6 +90,8 @@ def convolve_depthwise(x_flat, w_flat, bias, has_bias, y_flat, workspace, offset
                 if b.spans_rows:
                     # Stride 1 down: packed rows are consecutive, so a segment
                     # runs on into the next row; each row's last columns are dropped.
+                    # The residual is in y's layout, not the plane's: it waits for the copy.
+                    plane_activation = 0 if has_residual else activation
                     spanned = (b.out_height - 1) * b.phase_width + b.out_width
                     for i0 in range(0, spanned, segment):
                         tap_kernel(
@@ -94,20 +105,30 @@ def convolve_depthwise(x_flat, w_flat, bias, has_bias, y_flat, workspace, offset
                             b.scratch_offset + i0,
                             segment,
                             bias_value,
+                            residual,
+                            0,
+                            plane_activation,
+                            False,
                         )
                     for p in range(b.out_height):
+                        row = out_start + p * b.out_width
                         copy_run(
                             y_flat,
-                            out_start + p * b.out_width,
+                            row,
                             buffer,
                             b.scratch_offset + p * b.phase_width,
                             b.out_width,
                             VECTOR_TOKEN,
                         )
+                        if has_residual:
+                            epilogue_run(
+                                y_flat, row, residual, row, b.out_width, activation, True
+                            )
                     continue
                 for p in range(b.out_height):
                     row_start = p * b.stride_h * b.phase_width
                     for q0 in range(0, b.out_width, segment):
+                        out_offset = out_start + p * b.out_width + q0
                         tap_kernel(
                             taps,
                             w_flat,
@@ -116,7 +137,11 @@ def convolve_depthwise(x_flat, w_flat, bias, has_bias, y_flat, workspace, offset
                             buffer,
                             row_start + q0,
                             y_flat,
-                            out_start + p * b.out_width + q0,
+                            out_offset,
                             min(segment, b.out_width - q0),
                             bias_value,
+                            residual,
+                            out_offset,
+                            activation,
+                            has_residual,
                         )

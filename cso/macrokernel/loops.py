@@ -41,6 +41,11 @@ Contracts relied on
   contiguous.
 * ``y_flat``: the output ``[N][K][P*Q]`` flattened; every element is
   written at the first channel tile and accumulated into after it.
+* ``residual``: ``y_flat``'s layout (a placeholder never read unless
+  ``has_residual``).  The epilogue, ``y = act(y + residual)`` with ``act``
+  numbered by ``activation`` (0: none), is applied once per output, at the
+  last channel tile: by the micro-kernel in registers for a full tile, by
+  ``epilogue_run`` on the valid part of an edge tile once it is in ``y``.
 * Windows: a job's window run is ``b.window_images`` images' ``P*Q``
   windows, image after image (``N`` when the plan folds the batch into
   the windows, and then ``b.batch`` is 1).  Window ``w`` of the run is
@@ -71,10 +76,14 @@ from cso.packing.vector_copy import copy_run
 # (cso.packing.transpose.vector_token; a global, so Numba freezes it).
 microkernel = None
 VECTOR_TOKEN = None
+epilogue_run = None
 
 
 @njit(nogil=True, parallel=True, cache=True)
-def convolve_input_stationary(x_flat, filters, edge_filters, bias, has_bias, y_flat, workspace, b):
+def convolve_input_stationary(
+    x_flat, filters, edge_filters, bias, has_bias, residual, activation, has_residual, y_flat,
+    workspace, b
+):
     """IS: each job keeps ``K3`` packed input tiles and streams all filters.
 
     ::
@@ -98,7 +107,7 @@ def convolve_input_stationary(x_flat, filters, edge_filters, bias, has_bias, y_f
     workers = workspace.size // b.workspace_stride
     for worker in prange(workers):
         panels, scratch = _worker_buffers(workspace, b, worker)
-        operands = (x_flat, filters, edge_filters, bias, y_flat, panels, scratch)
+        operands = (x_flat, filters, edge_filters, bias, y_flat, panels, scratch, residual)
         for job in range(worker * jobs // workers, (worker + 1) * jobs // workers):
             group, image, block = _job(b, job, blocks)
             first = block * b.l3_tiles
@@ -113,6 +122,8 @@ def convolve_input_stationary(x_flat, filters, edge_filters, bias, has_bias, y_f
                             _tile(
                                 operands,
                                 has_bias,
+                                activation,
+                                has_residual,
                                 b,
                                 image,
                                 group,
@@ -125,7 +136,10 @@ def convolve_input_stationary(x_flat, filters, edge_filters, bias, has_bias, y_f
 
 
 @njit(nogil=True, parallel=True, cache=True)
-def convolve_weight_stationary(x_flat, filters, edge_filters, bias, has_bias, y_flat, workspace, b):
+def convolve_weight_stationary(
+    x_flat, filters, edge_filters, bias, has_bias, residual, activation, has_residual, y_flat,
+    workspace, b
+):
     """WS: each job keeps ``K3`` filter tiles and streams the input through.
 
     ::
@@ -151,7 +165,7 @@ def convolve_weight_stationary(x_flat, filters, edge_filters, bias, has_bias, y_
     workers = workspace.size // b.workspace_stride
     for worker in prange(workers):
         panels, scratch = _worker_buffers(workspace, b, worker)
-        operands = (x_flat, filters, edge_filters, bias, y_flat, panels, scratch)
+        operands = (x_flat, filters, edge_filters, bias, y_flat, panels, scratch, residual)
         for job in range(worker * jobs // workers, (worker + 1) * jobs // workers):
             group, image, block_part = _job(b, job, blocks * parts)
             block, part = block_part // parts, block_part % parts
@@ -170,6 +184,8 @@ def convolve_weight_stationary(x_flat, filters, edge_filters, bias, has_bias, y_
                             _tile(
                                 operands,
                                 has_bias,
+                                activation,
+                                has_residual,
                                 b,
                                 image,
                                 group,
@@ -324,6 +340,8 @@ def _pack_tile(operands, b, image, group, channel_start, channels, window_start,
 def _tile(
     operands,
     has_bias,
+    activation,
+    has_residual,
     b,
     image,
     group,
@@ -339,9 +357,9 @@ def _tile(
     into ``y``; edge tiles (past the last filter or window, or across two
     images) are computed into ``scratch`` and only their valid part is
     copied, so the kernel itself never sees an edge.  ``operands`` is
-    ``(x_flat, filters, edge_filters, bias, y_flat, panels, scratch)``.
+    ``(x_flat, filters, edge_filters, bias, y_flat, panels, scratch, residual)``.
     """
-    x_flat, filters, edge_filters, bias, y_flat, panels, scratch = operands
+    x_flat, filters, edge_filters, bias, y_flat, panels, scratch, residual = operands
     nf = b.filters_per_tile
     nwin = b.windows_per_tile
     area = b.kernel_height * b.kernel_width
@@ -395,15 +413,20 @@ def _tile(
         inputs_stride = plane
 
     first = channel_start == 0
-    last = has_bias and channel_start + channels == b.channels
+    finishing = channel_start + channels == b.channels
+    last = has_bias and finishing
     bias_offset = group * filter_tiles * nf + filter_start - shift
     y_offset = ((image * b.groups + group) * b.filters + filter_start) * windows + local_start
     # A full tile goes straight into y; an edge tile into scratch (overwritten),
     # whose valid part is then copied or added into y.
     full = rows == nf and local_start + nwin <= windows
     out, out_offset, out_stride, overwrite = y_flat, y_offset, windows, first
+    # The epilogue in the kernel for a full tile; an edge tile's after its copy.
+    tile_activation = activation if finishing else 0
+    tile_residual = has_residual and finishing
     if not full:
         out, out_offset, out_stride, overwrite = scratch, 0, nwin, True
+        tile_activation, tile_residual = 0, False
     microkernel(
         depth,
         source,
@@ -420,9 +443,14 @@ def _tile(
         bias_offset,
         overwrite,
         last,
+        residual,
+        y_offset,
+        tile_activation,
+        tile_residual,
     )
     if full:
         return
+    epilogue = finishing and (activation != 0 or has_residual)
     # The valid columns, one image's run at a time.
     done = 0
     while done < columns:
@@ -438,4 +466,6 @@ def _tile(
             else:
                 for j in range(count):
                     y_flat[row + j] += scratch[tile_row + j]
+            if epilogue:
+                epilogue_run(y_flat, row, residual, row, count, activation, has_residual)
         done += count

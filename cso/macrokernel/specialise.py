@@ -29,8 +29,10 @@ from typing import NamedTuple
 
 import numba
 
+from ..analysis import choices as choices_source
 from ..analysis.choices import VectorOperand
 from ..cachedir import cache_directory
+from ..microkernels import epilogue as epilogue_source
 from ..microkernels import outer_product as outer_product_source
 from ..microkernels import taps as taps_source
 from ..packing import depthwise as depthwise_packing_source
@@ -57,6 +59,8 @@ _DEPENDENCIES = (
     depthwise_source,
     depthwise_packing_source,
     taps_source,
+    epilogue_source,
+    choices_source,
 )
 
 
@@ -94,6 +98,8 @@ def _module_source(key, patch) -> str:
         f"microkernel = build_outer_product_kernel({filters_per_tile}, {windows_per_tile}, "
         f"{dtype_name!r}, {vector_lanes}, {str(vector_operand)!r}{options})\n"
         f"VECTOR_TOKEN = (None,) * {vector_lanes}\n"
+        "from cso.microkernels.epilogue import build_epilogue_run\n"
+        f"epilogue_run = build_epilogue_run({dtype_name!r}, {vector_lanes})\n"
     )
     return template + binding + (patch.source if patch else "")
 
@@ -154,6 +160,8 @@ def depthwise_module(vectors: int, dtype_name: str, vector_lanes: int):
             "from cso.microkernels.taps import build_tap_kernel\n"
             f"tap_kernel = build_tap_kernel({key[1]}, {key[2]!r}, {key[3]})\n"
             f"VECTOR_TOKEN = (None,) * {key[3]}\n"
+            "from cso.microkernels.epilogue import build_epilogue_run\n"
+            f"epilogue_run = build_epilogue_run({key[2]!r}, {key[3]})\n"
         )
 
     return _specialised(key, f"cso_depthwise_v{key[1]}_{key[2]}_l{key[3]}", source)

@@ -24,7 +24,14 @@ The kernel computes, for ``k`` in ``0 .. depth-1``, the rank-1 update
 
     out[i, j] = (0 if overwrite else out[i, j]) + (acc[i, j] + (bias[i] if add_bias else 0))
 
-Nothing here branches on edges: the packing routines guarantee full tiles.
+followed, in registers, by the fused epilogue (:mod:`.epilogue`) when the
+caller asks for it (``activation`` not 0, or ``has_residual``: the last
+channel tile of a full output tile)::
+
+    out[i, j] = act(out[i, j] + residual[residual_offset + i * out_stride + j])
+
+The residual has the output's layout and row stride.  Nothing here
+branches on edges: the packing routines guarantee full tiles.
 
 Two orientations, one contract
 ------------------------------
@@ -61,6 +68,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from ..analysis.choices import VectorOperand, parse_choice
+from .epilogue import emit_epilogue
 
 _LLVM_FLOAT = {"float32": ir.FloatType, "float64": ir.DoubleType}
 _NUMBA_FLOAT = {"float32": types.float32, "float64": types.float64}
@@ -112,7 +120,9 @@ def build_outer_product_kernel(
         Callable from ``@njit`` code as
         ``kernel(depth, filters, filters_offset, filters_k_stride,
         filters_i_stride, inputs, inputs_offset, inputs_stride, out, out_offset,
-        out_stride, bias, bias_offset, overwrite, add_bias)``.
+        out_stride, bias, bias_offset, overwrite, add_bias, residual,
+        residual_offset, activation, has_residual)``; ``activation`` is
+        :func:`~cso.analysis.choices.activation_code`'s number (0: none).
     """
     if dtype_name not in _LLVM_FLOAT:
         raise ValueError(f"dtype_name must be 'float32' or 'float64', got {dtype_name!r}")
@@ -151,8 +161,18 @@ def build_outer_product_kernel(
         bias_offset,
         overwrite,
         add_bias,
+        residual,
+        residual_offset,
+        activation,
+        has_residual,
     ):
-        for label, arg in (("filters", filters), ("inputs", inputs), ("out", out), ("bias", bias)):
+        for label, arg in (
+            ("filters", filters),
+            ("inputs", inputs),
+            ("out", out),
+            ("bias", bias),
+            ("residual", residual),
+        ):
             if not (
                 isinstance(arg, types.Array)
                 and arg.dtype == numba_type
@@ -175,6 +195,10 @@ def build_outer_product_kernel(
             bias,
             types.intp,
             types.boolean,
+            types.boolean,
+            residual,
+            types.intp,
+            types.intp,
             types.boolean,
         )
 
@@ -214,6 +238,10 @@ class _Emitter:
             bias_off,
             self.overwrite,
             self.add_bias,
+            residual_a,
+            residual_off,
+            self.activation,
+            self.has_residual,
         ) = args
         arrays = signature.args
 
@@ -226,6 +254,7 @@ class _Emitter:
         self.inputs = base(5, inputs_a, inputs_off)
         self.out = base(8, out_a, out_off)
         self.bias = base(11, bias_a, bias_off)
+        self.residual = base(15, residual_a, residual_off)
         self.intp = context.get_value_type(types.intp)
         self.lanes = lanes
         self.element_bytes = 4 if dtype_name == "float32" else 8
@@ -477,34 +506,85 @@ class _Emitter:
                     total = builder.fadd(total, element)
                 total_row.append(total)
             sums.append(total_row)
+        stores = [
+            (builder.add(builder.mul(self.constant(i), self.out_stride), self.constant(j)),
+             sums[i][j], None)
+            for i in range(rows)
+            for j in range(columns)
+        ]  # fmt: skip
         with builder.if_else(self.overwrite) as (overwrite_block, accumulate_block):
-            for block, accumulate in ((overwrite_block, False), (accumulate_block, True)):
-                with block:
-                    for i in range(rows):
-                        out_row = builder.gep(
-                            self.out, [builder.mul(self.constant(i), self.out_stride)]
-                        )
-                        for j in range(columns):
-                            pointer = builder.gep(out_row, [self.constant(j)])
-                            value = sums[i][j]
-                            if accumulate:
-                                value = builder.fadd(builder.load(pointer), value)
-                            builder.store(value, pointer)
+            with overwrite_block:
+                self._store_tile(stores, accumulate=False)
+            with accumulate_block:
+                self._store_tile(stores, accumulate=True)
+
+    def _store_tile(self, stores, accumulate):
+        """Store ``stores``, a list of ``(element_offset, value, count)``: each
+        ``value`` (a vector, or a scalar for ``count`` None) goes to
+        ``out[element_offset ..]``, masked to its first ``count`` lanes when
+        ``count`` is below the lanes.  Accumulating adds the old values, all
+        read before any is written (rows fewer than ``VL`` windows apart
+        overlap within a vector, and a load that partly overlaps a masked
+        store still in flight stalls); then the epilogue, in registers."""
+        builder = self.builder
+        align = ir.Constant(ir.IntType(32), self.element_bytes)
+        mask_type = ir.VectorType(ir.IntType(1), self.lanes)
+        masked_load = self.masked_intrinsic("load")
+        masked_store = self.masked_intrinsic("store")
+
+        def pointer(base, offset, value):
+            address = builder.gep(base, [offset])
+            return address if not isinstance(value.type, ir.VectorType) else builder.bitcast(
+                address, self.vector_type.as_pointer()
+            )
+
+        def mask(count):
+            return ir.Constant(mask_type, [1 if lane < count else 0 for lane in range(self.lanes)])
+
+        def load(base, offset, value, count):
+            address = pointer(base, offset, value)
+            if count is None:
+                return builder.load(address)
+            if count == self.lanes:
+                return builder.load(address, align=self.element_bytes)
+            return builder.call(masked_load, [address, align, mask(count), self.zero])
+
+        values = [value for _, value, _ in stores]
+        if accumulate:
+            values = [
+                builder.fadd(load(self.out, offset, value, count), value)
+                for offset, value, count in stores
+            ]
+
+        def residual_of(index):
+            offset, value, count = stores[index]
+            return load(self.residual, offset, value, count)
+
+        values = emit_epilogue(builder, values, residual_of, self.activation, self.has_residual)
+        for (offset, _, count), value in zip(stores, values):
+            address = pointer(self.out, offset, value)
+            # Masked, so that nothing past the tile's last window is written:
+            # the next tile's outputs may live there.
+            if count is None:
+                builder.store(value, address)
+            elif count == self.lanes:
+                builder.store(value, address, align=self.element_bytes)
+            else:
+                builder.call(masked_store, [value, address, align, mask(count)])
 
     def _write_rows(self, finals, accumulate):
         """Windows orientation: ``finals[i][v]`` is filter ``i``'s windows
         ``v*VL ..``, stored as vectors along output row ``i``."""
         builder = self.builder
+        stores = []
         for i, row in enumerate(finals):
             bias_value = builder.load(builder.gep(self.bias, [self.constant(i)]))
             bias_term = builder.select(self.add_bias, self.broadcast(bias_value), self.zero)
-            out_row = builder.gep(self.out, [builder.mul(self.constant(i), self.out_stride)])
+            row_offset = builder.mul(self.constant(i), self.out_stride)
             for v, final in enumerate(row):
-                pointer = self.vector_pointer(out_row, v * self.lanes)
-                value = builder.fadd(final, bias_term)
-                if accumulate:
-                    value = builder.fadd(builder.load(pointer, align=self.element_bytes), value)
-                builder.store(value, pointer, align=self.element_bytes)
+                offset = builder.add(row_offset, self.constant(v * self.lanes))
+                stores.append((offset, builder.fadd(final, bias_term), self.lanes))
+        self._store_tile(stores, accumulate)
 
     def _write_columns(self, finals, accumulate):
         """Filters orientation: ``finals[j][v]`` is window ``j`` of filters
@@ -520,15 +600,9 @@ class _Emitter:
         vectors = len(finals[0])
         windows = len(finals)
         bias_terms = self.bias_vectors(vectors)
-        pointer_type = self.vector_type.as_pointer()
-        mask_type = ir.VectorType(ir.IntType(1), lanes)
-        align = ir.Constant(ir.IntType(32), self.element_bytes)
-        masked_load = self.masked_intrinsic("load")
-        masked_store = self.masked_intrinsic("store")
         stores = []
         for first in range(0, windows, lanes):
             count = min(lanes, windows - first)
-            mask = ir.Constant(mask_type, [1 if lane < count else 0 for lane in range(lanes)])
             for v in range(vectors):
                 block = [
                     builder.fadd(finals[first + j][v], bias_terms[v]) if j < count else self.undef
@@ -536,32 +610,8 @@ class _Emitter:
                 ]
                 for lane, column in enumerate(self._transpose(block)):
                     row = builder.mul(self.constant(v * lanes + lane), self.out_stride)
-                    pointer = builder.bitcast(
-                        builder.gep(self.out, [builder.add(row, self.constant(first))]),
-                        pointer_type,
-                    )
-                    stores.append((pointer, column, count, mask))
-        if accumulate:
-            # Every old value is read before any is written: rows fewer than
-            # VL windows apart overlap within a vector, and a load that
-            # partly overlaps a masked store still in flight stalls.
-            olds = [
-                builder.load(pointer, align=self.element_bytes)
-                if count == lanes
-                else builder.call(masked_load, [pointer, align, mask, self.zero])
-                for pointer, _, count, mask in stores
-            ]
-            stores = [
-                (pointer, builder.fadd(old, column), count, mask)
-                for old, (pointer, column, count, mask) in zip(olds, stores)
-            ]
-        for pointer, column, count, mask in stores:
-            # Masked, so that nothing past the tile's last window is written:
-            # the next tile's outputs may live there.
-            if count == lanes:
-                builder.store(column, pointer, align=self.element_bytes)
-            else:
-                builder.call(masked_store, [column, pointer, align, mask])
+                    stores.append((builder.add(row, self.constant(first)), column, count))
+        self._store_tile(stores, accumulate)
 
     def _transpose(self, rows):
         """``rows[j][i] -> result[i][j]`` for ``VL`` vectors of ``VL`` lanes.
@@ -596,16 +646,12 @@ class _Emitter:
         builder = self.builder
         vectors = len(finals[0])
         bias_terms = self.bias_vectors(vectors)
-        rows = [
-            builder.gep(self.out, [builder.mul(self.constant(i), self.out_stride)])
-            for i in range(vectors * self.lanes)
-        ]
+        stores = []
         for j, column in enumerate(finals):
             for v, final in enumerate(column):
                 value = builder.fadd(final, bias_terms[v])
                 for lane in range(self.lanes):
                     element = builder.extract_element(value, ir.Constant(ir.IntType(32), lane))
-                    pointer = builder.gep(rows[v * self.lanes + lane], [self.constant(j)])
-                    if accumulate:
-                        element = builder.fadd(builder.load(pointer), element)
-                    builder.store(element, pointer)
+                    row = builder.mul(self.constant(v * self.lanes + lane), self.out_stride)
+                    stores.append((builder.add(row, self.constant(j)), element, None))
+        self._store_tile(stores, accumulate)

@@ -8,7 +8,10 @@ row of one channel, held in ``vectors`` registers of ``VL`` lanes::
     out[out_offset + j] = bias + sum_t weights[weights_offset + t]
                                        * inputs[inputs_offset + offsets[t] + j]
 
-for ``j < count`` (``t < taps``).  ``offsets[t]`` is where tap ``t``'s input
+for ``j < count`` (``t < taps``), then the fused epilogue in registers
+(:mod:`.epilogue`): ``out[out_offset + j] = act(out[out_offset + j] +
+residual[residual_offset + j])``, the residual read only when
+``has_residual`` and ``act`` numbered by ``activation`` (0: none).  ``offsets[t]`` is where tap ``t``'s input
 row segment starts relative to the output's: the packing
 (:mod:`cso.packing.depthwise`) lays each input channel out so that every
 tap, whatever the stride and dilation, reads a *contiguous* run, and pads
@@ -26,6 +29,8 @@ from llvmlite import ir
 from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
+
+from .epilogue import emit_epilogue
 
 _LLVM_FLOAT = {"float32": ir.FloatType, "float64": ir.DoubleType}
 _NUMBA_FLOAT = {"float32": types.float32, "float64": types.float64}
@@ -49,7 +54,8 @@ def build_tap_kernel(vectors: int, dtype_name: str, vector_lanes: int):
     intrinsic
         Callable from ``@njit`` code as ``kernel(taps, weights,
         weights_offset, offsets, inputs, inputs_offset, out, out_offset,
-        count, bias)`` (see the module docstring).
+        count, bias, residual, residual_offset, activation, has_residual)``
+        (see the module docstring).
     """
     if dtype_name not in _NUMBA_FLOAT:
         raise ValueError(f"dtype_name must be float32 or float64, got {dtype_name!r}")
@@ -61,20 +67,23 @@ def build_tap_kernel(vectors: int, dtype_name: str, vector_lanes: int):
     @intrinsic
     def tap_kernel(
         typingctx, taps, weights, weights_offset, offsets, inputs, inputs_offset, out,
-        out_offset, count, bias,
+        out_offset, count, bias, residual, residual_offset, activation, has_residual,
     ):  # fmt: skip
-        for label, arg in (("weights", weights), ("inputs", inputs), ("out", out)):
+        for label, arg in (
+            ("weights", weights), ("inputs", inputs), ("out", out), ("residual", residual)
+        ):  # fmt: skip
             if not (isinstance(arg, types.Array) and arg.dtype == numba_type and arg.ndim == 1):
                 raise TypeError(f"{label} must be a 1-D {dtype_name} array, got {arg}")
         if not (isinstance(offsets, types.Array) and offsets.dtype == types.intp):
             raise TypeError(f"offsets must be a 1-D intp array, got {offsets}")
         sig = types.void(
             types.intp, weights, types.intp, offsets, inputs, types.intp, out, types.intp,
-            types.intp, numba_type,
+            types.intp, numba_type, residual, types.intp, types.intp, types.boolean,
         )  # fmt: skip
 
         def codegen(context, builder, signature, args):
-            (taps_v, w_a, w_off, o_a, in_a, in_off, out_a, out_off, count_v, bias_v) = args
+            (taps_v, w_a, w_off, o_a, in_a, in_off, out_a, out_off, count_v, bias_v,
+             res_a, res_off, activation_v, has_residual_v) = args  # fmt: skip
             arrays = signature.args
 
             def data(index, value):
@@ -100,6 +109,7 @@ def build_tap_kernel(vectors: int, dtype_name: str, vector_lanes: int):
             offsets_base = data(3, o_a)
             inputs_base = builder.gep(data(4, in_a), [in_off])
             out_base = builder.gep(data(6, out_a), [out_off])
+            residual_base = builder.gep(data(10, res_a), [res_off])
             align = 4 if dtype_name == "float32" else 8
             start = broadcast(bias_v)
 
@@ -146,18 +156,37 @@ def build_tap_kernel(vectors: int, dtype_name: str, vector_lanes: int):
             lane_index = ir.Constant(ir.VectorType(intp, lanes), list(range(lanes)))
             intp_undef = ir.Constant(ir.VectorType(intp, lanes), ir.Undefined)
             zeros_intp_mask = ir.Constant(ir.VectorType(i32, lanes), [0] * lanes)
-            for v, value in enumerate(results):
+            masks = []
+            for v in range(vectors):
                 remaining = builder.sub(count_v, ir.Constant(intp, v * lanes))
                 splat = builder.shuffle_vector(
                     builder.insert_element(intp_undef, remaining, ir.Constant(i32, 0)),
                     intp_undef,
                     zeros_intp_mask,
                 )
-                mask = builder.icmp_signed("<", lane_index, splat)
-                address = builder.bitcast(
-                    builder.gep(out_base, [ir.Constant(intp, v * lanes)]), vector.as_pointer()
+                masks.append(builder.icmp_signed("<", lane_index, splat))
+            load = cgutils.get_or_insert_function(
+                builder.module,
+                ir.FunctionType(vector, [vector.as_pointer(), i32, mask_type, vector]),
+                f"llvm.masked.load.v{lanes}{_SUFFIX[dtype_name]}.p0",
+            )
+
+            def address(base, v):
+                return builder.bitcast(
+                    builder.gep(base, [ir.Constant(intp, v * lanes)]), vector.as_pointer()
                 )
-                builder.call(store, [value, address, ir.Constant(i32, align), mask])
+
+            def residual_of(v):
+                zero = ir.Constant(vector, [0.0] * lanes)
+                return builder.call(
+                    load, [address(residual_base, v), ir.Constant(i32, align), masks[v], zero]
+                )
+
+            results = emit_epilogue(builder, results, residual_of, activation_v, has_residual_v)
+            for v, value in enumerate(results):
+                builder.call(
+                    store, [value, address(out_base, v), ir.Constant(i32, align), masks[v]]
+                )
             return context.get_dummy_value()
 
         return sig, codegen

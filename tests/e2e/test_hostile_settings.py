@@ -115,7 +115,7 @@ def test_every_kind_of_tuned_plan_round_trips_through_the_store(
     assert TunedPlans(path).get(geometry, "float32", cso.detect_hardware(), 1) == plan
     used = []
     real_run = cso.executor.run
-    monkeypatch.setattr(cso.executor, "run", lambda *a: used.append(a[0]) or real_run(*a))
+    monkeypatch.setattr(cso.executor, "run", lambda *a, **k: used.append(a[0]) or real_run(*a, **k))
     x = rng.standard_normal(x_shape).astype(np.float32)
     w = rng.standard_normal(w_shape).astype(np.float32)
     with warnings.catch_warnings():

@@ -81,7 +81,7 @@ def test_store_round_trip_and_conv2d_opt_in(tmp_path, result, rng, monkeypatch):
     assert tuned_plan(geometry, "float32", 1, path) == result.best
     used = []
     real_run = cso.executor.run
-    monkeypatch.setattr(cso.executor, "run", lambda *a: used.append(a[0]) or real_run(*a))
+    monkeypatch.setattr(cso.executor, "run", lambda *a, **k: used.append(a[0]) or real_run(*a, **k))
     x = rng.standard_normal(X_SHAPE).astype(np.float32)
     w = rng.standard_normal(W_SHAPE).astype(np.float32)
     y = cso.conv2d(x, w, padding=1, threads=1, tuned=path)

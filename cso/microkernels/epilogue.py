@@ -1,0 +1,357 @@
+"""LLVM IR for the fused epilogue: a residual and an activation applied to
+output values while they are still in registers.
+
+What the epilogue computes, for an output value ``v`` that already holds
+the convolution and its bias::
+
+    v = act(v + residual)        # the residual only when has_residual
+
+``act`` is chosen at run time by its code (:func:`cso.analysis.choices.activation_code`:
+0 for none, then the members of :class:`~cso.analysis.choices.Activation`
+in order), so one compiled kernel serves every epilogue: a new kernel
+shape costs seconds to compile, and a specialisation per activation and
+residual would multiply them by fifteen.  The cost at run time is one
+branch on the residual and one switch per output tile.
+
+Contract with the kernels that call :func:`emit_epilogue`: the residual has
+the output's layout, so the residual of the value stored at ``out[o]`` is
+``residual[o - out_offset + residual_offset]``; the caller gives a loader
+for each value and calls it only on the residual branch.
+
+The arithmetic works on scalars and on vectors of either float type alike.
+``exp`` (for sigmoid and silu) is a vector polynomial, Cephes' ``expf`` for
+float32 and its Pade form of ``exp`` for float64, because LLVM's
+``llvm.exp`` on a vector becomes one libm call per lane; ``erf`` (for gelu)
+is libm's, called lane by lane (exact in both precisions, and gelu follows
+few convolutions).
+
+:func:`build_epilogue_run` wraps the same arithmetic in a kernel of its own
+that applies the epilogue in place to a run of outputs: the loop nests call
+it for the outputs they write outside a micro-kernel (edge tiles copied out
+of scratch, and depthwise rows copied out of a scratch plane).
+"""
+
+from __future__ import annotations
+
+import functools
+
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from ..analysis.choices import ACTIVATIONS, Activation
+
+# Cephes expf: x = n*ln2 + r with ln2 split in two so that n*ln2 is exact.
+_EXP32 = {
+    "low": -87.33654475,  # exp(low) is the smallest normal float32
+    "high": 88.0,  # below float32's largest exp, so 2**n stays a normal number
+    "ln2_hi": 0.693359375,
+    "ln2_lo": -2.12194440e-4,
+    "poly": (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
+             1.6666665459e-1, 5.0000001201e-1),  # fmt: skip
+}
+# Cephes exp (double): exp(r) = 1 + 2 r P(r^2) / (Q(r^2) - r P(r^2)).
+_EXP64 = {
+    "low": -708.39,
+    "high": 709.0,
+    "ln2_hi": 6.93145751953125e-1,
+    "ln2_lo": 1.42860682030941723212e-6,
+    "p": (1.26177193074810590878e-4, 3.02994407707441961300e-2, 9.99999999999999999910e-1),
+    "q": (3.00198505138664455042e-6, 2.52448340349684104192e-3, 2.27265548208155028766e-1,
+          2.00000000000000000009e0),  # fmt: skip
+}
+_LOG2E = 1.4426950408889634
+
+
+class _Arithmetic:
+    """Constants and intrinsics for one value type (a float, or a vector of them)."""
+
+    def __init__(self, builder, value_type):
+        self.builder = builder
+        self.type = value_type
+        self.vector = isinstance(value_type, ir.VectorType)
+        self.element = value_type.element if self.vector else value_type
+        self.double = isinstance(self.element, ir.DoubleType)
+        bits = 64 if self.double else 32
+        self.int_type = (
+            ir.VectorType(ir.IntType(bits), value_type.count) if self.vector else ir.IntType(bits)
+        )
+        suffix = "f64" if self.double else "f32"
+        self.name_suffix = f"v{value_type.count}{suffix}" if self.vector else suffix
+
+    def const(self, value):
+        if self.vector:
+            return ir.Constant(self.type, [float(value)] * self.type.count)
+        return ir.Constant(self.type, float(value))
+
+    def int_const(self, value):
+        if self.vector:
+            return ir.Constant(self.int_type, [int(value)] * self.type.count)
+        return ir.Constant(self.int_type, int(value))
+
+    def intrinsic(self, name, arguments=1):
+        function_type = ir.FunctionType(self.type, [self.type] * arguments)
+        return cgutils.get_or_insert_function(
+            self.builder.module, function_type, f"llvm.{name}.{self.name_suffix}"
+        )
+
+    def below(self, a, b):
+        """``a < b`` (false for NaN)."""
+        return self.builder.fcmp_ordered("<", a, b)
+
+    def above(self, a, b):
+        return self.builder.fcmp_ordered(">", a, b)
+
+    def clamp_below(self, x, bound):
+        """``x`` with everything below ``bound`` raised to it; NaN kept."""
+        return self.builder.select(self.below(x, bound), bound, x)
+
+    def clamp_above(self, x, bound):
+        return self.builder.select(self.above(x, bound), bound, x)
+
+    def exp(self, x):
+        """``exp(x)`` for finite ``x`` (the caller keeps NaN out: it is mapped
+        to the lower bound here so that no conversion sees it)."""
+        b = self.builder
+        table = _EXP64 if self.double else _EXP32
+        low, high = self.const(table["low"]), self.const(table["high"])
+        x = b.select(b.fcmp_ordered(">", x, low), x, low)  # NaN -> low
+        x = self.clamp_above(x, high)
+        floor = self.intrinsic("floor")
+        n = b.call(floor, [b.fadd(b.fmul(x, self.const(_LOG2E)), self.const(0.5))])
+        r = b.fsub(x, b.fmul(n, self.const(table["ln2_hi"])))
+        r = b.fsub(r, b.fmul(n, self.const(table["ln2_lo"])))
+        if self.double:
+            rr = b.fmul(r, r)
+            p = self._polynomial(rr, table["p"])
+            q = self._polynomial(rr, table["q"])
+            px = b.fmul(r, p)
+            e = b.fadd(
+                self.const(1.0), b.fdiv(b.fmul(self.const(2.0), px), b.fsub(q, px))
+            )
+            bias, shift = 1023, 52
+        else:
+            p = self._polynomial(r, table["poly"])
+            e = b.fadd(b.fadd(b.fmul(p, b.fmul(r, r)), r), self.const(1.0))
+            bias, shift = 127, 23
+        exponent = b.add(b.fptosi(n, self.int_type), self.int_const(bias))
+        scale = b.bitcast(b.shl(exponent, self.int_const(shift)), self.type)
+        return b.fmul(e, scale)
+
+    def _polynomial(self, x, coefficients):
+        """Horner's rule, highest power first."""
+        b = self.builder
+        result = self.const(coefficients[0])
+        for c in coefficients[1:]:
+            result = b.fadd(b.fmul(result, x), self.const(c))
+        return result
+
+    def sigmoid(self, x):
+        """``1 / (1 + exp(-x))`` through ``e = exp(-|x|)``, which never overflows:
+        ``1 / (1 + e)`` for ``x >= 0``, ``e / (1 + e)`` below."""
+        b = self.builder
+        fabs = self.intrinsic("fabs")
+        e = self.exp(b.fsub(self.const(0.0), b.call(fabs, [x])))
+        positive = b.fdiv(self.const(1.0), b.fadd(self.const(1.0), e))
+        result = b.select(self.below(x, self.const(0.0)), b.fmul(e, positive), positive)
+        return b.select(b.fcmp_unordered("uno", x, x), x, result)
+
+    def hardsigmoid(self, x):
+        b = self.builder
+        y = b.fadd(b.fmul(x, self.const(1.0 / 6.0)), self.const(0.5))
+        return self.clamp_above(self.clamp_below(y, self.const(0.0)), self.const(1.0))
+
+    def erf(self, x):
+        """libm's ``erf`` (``erff`` for float32), lane by lane."""
+        b = self.builder
+        function = cgutils.insert_pure_function(
+            b.module,
+            ir.FunctionType(self.element, [self.element]),
+            name="erf" if self.double else "erff",
+        )
+        if not self.vector:
+            return b.call(function, [x])
+        result = ir.Constant(self.type, ir.Undefined)
+        for lane in range(self.type.count):
+            index = ir.Constant(ir.IntType(32), lane)
+            value = b.call(function, [b.extract_element(x, index)])
+            result = b.insert_element(result, value, index)
+        return result
+
+
+def emit_activation(builder, value, activation: Activation):
+    """IR for ``activation(value)`` (a float or float vector), NaN kept as NaN."""
+    math = _Arithmetic(builder, value.type)
+    b = builder
+    zero = math.const(0.0)
+    if activation == Activation.RELU:
+        return math.clamp_below(value, zero)
+    if activation == Activation.RELU6:
+        return math.clamp_above(math.clamp_below(value, zero), math.const(6.0))
+    if activation == Activation.SIGMOID:
+        return math.sigmoid(value)
+    if activation == Activation.SILU:
+        return b.fmul(value, math.sigmoid(value))
+    if activation == Activation.HARDSIGMOID:
+        return math.hardsigmoid(value)
+    if activation == Activation.HARDSWISH:
+        return b.fmul(value, math.hardsigmoid(value))
+    if activation == Activation.GELU:
+        erf = math.erf(b.fmul(value, math.const(0.7071067811865476)))
+        return b.fmul(b.fmul(value, math.const(0.5)), b.fadd(math.const(1.0), erf))
+    raise ValueError(f"no IR for activation {activation!r}")
+
+
+def emit_epilogue(builder, values, residual_of, activation, has_residual):
+    """``act(value + residual)`` for each of ``values``, as new IR values.
+
+    Parameters
+    ----------
+    builder : llvmlite.ir.IRBuilder
+    values : list of IR values
+        Of one float or float-vector type.
+    residual_of : callable
+        ``residual_of(index)`` emits the load of ``values[index]``'s residual;
+        called only inside the branch taken when ``has_residual``.
+    activation : IR integer
+        The activation's code (0: none).
+    has_residual : IR i1
+
+    Returns
+    -------
+    list of IR values, in the block where the caller goes on.
+    """
+    if not values:
+        return []
+    b = builder
+    before = b.basic_block
+    add_block = b.append_basic_block("epilogue.residual")
+    joined = b.append_basic_block("epilogue.activation")
+    b.cbranch(has_residual, add_block, joined)
+    b.position_at_end(add_block)
+    added = [b.fadd(value, residual_of(index)) for index, value in enumerate(values)]
+    add_end = b.basic_block
+    b.branch(joined)
+    b.position_at_end(joined)
+    sums = []
+    for value, with_residual in zip(values, added):
+        phi = b.phi(value.type)
+        phi.add_incoming(value, before)
+        phi.add_incoming(with_residual, add_end)
+        sums.append(phi)
+
+    switch_block = b.basic_block
+    done = b.append_basic_block("epilogue.done")
+    switch = b.switch(activation, done)
+    results = []
+    for code, member in enumerate(ACTIVATIONS, start=1):
+        case = b.append_basic_block(f"epilogue.{member.value}")
+        switch.add_case(ir.Constant(activation.type, code), case)
+        b.position_at_end(case)
+        results.append(([emit_activation(b, value, member) for value in sums], b.basic_block))
+        b.branch(done)
+    b.position_at_end(done)
+    finals = []
+    for index, value in enumerate(sums):
+        phi = b.phi(value.type)
+        phi.add_incoming(value, switch_block)
+        for activated, block in results:
+            phi.add_incoming(activated[index], block)
+        finals.append(phi)
+    return finals
+
+
+_LLVM_FLOAT = {"float32": ir.FloatType, "float64": ir.DoubleType}
+_NUMBA_FLOAT = {"float32": types.float32, "float64": types.float64}
+
+
+@functools.lru_cache(maxsize=None)
+def build_epilogue_run(dtype_name: str, vector_lanes: int):
+    """Return a Numba intrinsic applying the epilogue in place to a run of outputs.
+
+    Callable from ``@njit`` code as ``run(out, out_offset, residual,
+    residual_offset, count, activation, has_residual)``:
+    ``out[out_offset + j] = act(out[out_offset + j] + residual[residual_offset + j])``
+    for ``j < count``, ``vector_lanes`` at a time with masked loads and
+    stores (nothing outside the run is read or written).
+    """
+    if dtype_name not in _NUMBA_FLOAT:
+        raise ValueError(f"dtype_name must be float32 or float64, got {dtype_name!r}")
+    numba_type = _NUMBA_FLOAT[dtype_name]
+    lanes = int(vector_lanes)
+
+    @intrinsic
+    def epilogue_run(
+        typingctx, out, out_offset, residual, residual_offset, count, activation, has_residual
+    ):
+        for label, arg in (("out", out), ("residual", residual)):
+            if not (isinstance(arg, types.Array) and arg.dtype == numba_type and arg.ndim == 1):
+                raise TypeError(f"{label} must be a 1-D {dtype_name} array, got {arg}")
+        sig = types.void(
+            out, types.intp, residual, types.intp, types.intp, types.intp, types.boolean
+        )
+
+        def codegen(context, builder, signature, args):
+            out_a, out_off, res_a, res_off, count_v, activation_v, has_residual_v = args
+            arrays = signature.args
+            b = builder
+            intp = context.get_value_type(types.intp)
+            vector = ir.VectorType(_LLVM_FLOAT[dtype_name](), lanes)
+            pointer_type = vector.as_pointer()
+            mask_type = ir.VectorType(ir.IntType(1), lanes)
+            i32 = ir.IntType(32)
+            suffix = f"v{lanes}{'f32' if dtype_name == 'float32' else 'f64'}.p0"
+            load = cgutils.get_or_insert_function(
+                b.module,
+                ir.FunctionType(vector, [pointer_type, i32, mask_type, vector]),
+                f"llvm.masked.load.{suffix}",
+            )
+            store = cgutils.get_or_insert_function(
+                b.module,
+                ir.FunctionType(ir.VoidType(), [vector, pointer_type, i32, mask_type]),
+                f"llvm.masked.store.{suffix}",
+            )
+            align = ir.Constant(i32, 4 if dtype_name == "float32" else 8)
+            zero = ir.Constant(vector, [0.0] * lanes)
+            out_base = b.gep(context.make_array(arrays[0])(context, b, out_a).data, [out_off])
+            res_base = b.gep(context.make_array(arrays[2])(context, b, res_a).data, [res_off])
+            lane_index = ir.Constant(ir.VectorType(intp, lanes), list(range(lanes)))
+            index_undef = ir.Constant(ir.VectorType(intp, lanes), ir.Undefined)
+            splat = ir.Constant(ir.VectorType(i32, lanes), [0] * lanes)
+
+            entry = b.basic_block
+            loop = b.append_basic_block("epilogue_run.loop")
+            done = b.append_basic_block("epilogue_run.done")
+            b.cbranch(b.icmp_signed(">", count_v, ir.Constant(intp, 0)), loop, done)
+            b.position_at_end(loop)
+            j = b.phi(intp)
+            j.add_incoming(ir.Constant(intp, 0), entry)
+            remaining = b.sub(count_v, j)
+            mask = b.icmp_signed(
+                "<",
+                lane_index,
+                b.shuffle_vector(
+                    b.insert_element(index_undef, remaining, ir.Constant(i32, 0)),
+                    index_undef,
+                    splat,
+                ),
+            )
+            out_pointer = b.bitcast(b.gep(out_base, [j]), pointer_type)
+            value = b.call(load, [out_pointer, align, mask, zero])
+
+            def residual_of(_):
+                pointer = b.bitcast(b.gep(res_base, [j]), pointer_type)
+                return b.call(load, [pointer, align, mask, zero])
+
+            (result,) = emit_epilogue(b, [value], residual_of, activation_v, has_residual_v)
+            b.call(store, [result, out_pointer, align, mask])
+            following = b.add(j, ir.Constant(intp, lanes))
+            j.add_incoming(following, b.basic_block)
+            b.cbranch(b.icmp_signed("<", following, count_v), loop, done)
+            b.position_at_end(done)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return epilogue_run
