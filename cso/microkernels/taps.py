@@ -11,8 +11,8 @@ row of one channel, held in ``vectors`` registers of ``VL`` lanes::
 for ``j < count`` (``t < taps``), then the fused epilogue in registers
 (:mod:`.epilogue`): ``out[out_offset + j] = act(out[out_offset + j] +
 residual[residual_offset + j])``, the residual read only when
-``has_residual`` and ``act`` numbered by ``activation`` (0: none).  ``offsets[t]`` is where tap ``t``'s input
-row segment starts relative to the output's: the packing
+``has_residual`` and ``act`` numbered by ``activation`` (0: none).
+``offsets[t]`` is where tap ``t``'s input row segment starts relative to the output's: the packing
 (:mod:`cso.packing.depthwise`) lays each input channel out so that every
 tap, whatever the stride and dilation, reads a *contiguous* run, and pads
 it with zeros so that the ``vectors * VL`` loads of every call are in
