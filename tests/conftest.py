@@ -2,6 +2,7 @@
 
 import hashlib
 import json
+import math
 
 import numpy as np
 import pytest
@@ -20,6 +21,37 @@ AVX512_CORE = cso.Hardware(
     vector_registers=32,
     cores=2,
 )
+
+
+def activate(name, x):
+    """The float64 reference of a fused activation (None: the identity),
+    written from PyTorch's definitions."""
+    x = np.asarray(x, dtype=np.float64)
+    with np.errstate(over="ignore"):
+        sigmoid = 1.0 / (1.0 + np.exp(-x))
+    hardsigmoid = np.clip(x / 6.0 + 0.5, 0.0, 1.0)
+    if name == "gelu":
+        erf = np.vectorize(math.erf, otypes=[np.float64])
+        return 0.5 * x * (1.0 + erf(x / math.sqrt(2.0)))
+    return {
+        None: x,
+        "relu": np.maximum(x, 0.0),
+        "relu6": np.clip(x, 0.0, 6.0),
+        "sigmoid": sigmoid,
+        "silu": x * sigmoid,
+        "hardsigmoid": hardsigmoid,
+        "hardswish": x * hardsigmoid,
+    }[name]
+
+
+def activation_bound(before, bound, dtype):
+    """Bound on |act(computed) - act(exact)| given ``|computed - exact| <= bound``
+    before the activation (``before`` the exact value): every activation here
+    has slope at most 1.5 (hardswish's, at x = 3), and its own arithmetic adds
+    a few roundings of the result (16 units, and one absolute for sigmoid's
+    tails)."""
+    u = np.finfo(dtype).eps / 2
+    return 1.5 * bound + 16 * u * (np.abs(before) + 1)
 
 
 def error_bound(x, w, bias, dtype, **params):

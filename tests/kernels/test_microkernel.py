@@ -6,7 +6,9 @@ import numba
 import numpy as np
 import pytest
 
+from cso.analysis.choices import activation_code
 from cso.microkernels.outer_product import build_outer_product_kernel
+from conftest import activate, activation_bound
 
 SHAPES = [
     (14, 32, "float32", 16, "windows"),
@@ -26,12 +28,20 @@ SHAPES = [
 def _driver(nf, nwin, dtype_name, lanes, vector_operand="windows"):
     kernel = build_outer_product_kernel(nf, nwin, dtype_name, lanes, vector_operand)
 
-    # The intrinsic is callable only from jitted code: a pass-through of its 15 arguments.
+    # The intrinsic is callable only from jitted code: a pass-through of its 19
+    # arguments, the last four (the epilogue) none by default.
     @numba.njit
     def run(*args):
         kernel(*args)
 
-    return run
+    def call(*args, residual=None, residual_offset=0, activation=None):
+        has_residual = residual is not None
+        if residual is None:
+            residual = np.zeros(1, args[8].dtype)
+        run(*args, residual, residual_offset, activation_code(activation), has_residual)
+
+    call.inspect_asm = run.inspect_asm
+    return call
 
 
 @pytest.mark.parametrize("nf, nwin, dtype_name, lanes, vector_operand", SHAPES)
@@ -62,8 +72,23 @@ def test_kernel_matches_numpy(nf, nwin, dtype_name, lanes, vector_operand):
                 * np.finfo(dtype).eps
                 * (np.abs(matrix_a).T @ np.abs(matrix_b) + np.abs(old) + np.abs(bias[2:, None]) + 1)
             )
-            for overwrite, add_bias in ((True, False), (False, True), (False, False), (True, True)):
+            residual = rng.standard_normal(3 + nf * c_stride).astype(dtype)
+            residual_tile = residual[3:].reshape(nf, c_stride)[:, :nwin].astype(np.float64)
+            cases = [
+                (True, False, None, False),
+                (False, True, None, False),
+                (False, False, None, False),
+                (True, True, None, False),
+                (True, True, "relu", True),
+                (False, True, "silu", True),
+                (True, False, "hardswish", False),
+                (False, False, "gelu", True),
+            ]
+            for overwrite, add_bias, activation, with_residual in cases:
                 out = c.copy()
+                epilogue = {"activation": activation}
+                if with_residual:
+                    epilogue.update(residual=residual, residual_offset=3)
                 run(
                     depth,
                     a,
@@ -80,10 +105,18 @@ def test_kernel_matches_numpy(nf, nwin, dtype_name, lanes, vector_operand):
                     2,
                     overwrite,
                     add_bias,
+                    **epilogue,
                 )
                 tile = out[1:].reshape(nf, c_stride)
                 expected = product + (0 if overwrite else old) + (bias[2:, None] if add_bias else 0)
-                assert np.all(np.abs(tile[:, :nwin] - expected) <= tolerance)
+                bound = tolerance
+                if with_residual:
+                    expected = expected + residual_tile
+                    bound = bound + np.finfo(dtype).eps * np.abs(residual_tile)
+                if activation is not None:
+                    bound = activation_bound(expected, bound, dtype)
+                    expected = activate(activation, expected)
+                assert np.all(np.abs(tile[:, :nwin] - expected) <= bound), (activation, overwrite)
                 # Nothing outside the tile is touched.
                 assert np.array_equal(tile[:, nwin:], c[1:].reshape(nf, c_stride)[:, nwin:])
                 assert out[0] == c[0]
@@ -181,7 +214,10 @@ def test_dot_product_kernel_matches_numpy(nf, nwin, dtype_name, lanes):
     kernel = build_outer_product_kernel(nf, nwin, dtype_name, lanes, "reduction")
 
     @numba.njit
-    def run(depth, f, f_stride, x, x_stride, out, out_stride, bias, overwrite, add_bias):
+    def run(
+        depth, f, f_stride, x, x_stride, out, out_stride, bias, overwrite, add_bias, residual,
+        activation, has_residual,
+    ):  # fmt: skip
         kernel(
             depth,
             f,
@@ -198,6 +234,10 @@ def test_dot_product_kernel_matches_numpy(nf, nwin, dtype_name, lanes):
             1,
             overwrite,
             add_bias,
+            residual,
+            1,
+            activation,
+            has_residual,
         )
 
     dtype = np.dtype(dtype_name)
@@ -216,14 +256,29 @@ def test_dot_product_kernel_matches_numpy(nf, nwin, dtype_name, lanes):
             * np.finfo(dtype).eps
             * (np.abs(rows) @ np.abs(windows).T + np.abs(old[:, :nwin]) + np.abs(bias[1:, None]))
         )
-        for overwrite, add_bias in ((True, False), (False, True)):
+        residual = rng.standard_normal(1 + nf * out_stride).astype(dtype)
+        residual_tile = residual[1:].reshape(nf, out_stride)[:, :nwin].astype(np.float64)
+        for overwrite, add_bias, activation, has_residual in (
+            (True, False, None, False),
+            (False, True, None, False),
+            (False, True, "sigmoid", True),
+            (True, False, "relu6", False),
+        ):
             result = out.copy()
-            run(depth, f, f_stride, x, x_stride, result, out_stride, bias, overwrite, add_bias)
+            run(
+                depth, f, f_stride, x, x_stride, result, out_stride, bias, overwrite, add_bias,
+                residual, activation_code(activation), has_residual,
+            )  # fmt: skip
             tile = result[1:].reshape(nf, out_stride)
             expected = (
                 rows @ windows.T
                 + (bias[1:, None] if add_bias else 0)
                 + (0 if overwrite else old[:, :nwin])
+                + (residual_tile if has_residual else 0)
             )
-            assert np.all(np.abs(tile[:, :nwin] - expected) <= tolerance)
+            bound = tolerance + np.finfo(dtype).eps * np.abs(residual_tile)
+            if activation is not None:
+                bound = activation_bound(expected, bound, dtype)
+                expected = activate(activation, expected)
+            assert np.all(np.abs(tile[:, :nwin] - expected) <= bound)
             assert np.array_equal(tile[:, nwin:], old[:, nwin:]) and result[0] == out[0]

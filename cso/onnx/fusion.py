@@ -1,0 +1,186 @@
+"""Graph rewriting: each ``Conv`` takes in what follows it.
+
+For every ``Conv`` whose output is read by one node only (and is not a graph
+output), in this order:
+
+1. a ``BatchNormalization`` with constant parameters is folded into the
+   filters and bias: ``w' = w * s``, ``b' = (b - mean) * s + beta`` with
+   ``s = gamma / sqrt(var + epsilon)`` per output channel;
+2. an ``Add`` of another value becomes the convolution's residual;
+3. an activation becomes its epilogue's: ``Relu``; ``Clip`` to [0, 6]
+   (relu6) or [0, inf) (relu); ``Sigmoid``; ``Sigmoid`` then ``Mul`` by the
+   convolution's own output (silu); ``HardSigmoid`` with PyTorch's
+   alpha = 1/6, beta = 1/2; ``HardSwish``.
+
+The fused convolution runs where the last node it took in stood, so the
+residual has been computed by then; nothing else read its intermediate
+values.  The ``Add`` and activation nodes are kept beside it
+(``FusedConv.absorbed``), to run in NumPy should the residual turn out at run
+time not to have the output's shape (a broadcast add).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .graph import Graph, Node
+
+
+@dataclass
+class FusedConv:
+    """A ``Conv`` node and what it took in."""
+
+    node: Node
+    weights: np.ndarray  # constant filters (BN folded in), or None when computed
+    bias: np.ndarray  # constant bias, or None
+    output: str
+    activation: str = None
+    residual: str = None
+    absorbed: list = field(default_factory=list)  # Add and activation nodes
+    folded: list = field(default_factory=list)  # BatchNormalization nodes
+
+    def describe(self) -> str:
+        taken = [n.op_type for n in self.folded + self.absorbed]
+        return self.node.describe() + (f" (+ {' + '.join(taken)})" if taken else "")
+
+
+def fuse(graph: Graph) -> list:
+    """The steps to run: ``graph.nodes`` with each ``Conv`` (and what it took
+    in) replaced by a :class:`FusedConv`, in an order that computes every
+    value before it is read."""
+    nodes = graph.nodes
+    constants = graph.constants
+    position = {id(node): index for index, node in enumerate(nodes)}
+    consumers = defaultdict(list)
+    for node in nodes:
+        for name in set(node.inputs):
+            if name:
+                consumers[name].append(node)
+    graph_outputs = {value.name for value in graph.outputs}
+
+    def sole_consumer(name):
+        readers = consumers.get(name, [])
+        if name in graph_outputs or len(readers) != 1:
+            return None
+        return readers[0]
+
+    placed = {}  # position -> FusedConv
+    taken = set()
+    for node in nodes:
+        if node.op_type != "Conv" or id(node) in taken:
+            continue
+        weights = constants.get(node.inputs[1])
+        bias_name = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else None
+        bias = constants.get(bias_name) if bias_name else None
+        step = FusedConv(node, weights, bias, node.outputs[0])
+        last = position[id(node)]
+
+        following = sole_consumer(step.output)
+        if following is not None and following.op_type == "BatchNormalization":
+            folded = _fold_batch_norm(step, following, constants, bias_name)
+            if folded:
+                taken.add(id(following))
+                last = max(last, position[id(following)])
+
+        following = sole_consumer(step.output)
+        if following is not None and following.op_type == "Add":
+            a, b = following.inputs
+            other = b if a == step.output else a
+            if other != step.output:
+                step.residual = other
+                step.absorbed.append(following)
+                step.output = following.outputs[0]
+                taken.add(id(following))
+                last = max(last, position[id(following)])
+
+        activation, absorbed = _activation_after(step.output, sole_consumer, consumers, constants,
+                                                 graph_outputs)  # fmt: skip
+        if activation is not None:
+            step.activation = activation
+            step.absorbed.extend(absorbed)
+            step.output = absorbed[-1].outputs[0]
+            for absorbed_node in absorbed:
+                taken.add(id(absorbed_node))
+                last = max(last, position[id(absorbed_node)])
+        taken.add(id(node))
+        placed[last] = step
+
+    steps = []
+    for index, node in enumerate(nodes):
+        if index in placed:
+            steps.append(placed[index])
+        elif id(node) not in taken:
+            steps.append(node)
+    return steps
+
+
+def _fold_batch_norm(step: FusedConv, norm: Node, constants, bias_name) -> bool:
+    """Fold ``norm`` into ``step``'s constant filters and bias; False when it
+    cannot be (parameters not constant, or its training outputs are read)."""
+    parameters = [constants.get(name) for name in norm.inputs[1:5]]
+    if step.weights is None or any(p is None for p in parameters):
+        return False
+    if bias_name is not None and step.bias is None:
+        return False
+    if any(name for name in norm.outputs[1:]):
+        return False
+    gamma, beta, mean, variance = (np.asarray(p, dtype=np.float64) for p in parameters)
+    epsilon = float(norm.attributes.get("epsilon", 1e-5))
+    scale = gamma / np.sqrt(variance + epsilon)
+    dtype = step.weights.dtype
+    bias = np.zeros(step.weights.shape[0]) if step.bias is None else step.bias.astype(np.float64)
+    step.weights = (step.weights.astype(np.float64) * scale[:, None, None, None]).astype(dtype)
+    step.bias = ((bias - mean) * scale + beta).astype(dtype)
+    step.output = norm.outputs[0]
+    step.folded.append(norm)
+    return True
+
+
+def _constant_scalar(name, constants):
+    if not name or name not in constants:
+        return None
+    value = np.asarray(constants[name])
+    return float(value.reshape(-1)[0]) if value.size == 1 else None
+
+
+def _activation_after(value, sole_consumer, consumers, constants, graph_outputs):
+    """``(activation, nodes)`` applied to ``value`` by the nodes after it, or ``(None, [])``."""
+    following = sole_consumer(value)
+    if following is not None:
+        op = following.op_type
+        if op == "Relu":
+            return "relu", [following]
+        if op == "HardSwish":
+            return "hardswish", [following]
+        if op == "HardSigmoid":
+            alpha = following.attributes.get("alpha", 0.2)
+            beta = following.attributes.get("beta", 0.5)
+            if abs(alpha - 1 / 6) < 1e-6 and abs(beta - 0.5) < 1e-6:
+                return "hardsigmoid", [following]
+        if op == "Clip":
+            inputs = following.inputs
+            low = _constant_scalar(inputs[1] if len(inputs) > 1 else "", constants)
+            high = _constant_scalar(inputs[2] if len(inputs) > 2 else "", constants)
+            low = following.attributes.get("min", low)
+            high = following.attributes.get("max", high)
+            if low == 0.0 and high == 6.0:
+                return "relu6", [following]
+            if low == 0.0 and high is None and not (len(inputs) > 2 and inputs[2]):
+                return "relu", [following]
+        if op == "Sigmoid":
+            return "sigmoid", [following]
+    # silu: x * sigmoid(x), x read by exactly the Sigmoid and the Mul.
+    readers = consumers.get(value, [])
+    if value in graph_outputs or len(readers) != 2:
+        return None, []
+    sigmoid = next((n for n in readers if n.op_type == "Sigmoid"), None)
+    multiply = next((n for n in readers if n.op_type == "Mul"), None)
+    if sigmoid is None or multiply is None:
+        return None, []
+    gate = sigmoid.outputs[0]
+    if sole_consumer(gate) is multiply and sorted(multiply.inputs) == sorted([value, gate]):
+        return "silu", [sigmoid, multiply]
+    return None, []

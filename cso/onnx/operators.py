@@ -1,0 +1,383 @@
+"""The operators other than ``Conv``, in NumPy, as the ONNX specification defines them.
+
+Each is ``operator(inputs, attributes) -> list of outputs``: ``inputs`` the
+node's input arrays in order (None for an omitted optional input),
+``attributes`` a dict of Python values (:func:`cso.onnx.graph.attribute_values`).
+:data:`OPERATORS` maps op types to them; a model that uses any other op
+type is refused when its session is made.  Shape and element type follow
+NumPy's rules, which are ONNX's for the types ONNX allows together.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+
+
+class OperatorError(ValueError):
+    """A node's inputs or attributes that its operator cannot take."""
+
+
+_erf_ufunc = []
+
+
+def _erf_scalar(value):
+    return math.erf(value)
+
+
+def _erf(x):
+    """``erf`` elementwise, as a NumPy ufunc compiled by Numba on first use."""
+    if not _erf_ufunc:
+        _erf_ufunc.append(
+            numba.vectorize(["float32(float32)", "float64(float64)"], cache=True)(_erf_scalar)
+        )
+    return _erf_ufunc[0](x)
+
+
+def _unary(function):
+    def operator(inputs, attributes):
+        return [function(inputs[0])]
+
+    return operator
+
+
+def _binary(function):
+    def operator(inputs, attributes):
+        return [function(inputs[0], inputs[1])]
+
+    return operator
+
+
+def _divide(a, b):
+    if a.dtype.kind in "iu" and b.dtype.kind in "iu":
+        # ONNX's integer division truncates; NumPy's floor division rounds down.
+        return np.trunc(np.true_divide(a, b)).astype(np.result_type(a, b))
+    return np.divide(a, b)
+
+
+def _sigmoid(x):
+    with np.errstate(over="ignore"):
+        return (1.0 / (1.0 + np.exp(-x))).astype(x.dtype, copy=False)
+
+
+def _clip(inputs, attributes):
+    x = inputs[0]
+    low = inputs[1] if len(inputs) > 1 and inputs[1] is not None else attributes.get("min")
+    high = inputs[2] if len(inputs) > 2 and inputs[2] is not None else attributes.get("max")
+    if low is not None:
+        x = np.maximum(x, np.asarray(low, dtype=x.dtype))
+    if high is not None:
+        x = np.minimum(x, np.asarray(high, dtype=x.dtype))
+    return [x]
+
+
+def _hard_sigmoid(inputs, attributes):
+    x = inputs[0]
+    alpha, beta = attributes.get("alpha", 0.2), attributes.get("beta", 0.5)
+    return [np.clip(x * x.dtype.type(alpha) + x.dtype.type(beta), 0, 1).astype(x.dtype)]
+
+
+def _hard_swish(inputs, attributes):
+    x = inputs[0]
+    return [x * np.clip(x / x.dtype.type(6) + x.dtype.type(0.5), 0, 1).astype(x.dtype)]
+
+
+def _matmul(inputs, attributes):
+    return [np.matmul(inputs[0], inputs[1])]
+
+
+def _gemm(inputs, attributes):
+    a, b = inputs[0], inputs[1]
+    c = inputs[2] if len(inputs) > 2 else None
+    if attributes.get("transA", 0):
+        a = a.T
+    if attributes.get("transB", 0):
+        b = b.T
+    y = np.matmul(a, b)
+    alpha, beta = attributes.get("alpha", 1.0), attributes.get("beta", 1.0)
+    if alpha != 1.0:
+        y = y * y.dtype.type(alpha)
+    if c is not None:
+        y = y + (c if beta == 1.0 else c * c.dtype.type(beta))
+    return [y.astype(np.result_type(inputs[0], inputs[1]), copy=False)]
+
+
+def _pool_geometry(x, attributes, kernel):
+    """``(pads_begin, pads_end, strides, dilations, output sizes, extra end
+    padding)`` of a pooling over ``x``'s spatial axes (ONNX's pooling rules,
+    ``auto_pad`` and ``ceil_mode`` included)."""
+    spatial = x.shape[2:]
+    rank = len(spatial)
+    strides = list(attributes.get("strides", [1] * rank))
+    dilations = list(attributes.get("dilations", [1] * rank))
+    pads = list(attributes.get("pads", [0] * (2 * rank)))
+    auto_pad = attributes.get("auto_pad", "NOTSET")
+    if isinstance(auto_pad, bytes):
+        auto_pad = auto_pad.decode()
+    if len(kernel) != rank or len(strides) != rank or len(pads) != 2 * rank:
+        raise OperatorError(
+            f"kernel_shape, strides and pads must have {rank}, {rank} and {2 * rank} entries "
+            f"for a {x.ndim}-D input, got {kernel}, {strides}, {pads}"
+        )
+    begin, end = pads[:rank], pads[rank:]
+    ceil = bool(attributes.get("ceil_mode", 0))
+    outputs = []
+    for axis in range(rank):
+        extent = dilations[axis] * (kernel[axis] - 1) + 1
+        if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+            out = -(-spatial[axis] // strides[axis])
+            total = max(0, (out - 1) * strides[axis] + extent - spatial[axis])
+            small, large = total // 2, total - total // 2
+            begin[axis], end[axis] = (small, large) if auto_pad == "SAME_UPPER" else (large, small)
+        elif auto_pad == "VALID":
+            begin[axis] = end[axis] = 0
+        span = spatial[axis] + begin[axis] + end[axis] - extent
+        if span < 0:
+            raise OperatorError(
+                f"the pooling window ({extent}) is larger than the padded input along axis "
+                f"{axis + 2} ({spatial[axis] + begin[axis] + end[axis]})"
+            )
+        out = (-(-span // strides[axis]) if ceil else span // strides[axis]) + 1
+        if ceil and (out - 1) * strides[axis] >= spatial[axis] + begin[axis]:
+            out -= 1  # the last window must start inside the input or its left padding
+        outputs.append(out)
+    extra = [
+        max(0, (outputs[a] - 1) * strides[a] + dilations[a] * (kernel[a] - 1) + 1
+            - (spatial[a] + begin[a] + end[a]))
+        for a in range(rank)
+    ]  # fmt: skip
+    return begin, end, strides, dilations, outputs, extra
+
+
+def _pool_windows(padded, kernel, strides, dilations, outputs):
+    """Yield, for every kernel offset, the strided view of ``padded`` it reads."""
+    for offset in np.ndindex(*kernel):
+        index = [slice(None), slice(None)]
+        for axis, k in enumerate(offset):
+            start = k * dilations[axis]
+            stop = start + (outputs[axis] - 1) * strides[axis] + 1
+            index.append(slice(start, stop, strides[axis]))
+        yield padded[tuple(index)]
+
+
+def _max_pool(inputs, attributes):
+    x = inputs[0]
+    kernel = list(attributes["kernel_shape"])
+    begin, end, strides, dilations, outputs, extra = _pool_geometry(x, attributes, kernel)
+    lowest = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+    widths = [(0, 0), (0, 0)] + [(b, e + x_) for b, e, x_ in zip(begin, end, extra)]
+    padded = np.pad(x, widths, constant_values=lowest)
+    result = None
+    for view in _pool_windows(padded, kernel, strides, dilations, outputs):
+        result = view.copy() if result is None else np.maximum(result, view, out=result)
+    return [result]
+
+
+def _average_pool(inputs, attributes):
+    x = inputs[0]
+    kernel = list(attributes["kernel_shape"])
+    begin, end, strides, dilations, outputs, extra = _pool_geometry(x, attributes, kernel)
+    widths = [(0, 0), (0, 0)] + [(b, e + x_) for b, e, x_ in zip(begin, end, extra)]
+    padded = np.pad(x, widths)
+    # What each window divides by: the input's elements, and the explicit
+    # padding's when count_include_pad (never the ceil_mode extension).
+    counted = np.pad(np.ones((1, 1) + x.shape[2:], x.dtype), widths)
+    if attributes.get("count_include_pad", 0):
+        counted = np.pad(
+            np.ones((1, 1) + tuple(s + b + e for s, b, e in zip(x.shape[2:], begin, end)), x.dtype),
+            [(0, 0), (0, 0)] + [(0, e) for e in extra],
+        )
+    total = np.zeros(x.shape[:2] + tuple(outputs), x.dtype)
+    count = np.zeros((1, 1) + tuple(outputs), x.dtype)
+    for view, ones in zip(
+        _pool_windows(padded, kernel, strides, dilations, outputs),
+        _pool_windows(counted, kernel, strides, dilations, outputs),
+    ):
+        total += view
+        count += ones
+    return [(total / count).astype(x.dtype, copy=False)]
+
+
+def _global_average_pool(inputs, attributes):
+    x = inputs[0]
+    return [x.mean(axis=tuple(range(2, x.ndim)), keepdims=True, dtype=x.dtype)]
+
+
+def _axes(inputs, attributes, position=1):
+    """The ``axes`` of a node: its input at ``position`` (newer opsets) or its
+    attribute (older), or None."""
+    if len(inputs) > position and inputs[position] is not None:
+        return [int(a) for a in np.asarray(inputs[position]).reshape(-1)]
+    axes = attributes.get("axes")
+    return None if axes is None else [int(a) for a in axes]
+
+
+def _reduce_mean(inputs, attributes):
+    x = inputs[0]
+    axes = _axes(inputs, attributes)
+    keepdims = bool(attributes.get("keepdims", 1))
+    if not axes:
+        if attributes.get("noop_with_empty_axes", 0):
+            return [x]
+        axes = list(range(x.ndim))
+    result = np.mean(x, axis=tuple(axes), keepdims=keepdims)
+    return [np.asarray(result, dtype=x.dtype)]
+
+
+def _concat(inputs, attributes):
+    return [np.concatenate(inputs, axis=attributes["axis"])]
+
+
+def _slice(inputs, attributes):
+    x = inputs[0]
+    if len(inputs) > 1:
+        starts = np.asarray(inputs[1]).reshape(-1)
+        ends = np.asarray(inputs[2]).reshape(-1)
+        axes = inputs[3] if len(inputs) > 3 and inputs[3] is not None else range(len(starts))
+        steps = inputs[4] if len(inputs) > 4 and inputs[4] is not None else [1] * len(starts)
+    else:  # opset < 10: attributes
+        starts, ends = attributes["starts"], attributes["ends"]
+        axes = attributes.get("axes", range(len(starts)))
+        steps = [1] * len(starts)
+    index = [slice(None)] * x.ndim
+    for start, stop, axis, step in zip(starts, ends, np.asarray(axes).reshape(-1), steps):
+        if int(step) == 0:
+            raise OperatorError("steps must not be 0")
+        index[int(axis)] = slice(int(start), int(stop), int(step))
+    return [x[tuple(index)]]
+
+
+def _reshape(inputs, attributes):
+    x, shape = inputs[0], [int(s) for s in np.asarray(inputs[1]).reshape(-1)]
+    if not attributes.get("allowzero", 0):
+        shape = [x.shape[i] if s == 0 else s for i, s in enumerate(shape)]
+    try:
+        return [x.reshape(shape)]
+    except ValueError as error:
+        raise OperatorError(f"cannot reshape {x.shape} to {shape}: {error}") from None
+
+
+def _flatten(inputs, attributes):
+    x = inputs[0]
+    axis = attributes.get("axis", 1)
+    axis = axis + x.ndim if axis < 0 else axis
+    rows = int(np.prod(x.shape[:axis], dtype=np.int64))
+    return [x.reshape(rows, -1) if x.size else x.reshape(rows, int(np.prod(x.shape[axis:])))]
+
+
+def _transpose(inputs, attributes):
+    perm = attributes.get("perm")
+    return [np.transpose(inputs[0], perm)]
+
+
+def _shape(inputs, attributes):
+    shape = np.array(inputs[0].shape, dtype=np.int64)
+    start, end = attributes.get("start", 0), attributes.get("end")
+    return [shape[start:end]]
+
+
+def _gather(inputs, attributes):
+    return [np.take(inputs[0], np.asarray(inputs[1], dtype=np.int64), axis=attributes.get("axis", 0))]
+
+
+def _unsqueeze(inputs, attributes):
+    x = inputs[0]
+    axes = sorted(a + x.ndim + len(_axes(inputs, attributes)) if a < 0 else a
+                  for a in _axes(inputs, attributes))  # fmt: skip
+    for axis in axes:
+        x = np.expand_dims(x, axis)
+    return [x]
+
+
+def _squeeze(inputs, attributes):
+    axes = _axes(inputs, attributes)
+    return [np.squeeze(inputs[0], axis=None if axes is None else tuple(axes))]
+
+
+def _layer_normalization(inputs, attributes):
+    x, scale = inputs[0], inputs[1]
+    bias = inputs[2] if len(inputs) > 2 else None
+    axis = attributes.get("axis", -1)
+    axis = axis + x.ndim if axis < 0 else axis
+    epsilon = attributes.get("epsilon", 1e-5)
+    axes = tuple(range(axis, x.ndim))
+    wide = x.astype(np.float64)
+    mean = wide.mean(axis=axes, keepdims=True)
+    inverse = 1.0 / np.sqrt(((wide - mean) ** 2).mean(axis=axes, keepdims=True) + epsilon)
+    y = (wide - mean) * inverse * scale
+    if bias is not None:
+        y = y + bias
+    return [y.astype(x.dtype), mean.astype(x.dtype), inverse.astype(x.dtype)]
+
+
+def _softmax(inputs, attributes):
+    x = inputs[0]
+    axis = attributes.get("axis", -1)
+    shifted = np.exp(x - x.max(axis=axis, keepdims=True))
+    return [(shifted / shifted.sum(axis=axis, keepdims=True)).astype(x.dtype, copy=False)]
+
+
+def _batch_normalization(inputs, attributes):
+    x, scale, bias, mean, variance = inputs[:5]
+    epsilon = attributes.get("epsilon", 1e-5)
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    factor = (scale / np.sqrt(variance + x.dtype.type(epsilon))).astype(x.dtype)
+    shift = (bias - mean * factor).astype(x.dtype)
+    return [x * factor.reshape(shape) + shift.reshape(shape)]
+
+
+def _cast(inputs, attributes):
+    from onnx import helper
+
+    return [inputs[0].astype(helper.tensor_dtype_to_np_dtype(attributes["to"]))]
+
+
+def _identity(inputs, attributes):
+    return [inputs[0]]
+
+
+def _dropout(inputs, attributes):
+    # Inference: the input unchanged, and a mask of ones when asked for.
+    return [inputs[0], np.ones(inputs[0].shape, dtype=bool)]
+
+
+OPERATORS = {
+    "Relu": _unary(lambda x: np.maximum(x, x.dtype.type(0))),
+    "Sigmoid": _unary(_sigmoid),
+    "Tanh": _unary(np.tanh),
+    "Exp": _unary(np.exp),
+    "Sqrt": _unary(np.sqrt),
+    "Neg": _unary(np.negative),
+    "Erf": _unary(_erf),
+    "Clip": _clip,
+    "HardSigmoid": _hard_sigmoid,
+    "HardSwish": _hard_swish,
+    "Add": _binary(np.add),
+    "Sub": _binary(np.subtract),
+    "Mul": _binary(np.multiply),
+    "Div": _binary(_divide),
+    "Pow": _binary(lambda a, b: np.power(a, b).astype(a.dtype, copy=False)),
+    "MatMul": _matmul,
+    "Gemm": _gemm,
+    "MaxPool": _max_pool,
+    "AveragePool": _average_pool,
+    "GlobalAveragePool": _global_average_pool,
+    "ReduceMean": _reduce_mean,
+    "Concat": _concat,
+    "Slice": _slice,
+    "Reshape": _reshape,
+    "Flatten": _flatten,
+    "Transpose": _transpose,
+    "Shape": _shape,
+    "Gather": _gather,
+    "Unsqueeze": _unsqueeze,
+    "Squeeze": _squeeze,
+    "LayerNormalization": _layer_normalization,
+    "Softmax": _softmax,
+    "BatchNormalization": _batch_normalization,
+    "Cast": _cast,
+    "Identity": _identity,
+    "Dropout": _dropout,
+}
