@@ -61,14 +61,15 @@ def fuse(graph: Graph) -> list:
                 consumers[name].append(node)
     graph_outputs = {value.name for value in graph.outputs}
 
+    placed = {}  # position -> FusedConv
+    taken = set()  # ids of the nodes a FusedConv stands for
+
     def sole_consumer(name):
         readers = consumers.get(name, [])
-        if name in graph_outputs or len(readers) != 1:
+        if name in graph_outputs or len(readers) != 1 or id(readers[0]) in taken:
             return None
         return readers[0]
 
-    placed = {}  # position -> FusedConv
-    taken = set()
     for node in nodes:
         if node.op_type != "Conv" or id(node) in taken:
             continue

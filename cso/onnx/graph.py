@@ -182,6 +182,30 @@ def read_graph(model) -> Graph:
     return Graph(inputs, outputs, constants, nodes, shapes, opset)
 
 
+# Nodes whose inputs are all constants are computed when the model is read;
+# an Identity of an initializer (exporters write them for shared weights) is
+# how a Conv's filters often arrive.  Large results are left to run time.
+_FOLDED_ELEMENTS = 1 << 20
+
+
+def fold_constants(graph: Graph, run_node) -> None:
+    """Compute, once, every node of ``graph`` that reads only constants (and
+    writes at most ``2**20`` elements), adding its outputs to the constants."""
+    kept = []
+    for node in graph.nodes:
+        if node.op_type != "Conv" and all(
+            not name or name in graph.constants for name in node.inputs
+        ):
+            values = dict(graph.constants)
+            run_node(node, values)
+            outputs = {name: values[name] for name in node.outputs if name}
+            if all(np.asarray(v).size <= _FOLDED_ELEMENTS for v in outputs.values()):
+                graph.constants.update(outputs)
+                continue
+        kept.append(node)
+    graph.nodes = kept
+
+
 def _value_info(value) -> ValueInfo:
     from onnx import helper
 

@@ -1,0 +1,168 @@
+"""A fused ``Conv`` step of a session: ONNX's attributes in cso's terms, the
+filters packed once per input shape, and the call with its epilogue.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..conv import conv2d
+from ..packed import pack_filters
+from .fusion import FusedConv
+from .graph import ModelError
+from .operators import OPERATORS
+
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+class ConvStep:
+    """Runs one :class:`~cso.onnx.fusion.FusedConv` on ``threads`` workers.
+
+    Constant filters are packed (:func:`cso.pack_filters`) for each input
+    shape the step meets, once: at session creation for the shape that
+    shape inference gives (a symbolic batch taken as 1), on first use for
+    any other.  Packed filters replan a new batch size by themselves.
+    """
+
+    def __init__(self, step: FusedConv, threads: int):
+        self.step = step
+        self.threads = threads
+        node = step.node
+        attributes = node.attributes
+        if step.weights is not None:
+            if step.weights.ndim != 4:
+                raise ModelError(
+                    f"{node.describe()}: only 2-D convolutions are supported, got filters of "
+                    f"shape {step.weights.shape}"
+                )
+            if step.weights.dtype not in _FLOATS:
+                raise ModelError(
+                    f"{node.describe()}: filters must be float32 or float64, got "
+                    f"{step.weights.dtype}"
+                )
+            kernel = attributes.get("kernel_shape")
+            if kernel is not None and tuple(kernel) != step.weights.shape[2:]:
+                raise ModelError(
+                    f"{node.describe()}: kernel_shape {tuple(kernel)} differs from the "
+                    f"filters' {step.weights.shape[2:]}"
+                )
+        self.strides = tuple(attributes.get("strides", (1, 1)))
+        self.dilations = tuple(attributes.get("dilations", (1, 1)))
+        self.groups = int(attributes.get("group", 1))
+        self.auto_pad = attributes.get("auto_pad", "NOTSET")
+        pads = tuple(attributes.get("pads", (0, 0, 0, 0)))
+        if len(self.strides) != 2 or len(self.dilations) != 2 or len(pads) != 4:
+            raise ModelError(
+                f"{node.describe()}: strides, dilations and pads must have 2, 2 and 4 entries "
+                f"for a 2-D convolution, got {self.strides}, {self.dilations}, {pads}"
+            )
+        if self.auto_pad not in ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"):
+            raise ModelError(f"{node.describe()}: auto_pad {self.auto_pad!r} is not known")
+        self.pads = ((pads[0], pads[2]), (pads[1], pads[3]))
+        self._packed = {}
+
+    def padding(self, input_shape, kernel):
+        """``((top, bottom), (left, right))`` for an input of ``input_shape``
+        and filters of ``kernel`` (R, S)."""
+        if self.auto_pad == "NOTSET":
+            return self.pads
+        if self.auto_pad == "VALID":
+            return ((0, 0), (0, 0))
+        pairs = []
+        for extent, size, stride, dilation in zip(
+            input_shape[2:], kernel, self.strides, self.dilations
+        ):
+            out = -(-extent // stride)
+            total = max(0, (out - 1) * stride + dilation * (size - 1) + 1 - extent)
+            small, large = total // 2, total - total // 2
+            pairs.append((small, large) if self.auto_pad == "SAME_UPPER" else (large, small))
+        return tuple(pairs)
+
+    def prepare(self, input_shape, dtype) -> None:
+        """Pack the constant filters for inputs of ``input_shape`` and ``dtype``."""
+        if self.step.weights is None:
+            return
+        key = (tuple(input_shape[1:]), np.dtype(dtype))
+        if key in self._packed:
+            return
+        self._packed[key] = pack_filters(
+            self.step.weights,
+            tuple(input_shape),
+            stride=self.strides,
+            padding=self.padding(input_shape, self.step.weights.shape[2:]),
+            dilation=self.dilations,
+            groups=self.groups,
+            bias=self.step.bias,
+            dtype=np.result_type(dtype, self.step.weights.dtype, np.float32),
+            threads=self.threads,
+        )
+
+    def run(self, values: dict) -> None:
+        """Compute the step's output into ``values`` from the values it reads."""
+        step = self.step
+        node = step.node
+        x = values[node.inputs[0]]
+        if x.ndim != 4 or x.dtype not in _FLOATS:
+            raise ModelError(
+                f"{node.describe()}: input {node.inputs[0]!r} must be a 4-D float32 or float64 "
+                f"array, got {x.ndim}-D {x.dtype}"
+            )
+        residual = values[step.residual] if step.residual is not None else None
+        if step.weights is None:
+            weights = values[node.inputs[1]]
+            bias = values[node.inputs[2]] if len(node.inputs) > 2 and node.inputs[2] else None
+            arguments = dict(
+                w=weights,
+                bias=bias,
+                stride=self.strides,
+                padding=self.padding(x.shape, weights.shape[2:]),
+                dilation=self.dilations,
+                groups=self.groups,
+            )  # fmt: skip
+        else:
+            self.prepare(x.shape, x.dtype)
+            arguments = dict(w=self._packed[(tuple(x.shape[1:]), x.dtype)])
+        output_shape = None
+        if residual is not None:
+            output_shape = conv_output_shape(x.shape, arguments, self)
+        if residual is None or (residual.shape == output_shape and residual.dtype == x.dtype):
+            values[step.output] = conv2d(
+                x, **arguments, activation=step.activation, residual=residual,
+                threads=self.threads,
+            )  # fmt: skip
+            return
+        # A residual that broadcasts: the convolution alone, then the nodes it took in.
+        values[step.absorbed[0].inputs[0]] = conv2d(x, **arguments, threads=self.threads)
+        for absorbed in step.absorbed:
+            run_node(absorbed, values)
+
+
+def conv_output_shape(input_shape, arguments, step: ConvStep):
+    """``(N, K, P, Q)`` of the step's convolution of ``input_shape``."""
+    w = arguments["w"]
+    if hasattr(w, "plan"):
+        geometry = w.plan.geometry
+        k, p, q = geometry.output_shape[1:]
+        return (input_shape[0], k, p, q)
+    from ..geometry import make_geometry
+
+    geometry = make_geometry(
+        input_shape, w.shape, stride=arguments["stride"], padding=arguments["padding"],
+        dilation=arguments["dilation"], groups=arguments["groups"],
+    )  # fmt: skip
+    return geometry.output_shape
+
+
+def run_node(node, values: dict) -> None:
+    """Run an ONNX node (not a ``Conv``) in NumPy, its outputs into ``values``."""
+    inputs = [values[name] if name else None for name in node.inputs]
+    # Trailing omitted inputs are as good as absent.
+    while inputs and inputs[-1] is None:
+        inputs.pop()
+    try:
+        outputs = OPERATORS[node.op_type](inputs, node.attributes)
+    except (ValueError, TypeError, IndexError, KeyError) as error:
+        raise RuntimeError(f"{node.describe()} failed: {error}") from error
+    for name, value in zip(node.outputs, outputs):
+        if name:
+            values[name] = np.asarray(value)

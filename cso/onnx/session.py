@@ -1,0 +1,205 @@
+"""``InferenceSession``: an ONNX model run by cso, with onnxruntime's interface.
+
+Made once per model: the model is read and checked (:mod:`.graph`), each
+``Conv`` takes in the batch normalization, residual ``Add`` and activation
+after it (:mod:`.fusion`), and every convolution's filters are packed for
+the model's input shape (:mod:`.convolution`).  ``run`` checks the inputs
+against the model's before any work, then runs the steps in order, dropping
+each value after its last reader.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from ..checks import check_threads
+from ..executor import available_threads
+from .convolution import ConvStep, run_node
+from .fusion import FusedConv, fuse
+from .graph import ModelError, fold_constants, load_model, read_graph
+
+
+class NodeArg(NamedTuple):
+    """A model input or output as onnxruntime describes it: ``shape`` has an
+    int per fixed axis and a name (or None) per symbolic one; ``type`` is
+    e.g. ``"tensor(float)"``."""
+
+    name: str
+    shape: list
+    type: str
+
+
+class InferenceSession:
+    """Run an ONNX model with cso's convolutions.
+
+    Parameters
+    ----------
+    path_or_model : str, os.PathLike, bytes or onnx.ModelProto
+        The model: a file, its serialized bytes, or a loaded model.
+    threads : int, optional
+        Workers for the convolutions (default: all cores).
+
+    Raises
+    ------
+    ModelError
+        When the model cannot be read or run (an unsupported operator, an
+        input no node computes...), naming the node or value.
+
+    Examples
+    --------
+    >>> session = cso.onnx.InferenceSession("resnet50.onnx")  # doctest: +SKIP
+    >>> name = session.get_inputs()[0].name                   # doctest: +SKIP
+    >>> logits, = session.run(None, {name: images})            # doctest: +SKIP
+    """
+
+    def __init__(self, path_or_model, threads=None):
+        self.threads = check_threads(threads, available_threads())
+        graph = read_graph(load_model(path_or_model))
+        fold_constants(graph, run_node)
+        self._graph = graph
+        self._inputs = graph.inputs
+        self._outputs = graph.outputs
+        self._steps = []
+        for step in fuse(graph):
+            if isinstance(step, FusedConv):
+                conv = ConvStep(step, self.threads)
+                _prepare(conv, graph)
+                self._steps.append(conv)
+            else:
+                self._steps.append(step)
+        self._releases = _last_reads(self._steps, graph)
+
+    def get_inputs(self) -> list:
+        """The model's inputs, as :class:`NodeArg`."""
+        return [_node_arg(value) for value in self._inputs]
+
+    def get_outputs(self) -> list:
+        """The model's outputs, as :class:`NodeArg`."""
+        return [_node_arg(value) for value in self._outputs]
+
+    @property
+    def steps(self) -> list:
+        """What ``run`` does, one line per step: each fused convolution with
+        the nodes it took in, and the other operators."""
+        return [
+            step.step.describe() + (f" -> {step.step.activation}" if step.step.activation else "")
+            if isinstance(step, ConvStep)
+            else step.describe()
+            for step in self._steps
+        ]
+
+    def run(self, output_names, input_feed, run_options=None) -> list:
+        """Compute ``output_names`` (None: every output) from ``input_feed``,
+        a dict from input name to array.
+
+        Raises
+        ------
+        TypeError, ValueError
+            Before any work, naming the input or output that is wrong.
+        """
+        if run_options is not None:
+            raise ValueError("run_options is not supported by cso; pass None")
+        names = self._output_names(output_names)
+        values = dict(self._graph.constants)
+        values.update(self._check_feed(input_feed))
+        for step, releases in zip(self._steps, self._releases):
+            if isinstance(step, ConvStep):
+                step.run(values)
+            else:
+                run_node(step, values)
+            for name in releases:
+                values.pop(name, None)
+        return [values[name] for name in names]
+
+    def _output_names(self, output_names) -> list:
+        known = [value.name for value in self._outputs]
+        if output_names is None:
+            return known
+        if isinstance(output_names, str) or not all(isinstance(n, str) for n in output_names):
+            raise TypeError("output_names must be None or a list of output names")
+        for name in output_names:
+            if name not in known:
+                raise ValueError(f"output_names: {name!r} is not an output of the model ({known})")
+        return list(output_names)
+
+    def _check_feed(self, input_feed) -> dict:
+        if not isinstance(input_feed, dict):
+            raise TypeError(f"input_feed must be a dict of name: array, got {type(input_feed).__name__}")
+        expected = {value.name: value for value in self._inputs}
+        for name in input_feed:
+            if name not in expected:
+                raise ValueError(f"input_feed: {name!r} is not an input of the model ({list(expected)})")
+        feed = {}
+        for name, value in expected.items():
+            if name not in input_feed:
+                raise ValueError(f"input_feed: input {name!r} is missing")
+            array = input_feed[name]
+            if not isinstance(array, np.ndarray):
+                array = np.asarray(array)
+            if array.dtype != value.dtype:
+                raise ValueError(
+                    f"input {name!r} must be {value.dtype} ({value.type_name}), got {array.dtype}"
+                )
+            if value.shape is not None:
+                if array.ndim != len(value.shape) or any(
+                    isinstance(d, int) and d != s for d, s in zip(value.shape, array.shape)
+                ):
+                    raise ValueError(
+                        f"input {name!r} must have shape {_shape_text(value.shape)}, "
+                        f"got {array.shape}"
+                    )
+            feed[name] = array
+        return feed
+
+
+def _prepare(conv: ConvStep, graph) -> None:
+    """Pack ``conv``'s filters for the input shape shape inference gave, if
+    every axis but the batch is known (the batch taken as 1 when symbolic)."""
+    name = conv.step.node.inputs[0]
+    shape = graph.shapes.get(name)
+    if shape is None or len(shape) != 4 or not all(isinstance(d, int) for d in shape[1:]):
+        return
+    batch = shape[0] if isinstance(shape[0], int) and shape[0] > 0 else 1
+    source = next((v for v in graph.inputs if v.name == name), None)
+    dtype = source.dtype if source is not None else conv.step.weights.dtype
+    conv.prepare((batch,) + tuple(shape[1:]), dtype)
+
+
+def _last_reads(steps, graph) -> list:
+    """For each step, the values no later step reads (and no output is): dropped after it."""
+    keep = {value.name for value in graph.outputs} | set(graph.constants)
+    last = {}
+    for index, step in enumerate(steps):
+        node_inputs = _reads(step)
+        for name in node_inputs:
+            last[name] = index
+    releases = [[] for _ in steps]
+    for name, index in last.items():
+        if name and name not in keep:
+            releases[index].append(name)
+    return releases
+
+
+def _reads(step) -> list:
+    if isinstance(step, ConvStep):
+        names = list(step.step.node.inputs)
+        if step.step.residual is not None:
+            names.append(step.step.residual)
+        for absorbed in step.step.absorbed:
+            names.extend(absorbed.inputs)
+        return names
+    return list(step.inputs)
+
+
+def _node_arg(value) -> NodeArg:
+    shape = None if value.shape is None else list(value.shape)
+    return NodeArg(value.name, shape, value.type_name)
+
+
+def _shape_text(shape) -> str:
+    return "(" + ", ".join(str(d) if d is not None else "?" for d in shape) + ")"
+
+
+__all__ = ["InferenceSession", "NodeArg", "ModelError"]
