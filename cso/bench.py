@@ -272,6 +272,12 @@ def main(argv=None):
         default="resnet50",
         choices=list(MODELS),
     )
+    parser.add_argument(
+        "--onnx",
+        default=None,
+        metavar="MODEL.onnx",
+        help="time this whole model in cso and onnxruntime instead (needs cso[onnx])",
+    )
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=5)
@@ -303,6 +309,11 @@ def main(argv=None):
             argv if argv is not None else sys.argv[2:]
         )
         return subprocess.call(command, env=env)
+    if args.onnx is not None:
+        from .bench_onnx import run_onnx_benchmark
+
+        run_onnx_benchmark(args.onnx, args.threads, args.batch, peak=args.peak)
+        return 0
     run_benchmark(
         args.model,
         args.batch,

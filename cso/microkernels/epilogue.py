@@ -48,8 +48,14 @@ _EXP32 = {
     "high": 88.0,  # below float32's largest exp, so 2**n stays a normal number
     "ln2_hi": 0.693359375,
     "ln2_lo": -2.12194440e-4,
-    "poly": (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
-             1.6666665459e-1, 5.0000001201e-1),  # fmt: skip
+    "poly": (
+        1.9875691500e-4,
+        1.3981999507e-3,
+        8.3334519073e-3,
+        4.1665795894e-2,
+        1.6666665459e-1,
+        5.0000001201e-1,
+    ),  # fmt: skip
 }
 # Cephes exp (double): exp(r) = 1 + 2 r P(r^2) / (Q(r^2) - r P(r^2)).
 _EXP64 = {
@@ -58,8 +64,12 @@ _EXP64 = {
     "ln2_hi": 6.93145751953125e-1,
     "ln2_lo": 1.42860682030941723212e-6,
     "p": (1.26177193074810590878e-4, 3.02994407707441961300e-2, 9.99999999999999999910e-1),
-    "q": (3.00198505138664455042e-6, 2.52448340349684104192e-3, 2.27265548208155028766e-1,
-          2.00000000000000000009e0),  # fmt: skip
+    "q": (
+        3.00198505138664455042e-6,
+        2.52448340349684104192e-3,
+        2.27265548208155028766e-1,
+        2.00000000000000000009e0,
+    ),  # fmt: skip
 }
 _LOG2E = 1.4426950408889634
 
@@ -127,9 +137,7 @@ class _Arithmetic:
             p = self._polynomial(rr, table["p"])
             q = self._polynomial(rr, table["q"])
             px = b.fmul(r, p)
-            e = b.fadd(
-                self.const(1.0), b.fdiv(b.fmul(self.const(2.0), px), b.fsub(q, px))
-            )
+            e = b.fadd(self.const(1.0), b.fdiv(b.fmul(self.const(2.0), px), b.fsub(q, px)))
             bias, shift = 1023, 52
         else:
             p = self._polynomial(r, table["poly"])

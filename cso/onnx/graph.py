@@ -145,7 +145,9 @@ def read_graph(model) -> Graph:
             {a.name: _attribute(helper.get_attribute_value(a)) for a in proto.attribute},
         )
         if proto.domain not in ("", "ai.onnx"):
-            raise ModelError(f"{node.describe()}: operators of domain {proto.domain!r} are not supported")
+            raise ModelError(
+                f"{node.describe()}: operators of domain {proto.domain!r} are not supported"
+            )
         if node.op_type not in SUPPORTED:
             raise ModelError(
                 f"{node.describe()}: operator {node.op_type!r} is not supported "
@@ -213,7 +215,9 @@ def _value_info(value) -> ValueInfo:
     try:
         dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tensor.elem_type))
     except Exception:
-        raise ModelError(f"value {value.name!r}: element type {tensor.elem_type} is not supported") from None
+        raise ModelError(
+            f"value {value.name!r}: element type {tensor.elem_type} is not supported"
+        ) from None
     shape = None
     if tensor.HasField("shape"):
         shape = tuple(

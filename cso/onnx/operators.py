@@ -279,7 +279,9 @@ def _shape(inputs, attributes):
 
 
 def _gather(inputs, attributes):
-    return [np.take(inputs[0], np.asarray(inputs[1], dtype=np.int64), axis=attributes.get("axis", 0))]
+    return [
+        np.take(inputs[0], np.asarray(inputs[1], dtype=np.int64), axis=attributes.get("axis", 0))
+    ]
 
 
 def _unsqueeze(inputs, attributes):

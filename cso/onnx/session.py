@@ -126,11 +126,15 @@ class InferenceSession:
 
     def _check_feed(self, input_feed) -> dict:
         if not isinstance(input_feed, dict):
-            raise TypeError(f"input_feed must be a dict of name: array, got {type(input_feed).__name__}")
+            raise TypeError(
+                f"input_feed must be a dict of name: array, got {type(input_feed).__name__}"
+            )
         expected = {value.name: value for value in self._inputs}
         for name in input_feed:
             if name not in expected:
-                raise ValueError(f"input_feed: {name!r} is not an input of the model ({list(expected)})")
+                raise ValueError(
+                    f"input_feed: {name!r} is not an input of the model ({list(expected)})"
+                )
         feed = {}
         for name, value in expected.items():
             if name not in input_feed:
