@@ -126,6 +126,9 @@ class _Arithmetic:
         b = self.builder
         table = _EXP64 if self.double else _EXP32
         low, high = self.const(table["low"]), self.const(table["high"])
+        # Below the smallest normal the result is 0 (it would be a subnormal):
+        # so silu(-1e30) is -0, not -1e30 times the smallest normal.
+        underflow = b.fcmp_ordered("<", x, low)
         x = b.select(b.fcmp_ordered(">", x, low), x, low)  # NaN -> low
         x = self.clamp_above(x, high)
         floor = self.intrinsic("floor")
@@ -145,7 +148,7 @@ class _Arithmetic:
             bias, shift = 127, 23
         exponent = b.add(b.fptosi(n, self.int_type), self.int_const(bias))
         scale = b.bitcast(b.shl(exponent, self.int_const(shift)), self.type)
-        return b.fmul(e, scale)
+        return b.select(underflow, self.const(0.0), b.fmul(e, scale))
 
     def _polynomial(self, x, coefficients):
         """Horner's rule, highest power first."""
