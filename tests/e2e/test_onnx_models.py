@@ -74,8 +74,9 @@ def resnet_style():
         y = g.node("Relu", [g.conv(x, channels, 8, 1, bn=True)])
         y = g.node("Relu", [g.conv(y, 8, 8, 3, stride=stride, bn=True)])
         y = g.conv(y, 8, filters, 1, bn=True)
-        shortcut = x if stride == 1 and channels == filters else g.conv(x, channels, filters, 1,
-                                                                        stride=stride, bn=True)  # fmt: skip
+        shortcut = x
+        if stride != 1 or channels != filters:
+            shortcut = g.conv(x, channels, filters, 1, stride=stride, bn=True)
         x = g.node("Relu", [g.node("Add", [y, shortcut])])
     x = g.node("Flatten", [g.node("GlobalAveragePool", [x])], axis=1)
     w = g.constant(rng.standard_normal((10, 32)).astype(np.float32) * 0.3)
