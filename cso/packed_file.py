@@ -13,6 +13,9 @@ An ``.npz`` archive read with ``allow_pickle=False``.  Member
                        "dilation", "groups", "dtype", "has_bias",
                        "plan": Plan.to_dict(), "sha256": ...}}}
 
+and, when a model was saved with the layers (an ONNX session's packed
+state, :meth:`cso.onnx.InferenceSession.save`), ``"model": {"bytes": n,
+"sha256": ...}`` and member ``__model__``, the model's bytes as ``uint8``;
 and for each layer ``NAME``, member ``NAME/panels`` (1-D, the plan's filter
 panels, :mod:`cso.packing.filters`) and, with a bias, ``NAME/bias``.  A
 layer's SHA-256 covers its entry (every field but ``sha256``, as canonical
@@ -29,6 +32,7 @@ machine's micro-kernels.  Any failure raises :class:`PackedFormatError`.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 
@@ -48,6 +52,8 @@ FORMAT = "cso-packed-filters"
 FORMAT_VERSION = 3  # 2: the plan's hardware nests its cost weights; 3: checksums cover metadata
 _MAX_METADATA_BYTES = 64 * 1024 * 1024
 _METADATA = "__metadata__"
+_MODEL = "__model__"
+_MAX_MODEL_BYTES = 2**31 - 1  # protobuf's limit on one message
 
 
 class PackedFormatError(ValueError):
@@ -63,14 +69,15 @@ def _micro_kernel(plan: Plan) -> dict:
     }
 
 
-def save_packed(path, layers: dict) -> None:
-    """Write ``{name: PackedFilters}`` to ``path`` (an ``.npz``; see the module docstring)."""
+def save_packed(path, layers: dict, *, model: bytes = None) -> None:
+    """Write ``{name: PackedFilters}`` to ``path`` (an ``.npz``; see the module
+    docstring), with ``model``, the bytes of the model they belong to, if given."""
     if not isinstance(layers, dict) or not layers:
         raise ValueError("layers must be a non-empty dict of name -> PackedFilters")
     arrays, described, kernels = {}, {}, {}
     hardware = None
     for name, packed in layers.items():
-        if not isinstance(name, str) or not name or "/" in name or name == _METADATA:
+        if not isinstance(name, str) or not name or "/" in name or name in (_METADATA, _MODEL):
             raise ValueError(f"layer names must be non-empty strings without '/', got {name!r}")
         if not isinstance(packed, PackedFilters):
             raise TypeError(
@@ -90,6 +97,11 @@ def save_packed(path, layers: dict) -> None:
         "hardware": hardware.to_dict(),
         "layers": described,
     }
+    if model is not None:
+        if not isinstance(model, (bytes, bytearray)) or len(model) > _MAX_MODEL_BYTES:
+            raise TypeError("model must be None or the bytes of a model (at most 2 GiB)")
+        arrays[_MODEL] = np.frombuffer(bytes(model), dtype=np.uint8)
+        metadata["model"] = {"bytes": len(model), "sha256": hashlib.sha256(model).hexdigest()}
     arrays[_METADATA] = np.frombuffer(json.dumps(metadata).encode(), dtype=np.uint8)
     path = os.fspath(path)
     if os.path.isdir(path):
@@ -126,6 +138,12 @@ def load_packed(path, *, hardware=None) -> dict:
         The file is missing, truncated or damaged, of an unknown format
         version, fails a checksum, or was packed for another micro-kernel.
     """
+    return load_packed_model(path, hardware=hardware)[0]
+
+
+def load_packed_model(path, *, hardware=None) -> tuple:
+    """:func:`load_packed`, and the model saved with the layers:
+    ``(layers, model bytes or None)``; the model's size and SHA-256 are checked."""
     hardware = detect_hardware() if hardware is None else hardware
     try:
         with NpzMembers(path) as members:
@@ -158,6 +176,9 @@ def _read(path, members: NpzMembers, hardware) -> dict:
     if not isinstance(entries, dict) or not entries:
         raise PackedFormatError(f"{path}: metadata lists no layers")
     expected = {_METADATA}
+    model_entry = metadata.get("model")
+    if model_entry is not None:
+        expected.add(_MODEL)
     for name, entry in entries.items():
         expected.add(f"{name}/panels")
         if entry["has_bias"] is True:
@@ -167,10 +188,22 @@ def _read(path, members: NpzMembers, hardware) -> dict:
     if unexpected:
         raise PackedFormatError(f"{path}: members without a layer entry: {unexpected}")
     listed = _listed_kernels(path, metadata["micro_kernels"], hardware)
-    return {
+    layers = {
         name: _layer(path, name, entry, members, listed, hardware)
         for name, entry in entries.items()
     }
+    return layers, None if model_entry is None else _model(path, model_entry, members)
+
+
+def _model(path, entry, members) -> bytes:
+    """The saved model's bytes, their count and SHA-256 checked against the metadata."""
+    size = entry["bytes"]
+    if type(size) is not int or not 0 < size <= _MAX_MODEL_BYTES:
+        raise PackedFormatError(f"{path}: the model's size {size!r} is not a byte count")
+    model = _member(path, members, _MODEL, "uint8", (size,)).tobytes()
+    if hashlib.sha256(model).hexdigest() != entry["sha256"]:
+        raise PackedFormatError(f"{path}: the saved model fails its checksum")
+    return model
 
 
 def _listed_kernels(path, kernels, hardware) -> set:

@@ -1,6 +1,7 @@
 """``cso-prepack``: pack a model's filters ahead of time.
 
     cso-prepack WEIGHTS.npz --spec SPEC.json -o PACKED.npz
+    cso-prepack MODEL.onnx -o MODEL.cso [--threads T]
 
 ``WEIGHTS.npz`` holds one KCRS filter array per layer.  ``SPEC.json`` maps
 each array's name to its convolution::
@@ -12,6 +13,12 @@ Keys ``stride``, ``padding``, ``dilation`` and ``groups`` take
 :func:`cso.conv2d`'s forms and defaults; ``bias`` names another array of
 ``WEIGHTS.npz`` to pack with the layer.  Progress goes to stderr, the summary
 to stdout; any bad input exits with status 1 and a message on stderr.
+
+Given an ONNX model instead (needs ``cso[onnx]``), it makes a
+:class:`cso.onnx.InferenceSession` of it and saves the session's packed state
+(:meth:`~cso.onnx.InferenceSession.save`): the model and every convolution's
+packed filters, which ``InferenceSession("MODEL.cso")`` loads back, validated
+as packed filters are.
 """
 
 from __future__ import annotations
@@ -137,16 +144,49 @@ def prepack(weights_path, spec_path, output_path, *, progress=None, out=None):
     return layers
 
 
+def prepack_onnx(path, output, threads=None) -> None:
+    """Save the packed state of an ONNX model's session (see the module docstring)."""
+    try:
+        import cso.onnx
+    except ImportError:
+        raise PrepackError('ONNX models need the onnx package: pip install "cso[onnx]"') from None
+    started = time.perf_counter()
+    try:
+        session = cso.onnx.InferenceSession(path, threads=threads)
+        if os.path.isdir(output):
+            raise PrepackError(f"{output} is a directory: give the packed file's name")
+        session.save(output)
+    except (ValueError, TypeError, OSError) as error:
+        raise PrepackError(str(error)) from None
+    convolutions = sum(" node " in step and step.startswith("Conv") for step in session.steps)
+    print(
+        f"packed {convolutions} convolutions of {path} into {output} "
+        f"in {time.perf_counter() - started:.1f} s"
+    )
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         prog="cso-prepack", description="Pack convolution filters ahead of time for cso."
     )
-    parser.add_argument("weights", help="an .npz with one KCRS filter array per layer")
-    parser.add_argument("--spec", required=True, help="JSON: layer name -> convolution")
-    parser.add_argument("-o", "--output", required=True, help="the packed .npz to write")
+    parser.add_argument(
+        "weights", help="an .npz with one KCRS filter array per layer, or an ONNX model (.onnx)"
+    )
+    parser.add_argument("--spec", help="JSON: layer name -> convolution (for an .npz)")
+    parser.add_argument("-o", "--output", required=True, help="the packed file to write")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="workers to plan for (ONNX models; default all)"
+    )
     args = parser.parse_args(argv)
     try:
-        prepack(args.weights, args.spec, args.output)
+        if args.weights.endswith(".onnx"):
+            if args.spec is not None:
+                raise PrepackError("--spec is for weights in an .npz, not an ONNX model")
+            prepack_onnx(args.weights, args.output, args.threads)
+        elif args.spec is None:
+            raise PrepackError("--spec is required for weights in an .npz")
+        else:
+            prepack(args.weights, args.spec, args.output)
     except PrepackError as error:
         print(f"cso-prepack: error: {error}", file=sys.stderr)
         return 1

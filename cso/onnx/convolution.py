@@ -97,6 +97,36 @@ class ConvStep:
             threads=self.threads,
         )
 
+    def packed_filters(self):
+        """The filters packed for the first input shape prepared, or None."""
+        return next(iter(self._packed.values()), None)
+
+    def adopt(self, packed, name) -> None:
+        """Use ``packed`` (read back from a saved session, where it is layer
+        ``name``) for its input shape, once it is checked to be this step's
+        convolution."""
+        from ..geometry import make_geometry
+        from ..packed_file import PackedFormatError
+
+        weights = self.step.weights
+        input_shape = tuple(packed.input_shape)
+        expected = None
+        if weights is not None and len(input_shape) == 4:
+            try:
+                expected = make_geometry(
+                    input_shape, weights.shape, stride=self.strides,
+                    padding=self.padding(input_shape, weights.shape[2:]),
+                    dilation=self.dilations, groups=self.groups,
+                )  # fmt: skip
+            except ValueError:
+                expected = None  # shapes this convolution cannot take
+        if expected is None or packed.plan.geometry != expected:
+            raise PackedFormatError(
+                f"saved layer {name!r} is not the convolution of {self.step.node.describe()}"
+            )
+        # Another thread count is fine: conv2d replans packed filters for it.
+        self._packed[(input_shape[1:], np.dtype(packed.dtype))] = packed
+
     def run(self, values: dict) -> None:
         """Compute the step's output into ``values`` from the values it reads."""
         step = self.step

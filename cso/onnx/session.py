@@ -10,12 +10,14 @@ each value after its last reader.
 
 from __future__ import annotations
 
+import os
 from typing import NamedTuple
 
 import numpy as np
 
 from ..checks import check_threads
 from ..executor import available_threads
+from ..packed_file import PackedFormatError, load_packed_model, save_packed
 from .convolution import ConvStep, run_node
 from .fusion import FusedConv, fuse
 from .graph import ModelError, fold_constants, load_model, read_graph
@@ -56,7 +58,12 @@ class InferenceSession:
 
     def __init__(self, path_or_model, threads=None):
         self.threads = check_threads(threads, available_threads())
-        graph = read_graph(load_model(path_or_model))
+        saved_layers = {}
+        if _is_packed_state(path_or_model):
+            saved_layers, path_or_model = _load_state(path_or_model)
+        model = load_model(path_or_model)
+        self._model_bytes = model.SerializeToString()
+        graph = read_graph(model)
         fold_constants(graph, run_node)
         self._graph = graph
         self._inputs = graph.inputs
@@ -65,11 +72,36 @@ class InferenceSession:
         for step in fuse(graph):
             if isinstance(step, FusedConv):
                 conv = ConvStep(step, self.threads)
-                _prepare(conv, graph)
+                name = f"conv{sum(isinstance(s, ConvStep) for s in self._steps)}"
+                if name in saved_layers:
+                    try:
+                        conv.adopt(saved_layers.pop(name), name)
+                    except PackedFormatError as error:
+                        raise ModelError(f"path_or_model: {error}") from None
+                else:
+                    _prepare(conv, graph)
                 self._steps.append(conv)
             else:
                 self._steps.append(step)
+        if saved_layers:
+            raise ModelError(
+                f"path_or_model: saved layers {sorted(saved_layers)} match no convolution"
+            )
         self._releases = _last_reads(self._steps, graph)
+
+    def save(self, path) -> None:
+        """Write the model and every convolution's packed filters to ``path``
+        (the packed-filters format of :func:`cso.save_packed`, with the model
+        inside): ``InferenceSession(path)`` then skips the packing.  From the
+        shell: ``cso-prepack model.onnx -o model.cso``."""
+        layers = {}
+        for index, step in enumerate(s for s in self._steps if isinstance(s, ConvStep)):
+            packed = step.packed_filters()
+            if packed is not None:
+                layers[f"conv{index}"] = packed
+        if not layers:
+            raise ValueError("the model has no convolution with constant filters to save")
+        save_packed(path, layers, model=self._model_bytes)
 
     def get_inputs(self) -> list:
         """The model's inputs, as :class:`NodeArg`."""
@@ -156,6 +188,32 @@ class InferenceSession:
                     )
             feed[name] = array
         return feed
+
+
+def _is_packed_state(path_or_model) -> bool:
+    """Whether ``path_or_model`` names a saved session (an ``.npz``, so a zip
+    file) rather than an ONNX model."""
+    if not isinstance(path_or_model, (str, os.PathLike)):
+        return False
+    try:
+        with open(path_or_model, "rb") as handle:
+            return handle.read(4) == b"PK\x03\x04"
+    except OSError:
+        return False  # load_model names the problem
+
+
+def _load_state(path):
+    """``(layers, model bytes)`` of a saved session, validated as packed filters are."""
+    try:
+        layers, model = load_packed_model(path)
+    except PackedFormatError as error:
+        raise ModelError(f"path_or_model: {error}") from None
+    if model is None:
+        raise ModelError(
+            f"path_or_model: {os.fspath(path)!r} holds packed filters but no model "
+            "(read it with cso.load_packed)"
+        )
+    return layers, model
 
 
 def _prepare(conv: ConvStep, graph) -> None:

@@ -247,3 +247,65 @@ def test_wrong_input_shape_dtype_and_names(session):
         session.run(None, [x])
     with pytest.raises(TypeError, match="output_names"):
         session.run("logits", {"input": x})
+
+
+# ---- packed state -------------------------------------------------------------
+
+
+def test_saved_session_loads_back_and_runs_alike(tmp_path, session):
+    path = tmp_path / "model.cso"
+    session.save(path)
+    loaded = cso.onnx.InferenceSession(path, threads=1)
+    x = rng.standard_normal((1, 3, 32, 32)).astype(np.float32)
+    np.testing.assert_array_equal(
+        loaded.run(None, {"input": x})[0], session.run(None, {"input": x})[0]
+    )
+    assert cso.load_packed(path).keys() == {f"conv{i}" for i in range(8)}
+
+
+def test_damaged_saved_session_is_refused(tmp_path, session):
+    path = tmp_path / "model.cso"
+    session.save(path)
+    data = bytearray(path.read_bytes())
+    data[len(data) // 3] ^= 0xFF
+    damaged = tmp_path / "damaged.cso"
+    damaged.write_bytes(bytes(data))
+    with pytest.raises(ModelError, match="damaged.cso"):
+        cso.onnx.InferenceSession(damaged)
+    filters_only = tmp_path / "filters.npz"
+    cso.save_packed(filters_only, {"conv0": cso.load_packed(path)["conv0"]})
+    with pytest.raises(ModelError, match="no model"):
+        cso.onnx.InferenceSession(filters_only)
+
+
+def test_saved_layers_must_match_the_model(tmp_path, session):
+    from cso.packed_file import load_packed_model
+
+    path = tmp_path / "model.cso"
+    layers, model = load_packed_model(session_file(session, tmp_path))
+    layers["conv0"], layers["conv1"] = layers["conv1"], layers["conv0"]
+    cso.save_packed(path, layers, model=model)
+    with pytest.raises(ModelError, match="saved layer 'conv0' is not the convolution of Conv"):
+        cso.onnx.InferenceSession(path)
+
+
+def session_file(session, tmp_path):
+    path = tmp_path / "original.cso"
+    session.save(path)
+    return path
+
+
+def test_prepack_cli_packs_an_onnx_model(tmp_path, capsys):
+    from cso.prepack import main
+
+    model = tmp_path / "model.onnx"
+    onnx.save(resnet_style()[0], str(model))
+    assert main([str(model), "-o", str(tmp_path / "model.cso"), "--threads", "1"]) == 0
+    assert "packed 8 convolutions" in capsys.readouterr().out
+    x = rng.standard_normal((1, 3, 32, 32)).astype(np.float32)
+    a = cso.onnx.InferenceSession(tmp_path / "model.cso").run(None, {"input": x})[0]
+    b = cso.onnx.InferenceSession(model).run(None, {"input": x})[0]
+    np.testing.assert_array_equal(a, b)
+    assert main([str(model), "--spec", "s.json", "-o", str(tmp_path / "x.cso")]) == 1
+    assert main([str(tmp_path / "absent.onnx"), "-o", str(tmp_path / "x.cso")]) == 1
+    assert "no such file" in capsys.readouterr().err
