@@ -158,9 +158,9 @@ def prepack_onnx(path, output, threads=None) -> None:
         session.save(output)
     except (ValueError, TypeError, OSError) as error:
         raise PrepackError(str(error)) from None
-    convolutions = sum(" node " in step and step.startswith("Conv") for step in session.steps)
+    layers = len(session.packed_layers())
     print(
-        f"packed {convolutions} convolutions of {path} into {output} "
+        f"packed {layers} layers (convolutions and matrix products) of {path} into {output} "
         f"in {time.perf_counter() - started:.1f} s"
     )
 

@@ -132,9 +132,10 @@ class _Arithmetic:
         x = b.select(b.fcmp_ordered(">", x, low), x, low)  # NaN -> low
         x = self.clamp_above(x, high)
         floor = self.intrinsic("floor")
-        n = b.call(floor, [b.fadd(b.fmul(x, self.const(_LOG2E)), self.const(0.5))])
-        r = b.fsub(x, b.fmul(n, self.const(table["ln2_hi"])))
-        r = b.fsub(r, b.fmul(n, self.const(table["ln2_lo"])))
+        fma = self.intrinsic("fma", 3)
+        n = b.call(floor, [b.call(fma, [x, self.const(_LOG2E), self.const(0.5)])])
+        r = b.call(fma, [n, self.const(-table["ln2_hi"]), x])
+        r = b.call(fma, [n, self.const(-table["ln2_lo"]), r])
         if self.double:
             rr = b.fmul(r, r)
             p = self._polynomial(rr, table["p"])
@@ -144,18 +145,18 @@ class _Arithmetic:
             bias, shift = 1023, 52
         else:
             p = self._polynomial(r, table["poly"])
-            e = b.fadd(b.fadd(b.fmul(p, b.fmul(r, r)), r), self.const(1.0))
+            e = b.fadd(b.call(fma, [p, b.fmul(r, r), r]), self.const(1.0))
             bias, shift = 127, 23
         exponent = b.add(b.fptosi(n, self.int_type), self.int_const(bias))
         scale = b.bitcast(b.shl(exponent, self.int_const(shift)), self.type)
         return b.select(underflow, self.const(0.0), b.fmul(e, scale))
 
     def _polynomial(self, x, coefficients):
-        """Horner's rule, highest power first."""
-        b = self.builder
+        """Horner's rule with fused multiply-adds, highest power first."""
+        fma = self.intrinsic("fma", 3)
         result = self.const(coefficients[0])
         for c in coefficients[1:]:
-            result = b.fadd(b.fmul(result, x), self.const(c))
+            result = self.builder.call(fma, [result, x, self.const(c)])
         return result
 
     def sigmoid(self, x):

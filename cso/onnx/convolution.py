@@ -127,11 +127,23 @@ class ConvStep:
         # Another thread count is fine: conv2d replans packed filters for it.
         self._packed[(input_shape[1:], np.dtype(packed.dtype))] = packed
 
-    def run(self, values: dict) -> None:
-        """Compute the step's output into ``values`` from the values it reads."""
+    def run(self, values: dict, buffers=None) -> None:
+        """Compute the step's output into ``values`` from the values it reads.
+
+        ``buffers``, when given, is a :class:`BufferPool` the output may be
+        written into (a buffer of a value no longer read, so its pages are
+        mapped and likely cached) instead of fresh memory.
+        """
         step = self.step
         node = step.node
         x = values[node.inputs[0]]
+        if step.matrix:
+            if x.ndim != 2 or x.dtype != step.weights.dtype:
+                # Not a batch of vectors: the nodes as they were, in NumPy.
+                for original in [node] + step.absorbed:
+                    run_node(original, values)
+                return
+            x = x.reshape(x.shape + (1, 1))
         if x.ndim != 4 or x.dtype not in _FLOATS:
             raise ModelError(
                 f"{node.describe()}: input {node.inputs[0]!r} must be a 4-D float32 or float64 "
@@ -152,14 +164,16 @@ class ConvStep:
         else:
             self.prepare(x.shape, x.dtype)
             arguments = dict(w=self._packed[(tuple(x.shape[1:]), x.dtype)])
-        output_shape = None
-        if residual is not None:
-            output_shape = conv_output_shape(x.shape, arguments, self)
+        output_shape = conv_output_shape(x.shape, arguments)
         if residual is None or (residual.shape == output_shape and residual.dtype == x.dtype):
-            values[step.output] = conv2d(
+            out = None
+            if buffers is not None and step.weights is not None:
+                out = buffers.take(output_shape, x.dtype)
+            y = conv2d(
                 x, **arguments, activation=step.activation, residual=residual,
-                threads=self.threads,
+                threads=self.threads, out=out,
             )  # fmt: skip
+            values[step.output] = y.reshape(y.shape[:2]) if step.matrix else y
             return
         # A residual that broadcasts: the convolution alone, then the nodes it took in.
         values[step.absorbed[0].inputs[0]] = conv2d(x, **arguments, threads=self.threads)
@@ -167,7 +181,36 @@ class ConvStep:
             run_node(absorbed, values)
 
 
-def conv_output_shape(input_shape, arguments, step: ConvStep):
+class BufferPool:
+    """Output buffers of values no longer read, by shape and dtype, for the
+    next convolution of that shape: a fresh array of a few MiB faults on
+    every page the kernel writes (MobileNetV2's 112x112 1x1 layer ran 2x
+    slower in a session than alone), and a buffer just released is likely
+    still cached."""
+
+    def __init__(self):
+        self._free = {}
+        self._owned = set()
+
+    def take(self, shape, dtype) -> np.ndarray:
+        free = self._free.get((tuple(shape), np.dtype(dtype)))
+        if free:
+            return free.pop()
+        array = np.empty(shape, dtype)
+        self._owned.add(id(array))
+        return array
+
+    def give_back(self, array) -> None:
+        """Return ``array`` to the pool if it is one of the pool's buffers."""
+        if id(array) in self._owned:
+            self._free.setdefault((array.shape, array.dtype), []).append(array)
+
+    def forget(self, array) -> None:
+        """``array`` leaves the pool for good (it is returned to the caller)."""
+        self._owned.discard(id(array))
+
+
+def conv_output_shape(input_shape, arguments):
     """``(N, K, P, Q)`` of the step's convolution of ``input_shape``."""
     w = arguments["w"]
     if hasattr(w, "plan"):

@@ -12,6 +12,12 @@ output), in this order:
    convolution's own output (silu); ``HardSigmoid`` with PyTorch's
    alpha = 1/6, beta = 1/2; ``HardSwish``.
 
+A ``Gemm`` (or ``MatMul``) of an input by constant weights is a 1x1
+convolution of an ``(N, K, 1, 1)`` input by ``(M, K, 1, 1)`` filters (the
+dot-product micro-kernel's case), and takes in an activation the same way:
+so a model's classifier needs no BLAS, whose worker threads keep spinning
+after each call and slowed the convolutions of the next run 2-3x.
+
 The fused convolution runs where the last node it took in stood, so the
 residual has been computed by then; nothing else read its intermediate
 values.  The ``Add`` and activation nodes are kept beside it
@@ -41,6 +47,7 @@ class FusedConv:
     residual: str = None
     absorbed: list = field(default_factory=list)  # Add and activation nodes
     folded: list = field(default_factory=list)  # BatchNormalization nodes
+    matrix: bool = False  # a Gemm or MatMul: (N, K) times constant filters (M, K, 1, 1)
 
     def describe(self) -> str:
         taken = [n.op_type for n in self.folded + self.absorbed]
@@ -71,22 +78,32 @@ def fuse(graph: Graph) -> list:
         return readers[0]
 
     for node in nodes:
-        if node.op_type != "Conv" or id(node) in taken:
+        if id(node) in taken:
             continue
-        weights = constants.get(node.inputs[1])
-        bias_name = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else None
-        bias = constants.get(bias_name) if bias_name else None
-        step = FusedConv(node, weights, bias, node.outputs[0])
+        if node.op_type in ("Gemm", "MatMul"):
+            step = _matrix_step(node, constants)
+            if step is None:
+                continue
+            bias_name = None
+        elif node.op_type == "Conv":
+            weights = constants.get(node.inputs[1])
+            bias_name = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else None
+            bias = constants.get(bias_name) if bias_name else None
+            step = FusedConv(node, weights, bias, node.outputs[0])
+        else:
+            continue
         last = position[id(node)]
 
         following = sole_consumer(step.output)
+        if step.matrix:
+            following = None  # a residual would be (N, M), not the convolution's (N, M, 1, 1)
         if following is not None and following.op_type == "BatchNormalization":
             folded = _fold_batch_norm(step, following, constants, bias_name)
             if folded:
                 taken.add(id(following))
                 last = max(last, position[id(following)])
 
-        following = sole_consumer(step.output)
+        following = None if step.matrix else sole_consumer(step.output)
         if following is not None and following.op_type == "Add":
             a, b = following.inputs
             other = b if a == step.output else a
@@ -116,6 +133,34 @@ def fuse(graph: Graph) -> list:
         elif id(node) not in taken:
             steps.append(node)
     return steps
+
+
+def _matrix_step(node: Node, constants):
+    """A :class:`FusedConv` for a ``Gemm`` or ``MatMul`` of an input by a
+    constant 2-D float matrix (and a constant bias), or None for any other."""
+    attributes = node.attributes
+    weights = constants.get(node.inputs[1])
+    if node.inputs[0] in constants or weights is None or np.ndim(weights) != 2:
+        return None
+    if weights.dtype not in (np.float32, np.float64):
+        return None
+    bias = None
+    if node.op_type == "Gemm":
+        if attributes.get("transA", 0) or attributes.get("alpha", 1.0) != 1.0:
+            return None
+        if not attributes.get("transB", 0):
+            weights = weights.T
+        if len(node.inputs) > 2 and node.inputs[2]:
+            bias = constants.get(node.inputs[2])
+            if bias is None or attributes.get("beta", 1.0) != 1.0 or bias.dtype != weights.dtype:
+                return None
+            if bias.size != weights.shape[0] or bias.ndim > 2:
+                return None  # a bias that broadcasts along the batch too
+            bias = bias.reshape(-1)
+    else:
+        weights = weights.T
+    filters = np.ascontiguousarray(weights).reshape(weights.shape + (1, 1))
+    return FusedConv(node, filters, bias, node.outputs[0], matrix=True)
 
 
 def _fold_batch_norm(step: FusedConv, norm: Node, constants, bias_name) -> bool:

@@ -11,6 +11,7 @@ each value after its last reader.
 from __future__ import annotations
 
 import os
+import threading
 from typing import NamedTuple
 
 import numpy as np
@@ -18,7 +19,7 @@ import numpy as np
 from ..checks import check_threads
 from ..executor import available_threads
 from ..packed_file import PackedFormatError, load_packed_model, save_packed
-from .convolution import ConvStep, run_node
+from .convolution import BufferPool, ConvStep, run_node
 from .fusion import FusedConv, fuse
 from .graph import ModelError, fold_constants, load_model, read_graph
 
@@ -88,20 +89,28 @@ class InferenceSession:
                 f"path_or_model: saved layers {sorted(saved_layers)} match no convolution"
             )
         self._releases = _last_reads(self._steps, graph)
+        self._poolable = _poolable_values(self._steps, graph)
+        self._local = threading.local()
 
     def save(self, path) -> None:
         """Write the model and every convolution's packed filters to ``path``
         (the packed-filters format of :func:`cso.save_packed`, with the model
         inside): ``InferenceSession(path)`` then skips the packing.  From the
         shell: ``cso-prepack model.onnx -o model.cso``."""
+        layers = self.packed_layers()
+        if not layers:
+            raise ValueError("the model has no convolution with constant filters to save")
+        save_packed(path, layers, model=self._model_bytes)
+
+    def packed_layers(self) -> dict:
+        """``{"conv<i>": PackedFilters}``: the packed filters of the i-th fused
+        convolution (or matrix product), for those packed so far."""
         layers = {}
         for index, step in enumerate(s for s in self._steps if isinstance(s, ConvStep)):
             packed = step.packed_filters()
             if packed is not None:
                 layers[f"conv{index}"] = packed
-        if not layers:
-            raise ValueError("the model has no convolution with constant filters to save")
-        save_packed(path, layers, model=self._model_bytes)
+        return layers
 
     def get_inputs(self) -> list:
         """The model's inputs, as :class:`NodeArg`."""
@@ -136,14 +145,27 @@ class InferenceSession:
         names = self._output_names(output_names)
         values = dict(self._graph.constants)
         values.update(self._check_feed(input_feed))
+        buffers = self._buffers()
         for step, releases in zip(self._steps, self._releases):
             if isinstance(step, ConvStep):
-                step.run(values)
+                step.run(values, buffers if step.step.output in self._poolable else None)
             else:
                 run_node(step, values)
             for name in releases:
-                values.pop(name, None)
-        return [values[name] for name in names]
+                released = values.pop(name, None)
+                if name in self._poolable:
+                    buffers.give_back(released)
+        results = [values[name] for name in names]
+        for result in results:
+            buffers.forget(result)
+        return results
+
+    def _buffers(self) -> BufferPool:
+        """This thread's buffer pool (two threads may run one session at once)."""
+        pool = getattr(self._local, "buffers", None)
+        if pool is None:
+            pool = self._local.buffers = BufferPool()
+        return pool
 
     def _output_names(self, output_names) -> list:
         known = [value.name for value in self._outputs]
@@ -221,6 +243,8 @@ def _prepare(conv: ConvStep, graph) -> None:
     every axis but the batch is known (the batch taken as 1 when symbolic)."""
     name = conv.step.node.inputs[0]
     shape = graph.shapes.get(name)
+    if conv.step.matrix and shape is not None and len(shape) == 2:
+        shape = tuple(shape) + (1, 1)  # (N, K) as a 1x1 image of K channels
     if shape is None or len(shape) != 4 or not all(isinstance(d, int) for d in shape[1:]):
         return
     batch = shape[0] if isinstance(shape[0], int) and shape[0] > 0 else 1
@@ -242,6 +266,30 @@ def _last_reads(steps, graph) -> list:
         if name and name not in keep:
             releases[index].append(name)
     return releases
+
+
+# Operators whose result may be a view of their input (NumPy reshapes,
+# transposes and slices): a convolution's output read by one of them stays
+# out of the buffer pool, since the view may outlive the value.
+_VIEWING_OPERATORS = frozenset(
+    {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Slice", "Identity", "Dropout",
+     "Cast", "Clip", "Concat"}
+)  # fmt: skip
+
+
+def _poolable_values(steps, graph) -> set:
+    """The convolution outputs whose buffers may be reused once released:
+    not graph outputs, and read by no operator that may return a view."""
+    outputs = {value.name for value in graph.outputs}
+    candidates = {
+        step.step.output
+        for step in steps
+        if isinstance(step, ConvStep) and step.step.output not in outputs
+    }
+    for step in steps:
+        if not isinstance(step, ConvStep) and step.op_type in _VIEWING_OPERATORS:
+            candidates -= set(step.inputs)
+    return candidates
 
 
 def _reads(step) -> list:

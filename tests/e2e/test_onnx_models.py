@@ -260,7 +260,8 @@ def test_saved_session_loads_back_and_runs_alike(tmp_path, session):
     np.testing.assert_array_equal(
         loaded.run(None, {"input": x})[0], session.run(None, {"input": x})[0]
     )
-    assert cso.load_packed(path).keys() == {f"conv{i}" for i in range(8)}
+    # The eight convolutions and the Gemm, run as a 1x1 convolution.
+    assert cso.load_packed(path).keys() == {f"conv{i}" for i in range(9)}
 
 
 def test_damaged_saved_session_is_refused(tmp_path, session):
@@ -301,7 +302,7 @@ def test_prepack_cli_packs_an_onnx_model(tmp_path, capsys):
     model = tmp_path / "model.onnx"
     onnx.save(resnet_style()[0], str(model))
     assert main([str(model), "-o", str(tmp_path / "model.cso"), "--threads", "1"]) == 0
-    assert "packed 8 convolutions" in capsys.readouterr().out
+    assert "packed 9 layers" in capsys.readouterr().out
     x = rng.standard_normal((1, 3, 32, 32)).astype(np.float32)
     a = cso.onnx.InferenceSession(tmp_path / "model.cso").run(None, {"input": x})[0]
     b = cso.onnx.InferenceSession(model).run(None, {"input": x})[0]
