@@ -60,15 +60,20 @@ def step_times(session, feed, rounds=3) -> dict:
         totals = {"convolution": 0.0, "other": 0.0, "layout": 0.0}
         values = dict(session._graph.constants)
         values.update(session._check_feed(feed))
-        for step in session._steps:
+        buffers = session._buffers()
+        for step, releases in zip(session._steps, session._releases):
             started = time.perf_counter()
             if isinstance(step, ConvStep):
-                step.run(values)
+                step.run(values, buffers if step.step.output in session._poolable else None)
                 kind = "convolution"
             else:
                 run_node(step, values)
                 kind = "layout" if step.op_type in LAYOUT_OPERATORS else "other"
             totals[kind] += time.perf_counter() - started
+            for name in releases:
+                released = values.pop(name, None)
+                if name in session._poolable:
+                    buffers.give_back(released)
         best = totals if not best or sum(totals.values()) < sum(best.values()) else best
     return best
 
