@@ -137,13 +137,16 @@ class ConvStep:
         step = self.step
         node = step.node
         x = values[node.inputs[0]]
+        leading = None
         if step.matrix:
-            if x.ndim != 2 or x.dtype != step.weights.dtype:
-                # Not a batch of vectors: the nodes as they were, in NumPy.
+            if x.ndim < 2 or x.dtype != step.weights.dtype or x.shape[-1] != step.weights.shape[1]:
+                # Not vectors these weights multiply: the nodes as they were, in NumPy.
                 for original in [node] + step.absorbed:
                     run_node(original, values)
                 return
-            x = x.reshape(x.shape + (1, 1))
+            # Every vector along the last axis is an image of K channels and 1x1 pixels.
+            leading = x.shape[:-1]
+            x = x.reshape((-1, x.shape[-1], 1, 1))
         if x.ndim != 4 or x.dtype not in _FLOATS:
             raise ModelError(
                 f"{node.describe()}: input {node.inputs[0]!r} must be a 4-D float32 or float64 "
@@ -173,7 +176,7 @@ class ConvStep:
                 x, **arguments, activation=step.activation, residual=residual,
                 threads=self.threads, out=out,
             )  # fmt: skip
-            values[step.output] = y.reshape(y.shape[:2]) if step.matrix else y
+            values[step.output] = y if leading is None else y.reshape(leading + (y.shape[1],))
             return
         # A residual that broadcasts: the convolution alone, then the nodes it took in.
         values[step.absorbed[0].inputs[0]] = conv2d(x, **arguments, threads=self.threads)

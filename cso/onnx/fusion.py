@@ -96,7 +96,21 @@ def fuse(graph: Graph) -> list:
 
         following = sole_consumer(step.output)
         if step.matrix:
-            following = None  # a residual would be (N, M), not the convolution's (N, M, 1, 1)
+            # A Linear layer's MatMul + Add of a constant (M,) vector: the bias.
+            if step.bias is None and following is not None and following.op_type == "Add":
+                other = [n for n in following.inputs if n != step.output]
+                vector = constants.get(other[0]) if len(other) == 1 else None
+                if (
+                    vector is not None
+                    and vector.dtype == step.weights.dtype
+                    and vector.shape == (step.weights.shape[0],)
+                ):
+                    step.bias = vector
+                    step.absorbed.append(following)
+                    step.output = following.outputs[0]
+                    taken.add(id(following))
+                    last = max(last, position[id(following)])
+            following = None  # a residual of the matrix product is left to NumPy
         if following is not None and following.op_type == "BatchNormalization":
             folded = _fold_batch_norm(step, following, constants, bias_name)
             if folded:

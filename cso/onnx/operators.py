@@ -345,6 +345,71 @@ def _dropout(inputs, attributes):
     return [inputs[0], np.ones(inputs[0].shape, dtype=bool)]
 
 
+def _constant_of_shape(inputs, attributes):
+    value = attributes.get("value")
+    fill = np.zeros(1, np.float32) if value is None else np.asarray(value).reshape(-1)
+    shape = [int(d) for d in np.asarray(inputs[0]).reshape(-1)]
+    return [np.full(shape, fill[0], dtype=fill.dtype)]
+
+
+def _expand(inputs, attributes):
+    x, shape = inputs[0], [int(d) for d in np.asarray(inputs[1]).reshape(-1)]
+    # ONNX broadcasts both ways: a 1 in ``shape`` keeps x's extent.
+    target = np.broadcast_shapes(x.shape, tuple(shape))
+    return [np.broadcast_to(x, target).copy()]
+
+
+def _mod(inputs, attributes):
+    a, b = inputs[0], inputs[1]
+    if attributes.get("fmod", 0):
+        return [np.fmod(a, b)]
+    return [np.mod(a, b)]
+
+
+def _pad(inputs, attributes):
+    x = inputs[0]
+    pads = [int(p) for p in np.asarray(inputs[1]).reshape(-1)]
+    value = inputs[2] if len(inputs) > 2 and inputs[2] is not None else 0
+    axes = list(range(x.ndim))
+    if len(inputs) > 3 and inputs[3] is not None:
+        axes = [int(a) % x.ndim for a in np.asarray(inputs[3]).reshape(-1)]
+    half = len(pads) // 2
+    widths = [(0, 0)] * x.ndim
+    for i, axis in enumerate(axes):
+        widths[axis] = (pads[i], pads[i + half])
+    if any(b < 0 or e < 0 for b, e in widths):
+        raise OperatorError("negative pads (cropping) are not supported")
+    mode = attributes.get("mode", "constant")
+    if mode == "constant":
+        return [np.pad(x, widths, constant_values=np.asarray(value).reshape(-1)[0])]
+    return [np.pad(x, widths, mode={"reflect": "reflect", "edge": "edge", "wrap": "wrap"}[mode])]
+
+
+def _range(inputs, attributes):
+    start, limit, delta = (np.asarray(v).reshape(()) for v in inputs[:3])
+    return [np.arange(start, limit, delta, dtype=np.result_type(start, limit, delta))]
+
+
+def _scatter_nd(inputs, attributes):
+    data, indices, updates = inputs[0].copy(), np.asarray(inputs[1]), inputs[2]
+    reduction = attributes.get("reduction", "none")
+    if reduction != "none":
+        raise OperatorError(f"reduction {reduction!r} is not supported")
+    flat = indices.reshape(-1, indices.shape[-1])
+    rows = updates.reshape((flat.shape[0],) + data.shape[indices.shape[-1] :])
+    for index, row in zip(flat, rows):
+        data[tuple(index)] = row
+    return [data]
+
+
+def _where(inputs, attributes):
+    return [np.where(inputs[0], inputs[1], inputs[2])]
+
+
+def _einsum(inputs, attributes):
+    return [np.einsum(attributes["equation"], *inputs)]
+
+
 OPERATORS = {
     "Relu": _unary(lambda x: np.maximum(x, x.dtype.type(0))),
     "Sigmoid": _unary(_sigmoid),
@@ -382,4 +447,14 @@ OPERATORS = {
     "Cast": _cast,
     "Identity": _identity,
     "Dropout": _dropout,
+    "ConstantOfShape": _constant_of_shape,
+    "Equal": _binary(np.equal),
+    "Not": _unary(np.logical_not),
+    "Expand": _expand,
+    "Mod": _mod,
+    "Pad": _pad,
+    "Range": _range,
+    "ScatterND": _scatter_nd,
+    "Where": _where,
+    "Einsum": _einsum,
 }

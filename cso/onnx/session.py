@@ -243,8 +243,10 @@ def _prepare(conv: ConvStep, graph) -> None:
     every axis but the batch is known (the batch taken as 1 when symbolic)."""
     name = conv.step.node.inputs[0]
     shape = graph.shapes.get(name)
-    if conv.step.matrix and shape is not None and len(shape) == 2:
-        shape = tuple(shape) + (1, 1)  # (N, K) as a 1x1 image of K channels
+    if conv.step.matrix:
+        if shape is None or len(shape) != 2:
+            return  # vectors along the last axis of more axes: packed on first use
+        shape = tuple(shape) + (1, 1)  # (N, K) as N images of K channels and 1x1 pixels
     if shape is None or len(shape) != 4 or not all(isinstance(d, int) for d in shape[1:]):
         return
     batch = shape[0] if isinstance(shape[0], int) and shape[0] > 0 else 1

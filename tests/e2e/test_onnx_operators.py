@@ -216,3 +216,62 @@ def test_cast_constant_dropout():
         [helper.make_tensor_value_info("y", F, None)],
     )  # fmt: skip
     check(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), {"x": X})
+
+
+def test_operators_of_transformer_exports():
+    """What torchvision's ViT, Swin and MaxViT exports use besides the above."""
+    shape = np.array([2, 3], np.int64)
+    model = single_node_model(
+        "ConstantOfShape", [("s", shape)],
+        {"value": numpy_helper.from_array(np.array([1.5], np.float32))},
+    )  # fmt: skip
+    check(model, {"s": shape})
+    row = X[:1, :, :1, :]
+    target = np.array([2, 3, 7, 1], np.int64)
+    check(single_node_model("Expand", [("x", row)], constants=[("s", target)]), {"x": row})
+    a = np.array([5, -5, 7, -7], np.int64)
+    b = np.array([3, 3, -2, -2], np.int64)
+    check(single_node_model("Mod", [("a", a), ("b", b)], output_type=I64), {"a": a, "b": b})
+    check(single_node_model("Mod", [("a", X), ("b", ROW + 3)], {"fmod": 1}), {"a": X, "b": ROW + 3})
+    equal = single_node_model("Equal", [("a", a), ("b", b)], output_type=TensorProto.BOOL)
+    check(equal, {"a": a, "b": b})
+    mask = X > 0
+    check(single_node_model("Not", [("m", mask)], output_type=TensorProto.BOOL), {"m": mask})
+    check(
+        single_node_model("Where", [("m", mask), ("a", X), ("b", Y)]), {"m": mask, "a": X, "b": Y}
+    )
+    pads = np.array([0, 1, 2, 0, 0, 0, 1, 3], np.int64)
+    check(single_node_model("Pad", [("x", X)], constants=[("p", pads)]), {"x": X})
+    check(single_node_model("Pad", [("x", X)], {"mode": "reflect"}, [("p", pads)]), {"x": X})
+    limits = [
+        ("s", np.array(1, np.int64)),
+        ("l", np.array(10, np.int64)),
+        ("d", np.array(3, np.int64)),
+    ]
+    check(single_node_model("Range", [], constants=limits, output_type=I64), {})
+    indices = np.array([[0, 1], [1, 2]], np.int64)
+    updates = rng.standard_normal((2, 7, 6)).astype(np.float32)
+    model = single_node_model("ScatterND", [("x", X)], constants=[("i", indices), ("u", updates)])
+    check(model, {"x": X})
+    a, b = X.reshape(2, 3, 42), Y.reshape(2, 42, 3)
+    check(single_node_model("Einsum", [("a", a), ("b", b)], {"equation": "bij,bjk->bik"}),
+          {"a": a, "b": b}, rtol=1e-4, atol=1e-4)  # fmt: skip
+
+
+def test_matmul_of_higher_rank_input_runs_as_a_convolution():
+    """A Linear layer on (batch, tokens, features): MatMul by constant weights, then
+    Add of a constant bias, is one fused 1x1 convolution."""
+    x = rng.standard_normal((2, 5, 8)).astype(np.float32)
+    weights = rng.standard_normal((8, 6)).astype(np.float32)
+    bias = rng.standard_normal(6).astype(np.float32)
+    matmul = helper.make_node("MatMul", ["x", "w"], ["h"], name="linear")
+    add = helper.make_node("Add", ["h", "b"], ["y"], name="bias")
+    graph = helper.make_graph(
+        [matmul, add], "g", [helper.make_tensor_value_info("x", F, x.shape)],
+        [helper.make_tensor_value_info("y", F, (2, 5, 6))],
+        [numpy_helper.from_array(weights, "w"), numpy_helper.from_array(bias, "b")],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    check(model, {"x": x}, rtol=1e-4, atol=1e-5)
+    session = cso.onnx.InferenceSession(model)
+    assert session.steps == ["MatMul node 'linear' (+ Add)"]
