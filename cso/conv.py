@@ -225,6 +225,26 @@ def _conv2d_packed(
     x, packed, bias, stride, padding, dilation, groups, out, threads, plan, activation, residual
 ):
     """``conv2d`` with pre-packed filters: their plan, panels and bias."""
+    if (
+        type(x) is np.ndarray
+        and bias is None
+        and plan is None
+        and type(stride) is int
+        and type(padding) is int
+        and type(dilation) is int
+        and type(groups) is int
+        and (stride, padding, dilation, groups) == (1, 0, 1, 1)
+        and (threads is None or type(threads) is int)
+    ):
+        entry = _packed_calls.get((id(packed), x.shape, x.dtype, threads))
+        if entry is not None and entry[0] is packed:
+            # A call met before: its checks passed and its plan and operands are made.
+            _, output_shape, plan, operands = entry
+            residual = check_residual(residual, output_shape)
+            check_out(out, output_shape, packed.dtype, (x, packed.panels, packed.bias))
+            y = np.empty(output_shape, dtype=packed.dtype) if out is None else out
+            epilogue = _epilogue(activation_code(activation), residual, y)
+            return executor.run(plan, x, operands, y, epilogue=epilogue)
     if bias is not None:
         raise ValueError("bias must be None with packed filters: pass it to cso.pack_filters")
     if plan is not None:
@@ -253,6 +273,7 @@ def _conv2d_packed(
             f"x is {x.dtype} but the filters were packed as {dtype}: "
             f"pack them with dtype={np.result_type(x.dtype, dtype).name}"
         )
+    threads_given = threads
     threads = check_threads(threads, executor.available_threads())
     activation = activation_code(activation)
     geometry = make_geometry(x.shape, packed.w_shape, **params)
@@ -281,4 +302,16 @@ def _conv2d_packed(
             algorithm=plan.algorithm,
         )
     operands = executor.prepacked_operands(packed.panels, packed.bias, plan)
+    if type(x) is np.ndarray and (threads_given is None or type(threads_given) is int):
+        if len(_packed_calls) >= 1024:
+            _packed_calls.clear()  # bounds a process that meets many shapes
+        key = (id(packed), x.shape, x.dtype, threads_given)
+        _packed_calls[key] = (packed, geometry.output_shape, plan, operands)
     return executor.run(plan, x, operands, y, epilogue=_epilogue(activation, residual, y))
+
+
+# Calls with packed filters already checked and planned, by (id of the packed
+# filters, x's shape and dtype, threads): a repeated call (every layer of a
+# session) skips the checks and the replanning.  A tiny 1x1 layer took 33
+# microseconds a call with packed filters, 19 without, before this.
+_packed_calls: dict = {}
