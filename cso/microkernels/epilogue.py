@@ -19,9 +19,10 @@ the output's layout, so the residual of the value stored at ``out[o]`` is
 for each value and calls it only on the residual branch.
 
 The arithmetic works on scalars and on vectors of either float type alike.
-``exp`` (for sigmoid and silu) is a vector polynomial, Cephes' ``expf`` for
-float32 and its Pade form of ``exp`` for float64, because LLVM's
-``llvm.exp`` on a vector becomes one libm call per lane; ``erf`` (for gelu)
+Sigmoid (and silu) is onnxruntime's rational approximation in float32 and
+``1 / (1 + exp(-x))`` in float64, with ``exp`` Cephes' Pade form (a vector
+polynomial, because LLVM's ``llvm.exp`` on a vector becomes one libm call
+per lane); ``erf`` (for gelu)
 is libm's, called lane by lane (exact in both precisions, and gelu follows
 few convolutions).
 
@@ -72,6 +73,25 @@ _EXP64 = {
     ),  # fmt: skip
 }
 _LOG2E = 1.4426950408889634
+# onnxruntime's (MLAS's) rational sigmoid for float32, highest powers first:
+# sigmoid(x) ~ 1/2 + x p(x^2) / q(x^2) on [-18, 18].
+_SIGMOID32 = {
+    "p": (
+        4.37031012579801e-11,
+        1.15627324459942e-07,
+        6.08574864600143e-05,
+        8.51377133304701e-03,
+        2.48287947061529e-01,
+    ),
+    "q": (
+        6.10247389755681e-13,
+        5.76102136993427e-09,
+        6.29106785017040e-06,
+        1.70198817374094e-03,
+        1.16817656904453e-01,
+        9.93151921023180e-01,
+    ),
+}
 
 
 class _Arithmetic:
@@ -160,14 +180,35 @@ class _Arithmetic:
         return result
 
     def sigmoid(self, x):
-        """``1 / (1 + exp(-x))`` through ``e = exp(-|x|)``, which never overflows:
-        ``1 / (1 + e)`` for ``x >= 0``, ``e / (1 + e)`` below."""
+        """float32: onnxruntime's rational approximation (:func:`_rational_sigmoid`);
+        float64: ``1 / (1 + exp(-x))`` through ``e = exp(-|x|)``, which never
+        overflows: ``1 / (1 + e)`` for ``x >= 0``, ``e / (1 + e)`` below."""
+        if not self.double:
+            return self._rational_sigmoid(x)
         b = self.builder
         fabs = self.intrinsic("fabs")
         e = self.exp(b.fsub(self.const(0.0), b.call(fabs, [x])))
         positive = b.fdiv(self.const(1.0), b.fadd(self.const(1.0), e))
         result = b.select(self.below(x, self.const(0.0)), b.fmul(e, positive), positive)
         return b.select(b.fcmp_unordered("uno", x, x), x, result)
+
+    def _rational_sigmoid(self, x):
+        """``sigmoid(x) = 1/2 + x P(x^2) / Q(x^2)`` on [-18, 18] (MLAS's
+        coefficients, as onnxruntime computes it), 0 below and 1 above, NaN
+        kept: within 2.1e-7 of the exact value everywhere (measured on 200,001
+        points), in 19 vector operations against the exp form's 30, which made
+        EfficientNet-B0's silu epilogues 15% of its time."""
+        b = self.builder
+        low, high = self.const(-18.0), self.const(18.0)
+        clamped = self.clamp_above(self.clamp_below(x, low), high)
+        square = b.fmul(clamped, clamped)
+        p = self._polynomial(square, _SIGMOID32["p"])
+        q = self._polynomial(square, _SIGMOID32["q"])
+        ratio = b.fdiv(b.fmul(p, clamped), q)
+        result = b.fadd(ratio, self.const(0.5))
+        # Past the range, and where rounding takes the ratio past -1/2 or 1/2.
+        result = self.clamp_above(self.clamp_below(result, self.const(0.0)), self.const(1.0))
+        return b.select(self.below(x, low), self.const(0.0), result)
 
     def hardsigmoid(self, x):
         b = self.builder
