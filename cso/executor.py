@@ -356,10 +356,14 @@ def loop_arguments(
         residual, has_residual = _placeholder(1, y.dtype), False
     else:
         residual, has_residual = epilogue.residual.reshape(-1), True
-    if launch.offsets is not None:
-        return (
-            x_flat,
-            filters.array,
+    # The depthwise nest reads no edge filters and takes the tap offsets.
+    depthwise = launch.offsets is not None
+    filters_read = (filters.array,) if depthwise else (filters.array, filters.edge)
+    last = (launch.offsets, launch.bounds) if depthwise else (launch.bounds,)
+    return (
+        (x_flat,)
+        + filters_read
+        + (
             filters.bias,
             filters.has_bias,
             residual,
@@ -367,21 +371,8 @@ def loop_arguments(
             has_residual,
             y.reshape(-1),
             workspace(launch.workspace_elements, y.dtype),
-            launch.offsets,
-            launch.bounds,
         )
-    return (
-        x_flat,
-        filters.array,
-        filters.edge,
-        filters.bias,
-        filters.has_bias,
-        residual,
-        epilogue.activation,
-        has_residual,
-        y.reshape(-1),
-        workspace(launch.workspace_elements, y.dtype),
-        launch.bounds,
+        + last
     )
 
 
