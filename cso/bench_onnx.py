@@ -26,19 +26,12 @@ LAYOUT_OPERATORS = frozenset(
 
 
 def model_flops(session) -> tuple:
-    """``(flops, reduction_lengths)`` of the convolutions of one run of
-    ``session`` (a :class:`cso.onnx.InferenceSession` that has run once, so
-    that its convolutions' plans exist)."""
-    from .onnx.convolution import ConvStep
-
-    flops, lengths = 0, []
-    for step in session._steps:
-        if isinstance(step, ConvStep) and step._packed:
-            packed = next(iter(step._packed.values()))
-            geometry = packed.plan.geometry
-            flops += geometry.flops
-            lengths.append(geometry.reduction_length)
-    return flops, lengths
+    """``(flops, reduction_lengths)`` of the convolutions (and matrix products
+    run as convolutions) of one run of ``session``, a
+    :class:`cso.onnx.InferenceSession` that has run once (so that every
+    convolution's filters are packed for its input)."""
+    geometries = [packed.plan.geometry for packed in session.packed_layers().values()]
+    return sum(g.flops for g in geometries), [g.reduction_length for g in geometries]
 
 
 def logits_bound(lengths, dtype=np.float32) -> float:
@@ -52,30 +45,16 @@ def logits_bound(lengths, dtype=np.float32) -> float:
 
 def step_times(session, feed, rounds=3) -> dict:
     """Best seconds per category (``convolution``, ``layout``, ``other``) of
-    ``session``'s run, over ``rounds`` runs, timed step by step."""
-    from .onnx.convolution import ConvStep, run_node
-
-    best = {}
-    for _ in range(rounds):
-        totals = {"convolution": 0.0, "other": 0.0, "layout": 0.0}
-        values = dict(session._graph.constants)
-        values.update(session._check_feed(feed))
-        buffers = session._buffers()
-        for step, releases in zip(session._steps, session._releases):
-            started = time.perf_counter()
-            if isinstance(step, ConvStep):
-                step.run(values, buffers if step.step.output in session._poolable else None)
-                kind = "convolution"
-            else:
-                run_node(step, values)
-                kind = "layout" if step.op_type in LAYOUT_OPERATORS else "other"
-            totals[kind] += time.perf_counter() - started
-            for name in releases:
-                released = values.pop(name, None)
-                if name in session._poolable:
-                    buffers.give_back(released)
-        best = totals if not best or sum(totals.values()) < sum(best.values()) else best
-    return best
+    ``session``'s run, each step's best over ``rounds`` runs
+    (:meth:`cso.onnx.InferenceSession.profile`)."""
+    totals = {"convolution": 0.0, "other": 0.0, "layout": 0.0}
+    for step in session.profile(feed, rounds):
+        if step.op_type == "Conv":
+            kind = "convolution"
+        else:
+            kind = "layout" if step.op_type in LAYOUT_OPERATORS else "other"
+        totals[kind] += step.seconds
+    return totals
 
 
 def run_onnx_benchmark(path, threads=1, batch=1, rounds=10, min_seconds=2.0, peak=None, out=None):
@@ -131,7 +110,7 @@ def run_onnx_benchmark(path, threads=1, batch=1, rounds=10, min_seconds=2.0, pea
         )
     total = sum(split.values())
     print(
-        "cso's time by step kind (timed step by step): "
+        "cso's time by step kind (each step's best): "
         + ", ".join(f"{k} {v * 1e3:.2f} ms ({v / total:.0%})" for k, v in split.items()),
         file=out,
     )

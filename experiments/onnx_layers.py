@@ -2,8 +2,8 @@
 
     python experiments/onnx_layers.py MODEL.onnx [--threads 1] [--rounds 20]
 
-Runs the model in a ``cso.onnx.InferenceSession`` step by step (best of
-``--rounds`` per step, the session's buffers reused as ``run`` reuses them)
+Runs the model in a ``cso.onnx.InferenceSession`` step by step
+(``InferenceSession.profile``: best of ``--rounds`` per step, run as ``run`` runs)
 and in onnxruntime with its profiler on (best of ``--rounds`` per node), then
 matches each fused convolution to onnxruntime's node by output name (its
 NCHWc convolutions are named ``<output>_nchwc``).  Prints the time by kind
@@ -19,32 +19,8 @@ import json
 import os
 import sys
 import tempfile
-import time
 
 import numpy as np
-
-
-def cso_step_times(session, feed, rounds):
-    """Best seconds per step of ``session``, run step by step."""
-    from cso.onnx.convolution import ConvStep, run_node
-
-    best = [float("inf")] * len(session._steps)
-    buffers = session._buffers()
-    for _ in range(rounds):
-        values = dict(session._graph.constants)
-        values.update(session._check_feed(feed))
-        for index, (step, releases) in enumerate(zip(session._steps, session._releases)):
-            started = time.perf_counter()
-            if isinstance(step, ConvStep):
-                step.run(values, buffers if step.step.output in session._poolable else None)
-            else:
-                run_node(step, values)
-            best[index] = min(best[index], time.perf_counter() - started)
-            for name in releases:
-                released = values.pop(name, None)
-                if name in session._poolable:
-                    buffers.give_back(released)
-    return best
 
 
 def onnxruntime_node_times(path, feed, threads, rounds):
@@ -88,31 +64,29 @@ def main(argv=None):
     parser.add_argument("--top", type=int, default=12, help="convolutions listed by time lost")
     args = parser.parse_args(argv)
     import cso.onnx
-    from cso.onnx.convolution import ConvStep
 
     session = cso.onnx.InferenceSession(args.model, threads=args.threads)
     (model_input,) = session.get_inputs()
     shape = tuple(d if isinstance(d, int) else 1 for d in model_input.shape)
     feed = {model_input.name: np.random.default_rng(0).standard_normal(shape).astype(np.float32)}
     session.run(None, feed)
-    ours = cso_step_times(session, feed, args.rounds)
+    ours = session.profile(feed, args.rounds)
     theirs = onnxruntime_node_times(args.model, feed, args.threads, args.rounds)
     kinds = collections.defaultdict(lambda: [0.0, 0.0, 0, 0])
     rows, other = [], 0.0
-    for step, seconds in zip(session._steps, ours):
-        if not isinstance(step, ConvStep) or step.packed_filters() is None:
-            other += seconds
+    for step in ours:
+        if step.packed is None:
+            other += step.seconds
             continue
-        geometry = step.packed_filters().plan.geometry
-        peer = theirs.get(
-            step.step.output + "_nchwc", theirs.get(step.step.node.outputs[0] + "_nchwc")
-        )
+        geometry = step.packed.plan.geometry
+        # onnxruntime names a fused NCHWc convolution after its output.
+        peer = next((theirs[n + "_nchwc"] for n in step.outputs if n + "_nchwc" in theirs), None)
         kind = kinds[kind_of(geometry)]
-        kind[0] += seconds
+        kind[0] += step.seconds
         kind[1] += peer or 0.0
         kind[2] += geometry.flops
         kind[3] += 1
-        rows.append((seconds - (peer or 0.0), step, geometry, seconds, peer))
+        rows.append((step.seconds - (peer or 0.0), step, geometry, peer))
     print(f"{args.model}, {args.threads} thread(s); best of {args.rounds} per step or node")
     print(f"{'kind':<10} {'count':>5} {'cso ms':>8} {'GFLOP/s':>8} {'ort ms':>8} {'GFLOP/s':>8}")
     for name, (seconds, peer, flops, count) in sorted(kinds.items(), key=lambda kv: -kv[1][0]):
@@ -124,14 +98,15 @@ def main(argv=None):
     print(f"cso's other operators: {other * 1e3:.2f} ms; onnxruntime's nodes in all: "
           f"{sum(t for t in theirs.values() if np.isfinite(t)) * 1e3:.2f} ms")  # fmt: skip
     print("convolutions cso loses most time on (ort 'n/a': not matched by name):")
-    for lost, step, g, seconds, peer in sorted(rows, key=lambda row: -row[0])[: args.top]:
-        plan = step.packed_filters().plan
+    for lost, step, g, peer in sorted(rows, key=lambda row: -row[0])[: args.top]:
+        plan = step.packed.plan
         kernel = f"{plan.algorithm}/{plan.filters_per_tile}x{plan.windows_per_tile}"
+        activation = step.description.split(" -> ")[1] if " -> " in step.description else ""
         peer_text = f"{peer * 1e3:6.3f}" if peer else "   n/a"
         print(
             f"  C{g.channels:<5} K{g.filters:<5} {g.height:>3}x{g.width:<3} {g.kernel_height}x"
             f"{g.kernel_width}/{g.stride_h} g{g.groups:<5} {kernel:<18} "
-            f"{step.step.activation or '':<8} cso {seconds * 1e3:6.3f} ort {peer_text} ms"
+            f"{activation:<8} cso {step.seconds * 1e3:6.3f} ort {peer_text} ms"
         )
     return 0
 
