@@ -260,3 +260,27 @@ def test_packing_for_a_given_plan(rng, tmp_path):
         cso.pack_filters(w, x.shape, padding=0, plan=plan)
     with pytest.raises(ValueError, match="plan was made for another problem"):
         cso.pack_filters(w, x.shape, padding=1, dtype=np.float64, plan=plan)
+
+
+def test_repeated_packed_calls_stay_checked_and_hold_no_filters():
+    """The cache of checked packed calls: a repeat gives the same result, a new
+    input shape or a bad ``out`` is still refused, and it keeps no panels alive."""
+    import gc
+    import weakref
+
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((1, 8, 6, 6)).astype(np.float32)
+    w = rng.standard_normal((16, 8, 3, 3)).astype(np.float32)
+    packed = cso.pack_filters(w, x.shape, padding=1, threads=1)
+    first = cso.conv2d(x, packed, threads=1, activation="relu")
+    assert np.array_equal(cso.conv2d(x, packed, threads=1, activation="relu"), first)
+    with pytest.raises(ValueError, match="x must have shape"):
+        cso.conv2d(x[:, :4], packed, threads=1)
+    with pytest.raises(ValueError, match="out must have shape"):
+        cso.conv2d(x, packed, threads=1, out=np.empty((1, 16, 6, 5), np.float32))
+    with pytest.raises(ValueError, match="activation"):
+        cso.conv2d(x, packed, threads=1, activation="tanh")
+    panels = weakref.ref(packed.panels)
+    del packed
+    gc.collect()
+    assert panels() is None
