@@ -79,7 +79,7 @@ class InferenceSession:
         if _is_packed_state(path_or_model):
             saved_layers, path_or_model = _load_state(path_or_model)
         model = load_model(path_or_model)
-        self._model_bytes = model.SerializeToString()
+        self._model = model  # serialized only if the session is saved
         graph = read_graph(model)
         fold_constants(graph, run_node)
         self._graph = graph
@@ -116,7 +116,7 @@ class InferenceSession:
         layers = self.packed_layers()
         if not layers:
             raise ValueError("the model has no convolution with constant filters to save")
-        save_packed(path, layers, model=self._model_bytes)
+        save_packed(path, layers, model=self._model.SerializeToString())
 
     def packed_layers(self) -> dict:
         """``{"conv<i>": PackedFilters}``: the packed filters of the i-th fused
