@@ -127,13 +127,8 @@ class ConvStep:
         # Another thread count is fine: conv2d replans packed filters for it.
         self._packed[(input_shape[1:], np.dtype(packed.dtype))] = packed
 
-    def run(self, values: dict, buffers=None) -> None:
-        """Compute the step's output into ``values`` from the values it reads.
-
-        ``buffers``, when given, is a :class:`BufferPool` the output may be
-        written into (a buffer of a value no longer read, so its pages are
-        mapped and likely cached) instead of fresh memory.
-        """
+    def run(self, values: dict) -> None:
+        """Compute the step's output into ``values`` from the values it reads."""
         step = self.step
         node = step.node
         x = values[node.inputs[0]]
@@ -169,12 +164,9 @@ class ConvStep:
             arguments = dict(w=self._packed[(tuple(x.shape[1:]), x.dtype)])
         output_shape = conv_output_shape(x.shape, arguments)
         if residual is None or (residual.shape == output_shape and residual.dtype == x.dtype):
-            out = None
-            if buffers is not None and step.weights is not None:
-                out = buffers.take(output_shape, x.dtype)
             y = conv2d(
                 x, **arguments, activation=step.activation, residual=residual,
-                threads=self.threads, out=out,
+                threads=self.threads,
             )  # fmt: skip
             values[step.output] = y if leading is None else y.reshape(leading + (y.shape[1],))
             return
@@ -182,35 +174,6 @@ class ConvStep:
         values[step.absorbed[0].inputs[0]] = conv2d(x, **arguments, threads=self.threads)
         for absorbed in step.absorbed:
             run_node(absorbed, values)
-
-
-class BufferPool:
-    """Output buffers of values no longer read, by shape and dtype, for the
-    next convolution of that shape: a fresh array of a few MiB faults on
-    every page the kernel writes (MobileNetV2's 112x112 1x1 layer ran 2x
-    slower in a session than alone), and a buffer just released is likely
-    still cached."""
-
-    def __init__(self):
-        self._free = {}
-        self._owned = set()
-
-    def take(self, shape, dtype) -> np.ndarray:
-        free = self._free.get((tuple(shape), np.dtype(dtype)))
-        if free:
-            return free.pop()
-        array = np.empty(shape, dtype)
-        self._owned.add(id(array))
-        return array
-
-    def give_back(self, array) -> None:
-        """Return ``array`` to the pool if it is one of the pool's buffers."""
-        if id(array) in self._owned:
-            self._free.setdefault((array.shape, array.dtype), []).append(array)
-
-    def forget(self, array) -> None:
-        """``array`` leaves the pool for good (it is returned to the caller)."""
-        self._owned.discard(id(array))
 
 
 def conv_output_shape(input_shape, arguments):

@@ -11,7 +11,6 @@ each value after its last reader.
 from __future__ import annotations
 
 import os
-import threading
 import time
 from typing import NamedTuple
 
@@ -20,7 +19,7 @@ import numpy as np
 from ..checks import check_threads
 from ..executor import available_threads
 from ..packed_file import PackedFormatError, load_packed_model, save_packed
-from .convolution import BufferPool, ConvStep, run_node
+from .convolution import ConvStep, run_node
 from .fusion import FusedConv, fuse
 from .graph import ModelError, fold_constants, load_model, read_graph
 
@@ -105,8 +104,6 @@ class InferenceSession:
                 f"path_or_model: saved layers {sorted(saved_layers)} match no convolution"
             )
         self._releases = _last_reads(self._steps, graph)
-        self._poolable = _poolable_values(self._steps, graph)
-        self._local = threading.local()
 
     def save(self, path) -> None:
         """Write the model and every convolution's packed filters to ``path``
@@ -160,11 +157,7 @@ class InferenceSession:
             raise ValueError("run_options is not supported by cso; pass None")
         names = self._output_names(output_names)
         values = self._execute(self._check_feed(input_feed))
-        results = [values[name] for name in names]
-        buffers = self._buffers()
-        for result in results:
-            buffers.forget(result)
-        return results
+        return [values[name] for name in names]
 
     def profile(self, input_feed, rounds=1) -> list:
         """Run the model ``rounds`` times, as :meth:`run` does, timing each step:
@@ -196,27 +189,17 @@ class InferenceSession:
         among them); ``timed(index, start)`` after each step, if given."""
         values = dict(self._graph.constants)
         values.update(feed)
-        buffers = self._buffers()
         for index, (step, releases) in enumerate(zip(self._steps, self._releases)):
             started = time.perf_counter() if timed is not None else 0.0
             if isinstance(step, ConvStep):
-                step.run(values, buffers if step.step.output in self._poolable else None)
+                step.run(values)
             else:
                 run_node(step, values)
             if timed is not None:
                 timed(index, started)
             for name in releases:
-                released = values.pop(name, None)
-                if name in self._poolable:
-                    buffers.give_back(released)
+                values.pop(name, None)
         return values
-
-    def _buffers(self) -> BufferPool:
-        """This thread's buffer pool (two threads may run one session at once)."""
-        pool = getattr(self._local, "buffers", None)
-        if pool is None:
-            pool = self._local.buffers = BufferPool()
-        return pool
 
     def _output_names(self, output_names) -> list:
         known = [value.name for value in self._outputs]
@@ -319,30 +302,6 @@ def _last_reads(steps, graph) -> list:
         if name and name not in keep:
             releases[index].append(name)
     return releases
-
-
-# Operators whose result may be a view of their input (NumPy reshapes,
-# transposes and slices): a convolution's output read by one of them stays
-# out of the buffer pool, since the view may outlive the value.
-_VIEWING_OPERATORS = frozenset(
-    {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Slice", "Identity", "Dropout",
-     "Cast", "Clip", "Concat"}
-)  # fmt: skip
-
-
-def _poolable_values(steps, graph) -> set:
-    """The convolution outputs whose buffers may be reused once released:
-    not graph outputs, and read by no operator that may return a view."""
-    outputs = {value.name for value in graph.outputs}
-    candidates = {
-        step.step.output
-        for step in steps
-        if isinstance(step, ConvStep) and step.step.output not in outputs
-    }
-    for step in steps:
-        if not isinstance(step, ConvStep) and step.op_type in _VIEWING_OPERATORS:
-            candidates -= set(step.inputs)
-    return candidates
 
 
 def _reads(step) -> list:
