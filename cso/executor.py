@@ -26,6 +26,7 @@ from .analysis import depthwise
 from .analysis.choices import Algorithm, Schedule, VectorOperand
 from .analysis.plan import Plan
 from .geometry import ceil_div
+from .openmp import kept_openmp_threads
 from .macrokernel.bounds import DepthwiseBounds, LoopBounds
 from .macrokernel.specialise import LoopPatch, depthwise_module, loop_module
 from .packing.filters import (
@@ -339,11 +340,14 @@ def run(
     arguments = loop_arguments(launch, x, filters, y, epilogue)
     # The loop nest runs `threads` workers of its own (one per part of the
     # workspace), so Numba's thread count needs changing only when it is lower.
-    if numba.get_num_threads() >= plan.threads:
-        launch.loop_nest(*arguments)
-    else:
-        with numba_threads(plan.threads):
+    # Numba's OpenMP layer changes the process's OpenMP thread count as it
+    # launches: it is set back after, for torch and any other OpenMP user.
+    with kept_openmp_threads():
+        if numba.get_num_threads() >= plan.threads:
             launch.loop_nest(*arguments)
+        else:
+            with numba_threads(plan.threads):
+                launch.loop_nest(*arguments)
     return y
 
 
@@ -377,7 +381,8 @@ def loop_arguments(
 
 
 class numba_threads:
-    """Run the enclosed parallel Numba code on ``threads`` workers.
+    """Run the enclosed parallel Numba code on ``threads`` workers, and leave
+    the process's OpenMP thread count as it was (:mod:`cso.openmp`).
 
     ``set_num_threads`` is per calling thread in Numba, so concurrent callers
     with different counts do not disturb each other.  A class rather than a
@@ -385,12 +390,16 @@ class numba_threads:
     costs a third as much.
     """
 
-    __slots__ = ("threads", "previous")
+    __slots__ = ("threads", "previous", "kept")
 
     def __init__(self, threads: int):
         self.threads = threads
 
     def __enter__(self):
+        # Kept first: Numba's first get_num_threads starts its thread pool,
+        # which sets the OpenMP thread count too.
+        self.kept = kept_openmp_threads()
+        self.kept.__enter__()
         self.previous = numba.get_num_threads()
         if self.previous != self.threads:
             numba.set_num_threads(self.threads)
@@ -398,6 +407,7 @@ class numba_threads:
     def __exit__(self, *exception):
         if self.previous != self.threads:
             numba.set_num_threads(self.previous)
+        self.kept.__exit__(*exception)
         return False
 
 

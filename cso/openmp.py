@@ -1,0 +1,72 @@
+"""Leave the process's OpenMP thread count as the caller set it.
+
+Numba's OpenMP threading layer sets the OpenMP thread count of the calling
+thread (``omp_set_num_threads``) when it launches a parallel loop nest.  A
+process that also runs torch, or anything else built on the same OpenMP
+runtime (the loader shares one ``libgomp.so.1`` between them), then finds
+its own setting changed: after ``torch.set_num_threads(1)`` and one cso
+call, torch ran its next convolution on two threads.  :class:`kept_openmp_threads`
+reads the count before a launch and sets it back after.  It costs two calls
+into each runtime per launch; where there is no OpenMP runtime to reach it
+does nothing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+_runtimes = []  # [[(omp_get_max_threads, omp_set_num_threads), ...]], once looked up
+
+
+def _functions() -> list:
+    """The OpenMP runtimes to keep: the one the process's global symbols name
+    (the one torch sets, when torch is loaded) and the one reached through
+    Numba's OpenMP pool, where they differ (the loader may keep them apart)."""
+    if not _runtimes:
+        found, seen = [], set()
+        for opener in (_global_library, _pool_library):
+            try:
+                library = opener()
+                get, set_ = library.omp_get_max_threads, library.omp_set_num_threads
+            except (ImportError, OSError, AttributeError):
+                continue  # no OpenMP runtime this way
+            address = ctypes.cast(get, ctypes.c_void_p).value
+            if address in seen:
+                continue
+            seen.add(address)
+            get.restype, get.argtypes = ctypes.c_int, []
+            set_.restype, set_.argtypes = None, [ctypes.c_int]
+            found.append((get, set_))
+        _runtimes.append(found)
+    return _runtimes[0]
+
+
+def _global_library():
+    return ctypes.CDLL(None)
+
+
+def _pool_library():
+    from numba.np.ufunc import omppool
+
+    return ctypes.CDLL(omppool.__file__)
+
+
+def openmp_threads() -> list:
+    """The calling thread's OpenMP thread count (``omp_get_max_threads``) in
+    each runtime :func:`_functions` finds (an empty list where there is none)."""
+    return [get() for get, _ in _functions()]
+
+
+class kept_openmp_threads:
+    """Run the enclosed code, then set each OpenMP thread count back if it changed."""
+
+    __slots__ = ("before",)
+
+    def __enter__(self):
+        self.before = [get() for get, _ in _functions()]
+
+    def __exit__(self, *exception):
+        for (get, set_), count in zip(_functions(), self.before):
+            if get() != count:
+                set_(count)
+        return False

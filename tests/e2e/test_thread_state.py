@@ -1,0 +1,95 @@
+"""cso leaves the process's thread settings as it found them: the OpenMP
+thread count (which torch and any other OpenMP user share with Numba's
+OpenMP layer) and NumPy's BLAS threads.
+
+Each check runs in a fresh process, so that cso's first call, the one that
+starts Numba's thread pool, is among those checked.
+"""
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+CALLS = """
+import numpy as np
+import cso
+x = np.ones((1, 16, 9, 9), np.float32)
+w = np.ones((8, 16, 3, 3), np.float32)
+def calls():
+    cso.conv2d(x, w, padding=1)                              # dense, all cores
+    cso.conv2d(x, w, padding=1, threads=1)                   # dense, one thread
+    cso.conv2d(x, cso.pack_filters(w, x.shape), activation="relu")
+    cso.conv2d(x, np.ones((16, 1, 3, 3), np.float32), groups=16)   # depthwise
+"""
+
+
+def run_python(source: str) -> str:
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(source)], capture_output=True, text=True,
+        timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_openmp_thread_count_is_unchanged_by_cso_calls():
+    """Set to 1 in every OpenMP runtime Numba's layer can reach (the process's
+    global one and the one its OpenMP pool links), it stays 1."""
+    output = run_python(
+        CALLS
+        + """
+import ctypes
+from numba.np.ufunc import omppool
+runtimes = []
+for library in (ctypes.CDLL(None), ctypes.CDLL(omppool.__file__)):
+    try:
+        runtimes.append((library.omp_get_max_threads, library.omp_set_num_threads))
+    except AttributeError:
+        pass
+assert runtimes, "no OpenMP runtime reachable"
+for get, set_ in runtimes:
+    set_(1)
+calls()
+print([get() for get, _ in runtimes])
+"""
+    )
+    counts = eval(output.strip().splitlines()[-1])
+    assert counts and all(count == 1 for count in counts), counts
+
+
+def test_torch_thread_count_is_unchanged_by_cso_calls():
+    pytest.importorskip("torch")
+    output = run_python(
+        """
+import torch
+torch.set_num_threads(1)
+"""
+        + CALLS
+        + """
+calls()
+print(torch.get_num_threads())
+"""
+    )
+    assert output.strip().splitlines()[-1] == "1"
+
+
+def test_blas_threads_are_unchanged_by_cso_calls():
+    pytest.importorskip("threadpoolctl")
+    output = run_python(
+        CALLS
+        + """
+from threadpoolctl import threadpool_info, threadpool_limits
+threadpool_limits(1, user_api="blas")
+def blas():
+    return {pool["filepath"]: pool["num_threads"] for pool in threadpool_info()
+            if pool["user_api"] == "blas"}
+before = blas()
+calls()
+after = blas()
+# Libraries loaded during the calls are not the caller's settings: those before are compared.
+print(all(after[path] == count for path, count in before.items()), before, after)
+"""
+    )
+    assert output.strip().splitlines()[-1].startswith("True"), output
