@@ -113,7 +113,12 @@ class InferenceSession:
         layers = self.packed_layers()
         if not layers:
             raise ValueError("the model has no convolution with constant filters to save")
-        save_packed(path, layers, model=self._model.SerializeToString())
+        save_packed(path, layers, model=self.model_bytes())
+
+    def model_bytes(self) -> bytes:
+        """The model, serialized: what a session on another process is made from
+        (:func:`cso.dask.run` ships it to each worker once)."""
+        return self._model.SerializeToString()
 
     def packed_layers(self) -> dict:
         """``{"conv<i>": PackedFilters}``: the packed filters of the i-th fused
