@@ -182,12 +182,10 @@ def run(session, x, threads=None):
     da = _require_dask()
     from .onnx import InferenceSession
 
-    if isinstance(session, InferenceSession):
-        model = session.model_bytes()
-    else:
-        with open(session, "rb") as handle:  # a path: shipped as bytes, read here once
-            model = handle.read()
-        session = InferenceSession(model, threads=threads)
+    if not isinstance(session, InferenceSession):
+        session = InferenceSession(session, threads=threads)  # a model or a saved session
+    # Workers get the model's bytes, once each, and make their own session of it.
+    model = session.model_bytes()
     if not isinstance(x, da.Array):
         raise TypeError(f"x must be a dask.array.Array, got {type(x).__name__}")
     inputs = session.get_inputs()
