@@ -131,7 +131,14 @@ class ConvStep:
         """Compute the step's output into ``values`` from the values it reads."""
         step = self.step
         node = step.node
-        x = values[node.inputs[0]]
+        x = values[step.input]
+        if step.input_gate is not None:
+            gate = values[step.input_gate]
+            if self._scale_filters(x, gate):
+                self._run_scaled(values, x, gate)
+                return
+            run_node(step.gated, values)  # the feature map times its gate, in NumPy
+            x = values[step.gated.outputs[0]]
         leading = None
         if step.matrix:
             if x.ndim < 2 or x.dtype != step.weights.dtype or x.shape[-1] != step.weights.shape[1]:
@@ -144,7 +151,7 @@ class ConvStep:
             x = x.reshape((-1, x.shape[-1], 1, 1))
         if x.ndim != 4 or x.dtype not in _FLOATS:
             raise ModelError(
-                f"{node.describe()}: input {node.inputs[0]!r} must be a 4-D float32 or float64 "
+                f"{node.describe()}: input {step.input!r} must be a 4-D float32 or float64 "
                 f"array, got {x.ndim}-D {x.dtype}"
             )
         residual = values[step.residual] if step.residual is not None else None
@@ -174,6 +181,44 @@ class ConvStep:
         values[step.absorbed[0].inputs[0]] = conv2d(x, **arguments, threads=self.threads)
         for absorbed in step.absorbed:
             run_node(absorbed, values)
+
+    def _scale_filters(self, x, gate) -> bool:
+        """Whether to fold the gate into the filters: one image, shapes as
+        planned, and fewer filter elements than feature-map elements."""
+        w = self.step.weights
+        return (
+            x.ndim == 4
+            and x.shape[0] == 1
+            and gate.shape == (1, x.shape[1], 1, 1)
+            and gate.dtype == x.dtype == w.dtype
+            and w.size < x.size
+        )
+
+    def _run_scaled(self, values, x, gate) -> None:
+        """``conv(x, w * gate)``: the gate's multiply moved onto the filters."""
+        step = self.step
+        channels = step.weights.shape[1]
+        factors = gate.reshape(self.groups, channels)  # input channel g*C_g + c of group g
+        groups_of_filters = step.weights.reshape((self.groups, -1) + step.weights.shape[1:])
+        scaled = (groups_of_filters * factors[:, None, :, None, None]).reshape(step.weights.shape)
+        residual = values[step.residual] if step.residual is not None else None
+        arguments = dict(
+            stride=self.strides, padding=self.padding(x.shape, scaled.shape[2:]),
+            dilation=self.dilations, groups=self.groups,
+        )  # fmt: skip
+        if residual is not None and residual.shape != conv_output_shape(
+            x.shape, dict(arguments, w=scaled)
+        ):
+            values[step.absorbed[0].inputs[0]] = conv2d(
+                x, scaled, step.bias, threads=self.threads, **arguments
+            )
+            for absorbed in step.absorbed:
+                run_node(absorbed, values)
+            return
+        values[step.output] = conv2d(
+            x, scaled, step.bias, activation=step.activation, residual=residual,
+            threads=self.threads, **arguments,
+        )  # fmt: skip
 
 
 def conv_output_shape(input_shape, arguments):

@@ -18,6 +18,12 @@ dot-product micro-kernel's case), and takes in an activation the same way:
 so a model's classifier needs no BLAS, whose worker threads keep spinning
 after each call and slowed the convolutions of the next run 2-3x.
 
+A ``Conv`` whose input is a feature map times a per-channel gate (``Mul``
+by an (N, C, 1, 1) value: a squeeze-excite block) takes the ``Mul`` in too:
+for one image, ``conv(x * g, w)`` is ``conv(x, w * g)``, and scaling the
+filters costs ``K * C * R * S`` multiplies against the feature map's
+``C * H * W`` (chosen at run time, per call, by those sizes).
+
 The fused convolution runs where the last node it took in stood, so the
 residual has been computed by then; nothing else read its intermediate
 values.  The ``Add`` and activation nodes are kept beside it
@@ -48,9 +54,28 @@ class FusedConv:
     absorbed: list = field(default_factory=list)  # Add and activation nodes
     folded: list = field(default_factory=list)  # BatchNormalization nodes
     matrix: bool = False  # a Gemm or MatMul: (N, K) times constant filters (M, K, 1, 1)
+    input: str = None  # the value convolved (the node's first input unless a gate was taken in)
+    input_gate: str = None  # a per-channel (N, C, 1, 1) factor of the input, taken in
+    gated: Node = None  # the Mul that applied it
+
+    def __post_init__(self):
+        if self.input is None:
+            self.input = self.node.inputs[0]
+
+    def reads(self) -> list:
+        """Every value the fused step may read (its fallbacks included)."""
+        names = [self.input] + list(self.node.inputs[1:])
+        names += [self.residual, self.input_gate]
+        for node in self.absorbed + ([self.gated] if self.gated else []):
+            names.extend(node.inputs)
+        if self.gated is not None:
+            names.append(self.gated.outputs[0])  # written only when the gate is applied apart
+        return [name for name in names if name]
 
     def describe(self) -> str:
-        taken = [n.op_type for n in self.folded + self.absorbed]
+        taken = [
+            n.op_type for n in ([self.gated] if self.gated else []) + self.folded + self.absorbed
+        ]
         return self.node.describe() + (f" (+ {' + '.join(taken)})" if taken else "")
 
 
@@ -93,6 +118,13 @@ def fuse(graph: Graph) -> list:
         else:
             continue
         last = position[id(node)]
+
+        gate = _input_gate(node, nodes, graph, sole_consumer) if not step.matrix else None
+        if gate is not None and step.weights is not None:
+            # A squeeze-excite gate: conv(x * g) is conv(x) with filters scaled by g.
+            multiply, feature, gate_name = gate
+            step.input, step.input_gate, step.gated = feature, gate_name, multiply
+            taken.add(id(multiply))
 
         following = sole_consumer(step.output)
         if step.matrix:
@@ -147,6 +179,32 @@ def fuse(graph: Graph) -> list:
         elif id(node) not in taken:
             steps.append(node)
     return steps
+
+
+def _input_gate(node: Node, nodes, graph: Graph, sole_consumer):
+    """``(mul, feature, gate)`` when ``node``'s input is ``Mul(feature, gate)``,
+    read by ``node`` alone, with ``gate`` of shape (N, C, 1, 1) and
+    ``feature`` (N, C, H, W) by shape inference; else None."""
+    producer = next((n for n in nodes if node.inputs[0] in n.outputs), None)
+    if producer is None or producer.op_type != "Mul" or sole_consumer(node.inputs[0]) is not node:
+        return None
+    shapes = [graph.shapes.get(name) for name in producer.inputs]
+    for feature, gate, (feature_shape, gate_shape) in (
+        (producer.inputs[0], producer.inputs[1], shapes),
+        (producer.inputs[1], producer.inputs[0], shapes[::-1]),
+    ):
+        if (
+            feature_shape is not None
+            and gate_shape is not None
+            and len(feature_shape) == 4
+            and len(gate_shape) == 4
+            and tuple(gate_shape[2:]) == (1, 1)
+            and gate_shape[1] == feature_shape[1]
+            and isinstance(gate_shape[1], int)
+            and tuple(feature_shape[2:]) != (1, 1)
+        ):
+            return producer, feature, gate
+    return None
 
 
 def _matrix_step(node: Node, constants):

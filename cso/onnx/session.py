@@ -280,7 +280,7 @@ def _load_state(path):
 def _prepare(conv: ConvStep, graph) -> None:
     """Pack ``conv``'s filters for the input shape shape inference gave, if
     every axis but the batch is known (the batch taken as 1 when symbolic)."""
-    name = conv.step.node.inputs[0]
+    name = conv.step.input
     shape = graph.shapes.get(name)
     if conv.step.matrix:
         if shape is None or len(shape) != 2:
@@ -310,14 +310,7 @@ def _last_reads(steps, graph) -> list:
 
 
 def _reads(step) -> list:
-    if isinstance(step, ConvStep):
-        names = list(step.step.node.inputs)
-        if step.step.residual is not None:
-            names.append(step.step.residual)
-        for absorbed in step.step.absorbed:
-            names.extend(absorbed.inputs)
-        return names
-    return list(step.inputs)
+    return step.step.reads() if isinstance(step, ConvStep) else list(step.inputs)
 
 
 def _node_arg(value) -> NodeArg:

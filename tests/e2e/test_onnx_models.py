@@ -143,6 +143,18 @@ def test_mobilenet_style_graph():
     for fused in ("-> relu6", "-> silu", "-> hardswish", "-> hardsigmoid", "-> sigmoid"):
         assert fused in steps, fused
     assert "Clip node" not in steps
+    # The squeeze-excite gate's Mul is taken into the convolution after it.
+    assert "Mul node" not in steps and "(+ Mul + Sigmoid) -> sigmoid" in steps
+
+
+def test_squeeze_excite_gate_over_a_batch():
+    """With several images the gate cannot be folded into one set of filters:
+    the Mul runs apart, and the result is the same."""
+    model, lengths = mobilenet_style()
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "N"
+    model.graph.output[0].type.tensor_type.shape.dim[0].dim_param = "N"
+    x = rng.standard_normal((3, 3, 24, 24)).astype(np.float32)
+    check_against_reference(model, lengths, {"input": x})
 
 
 def test_other_batch_sizes_and_threads():
