@@ -32,6 +32,7 @@ import numba
 from ..analysis import choices as choices_source
 from ..analysis.choices import VectorOperand
 from ..cachedir import cache_directory
+from ..microkernels import activations as activations_source
 from ..microkernels import epilogue as epilogue_source
 from ..microkernels import outer_product as outer_product_source
 from ..microkernels import taps as taps_source
@@ -60,6 +61,7 @@ _DEPENDENCIES = (
     depthwise_packing_source,
     taps_source,
     epilogue_source,
+    activations_source,
     choices_source,
 )
 
