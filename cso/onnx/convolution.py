@@ -132,13 +132,17 @@ class ConvStep:
         step = self.step
         node = step.node
         x = values[step.input]
+        filters = None  # (weights, bias) read in the call, or None for the packed ones
+        if step.weights is None:
+            bias = values[node.inputs[2]] if len(node.inputs) > 2 and node.inputs[2] else None
+            filters = (values[node.inputs[1]], bias)
         if step.input_gate is not None:
             gate = values[step.input_gate]
             if self._scale_filters(x, gate):
-                self._run_scaled(values, x, gate)
-                return
-            run_node(step.gated, values)  # the feature map times its gate, in NumPy
-            x = values[step.gated.outputs[0]]
+                filters = (self._scaled_filters(gate), step.bias)
+            else:
+                run_node(step.gated, values)  # the feature map times its gate, in NumPy
+                x = values[step.gated.outputs[0]]
         leading = None
         if step.matrix:
             if x.ndim < 2 or x.dtype != step.weights.dtype or x.shape[-1] != step.weights.shape[1]:
@@ -154,10 +158,8 @@ class ConvStep:
                 f"{node.describe()}: input {step.input!r} must be a 4-D float32 or float64 "
                 f"array, got {x.ndim}-D {x.dtype}"
             )
-        residual = values[step.residual] if step.residual is not None else None
-        if step.weights is None:
-            weights = values[node.inputs[1]]
-            bias = values[node.inputs[2]] if len(node.inputs) > 2 and node.inputs[2] else None
+        if filters is not None:
+            weights, bias = filters
             arguments = dict(
                 w=weights,
                 bias=bias,
@@ -169,6 +171,7 @@ class ConvStep:
         else:
             self.prepare(x.shape, x.dtype)
             arguments = dict(w=self._packed[(tuple(x.shape[1:]), x.dtype)])
+        residual = values[step.residual] if step.residual is not None else None
         output_shape = conv_output_shape(x.shape, arguments)
         if residual is None or (residual.shape == output_shape and residual.dtype == x.dtype):
             y = conv2d(
@@ -194,31 +197,13 @@ class ConvStep:
             and w.size < x.size
         )
 
-    def _run_scaled(self, values, x, gate) -> None:
-        """``conv(x, w * gate)``: the gate's multiply moved onto the filters."""
-        step = self.step
-        channels = step.weights.shape[1]
-        factors = gate.reshape(self.groups, channels)  # input channel g*C_g + c of group g
-        groups_of_filters = step.weights.reshape((self.groups, -1) + step.weights.shape[1:])
-        scaled = (groups_of_filters * factors[:, None, :, None, None]).reshape(step.weights.shape)
-        residual = values[step.residual] if step.residual is not None else None
-        arguments = dict(
-            stride=self.strides, padding=self.padding(x.shape, scaled.shape[2:]),
-            dilation=self.dilations, groups=self.groups,
-        )  # fmt: skip
-        if residual is not None and residual.shape != conv_output_shape(
-            x.shape, dict(arguments, w=scaled)
-        ):
-            values[step.absorbed[0].inputs[0]] = conv2d(
-                x, scaled, step.bias, threads=self.threads, **arguments
-            )
-            for absorbed in step.absorbed:
-                run_node(absorbed, values)
-            return
-        values[step.output] = conv2d(
-            x, scaled, step.bias, activation=step.activation, residual=residual,
-            threads=self.threads, **arguments,
-        )  # fmt: skip
+    def _scaled_filters(self, gate):
+        """The filters times the gate of their input channels (``conv(x * g, w)
+        = conv(x, w * g)`` for one image): channel ``g*C_g + c`` of group ``g``."""
+        w = self.step.weights
+        factors = gate.reshape(self.groups, w.shape[1])
+        by_group = w.reshape((self.groups, -1) + w.shape[1:])
+        return (by_group * factors[:, None, :, None, None]).reshape(w.shape)
 
 
 def conv_output_shape(input_shape, arguments):
