@@ -242,12 +242,8 @@ def _conv2d_packed(
         if entry is not None and entry[0]() is packed:
             # A call met before: its checks passed and its plan is made.
             _, output_shape, plan = entry
-            residual = check_residual(residual, output_shape)
-            check_out(out, output_shape, packed.dtype, (x, packed.panels, packed.bias))
-            y = np.empty(output_shape, dtype=packed.dtype) if out is None else out
-            epilogue = _epilogue(activation_code(activation), residual, y)
-            operands = executor.prepacked_operands(packed.panels, packed.bias, plan)
-            return executor.run(plan, x, operands, y, epilogue=epilogue)
+            residual, y = _packed_output(x, packed, output_shape, out, residual)
+            return _run_packed(plan, x, packed, y, activation_code(activation), residual)
     if bias is not None:
         raise ValueError("bias must be None with packed filters: pass it to cso.pack_filters")
     if plan is not None:
@@ -280,9 +276,7 @@ def _conv2d_packed(
     threads = check_threads(threads, executor.available_threads())
     activation = activation_code(activation)
     geometry = make_geometry(x.shape, packed.w_shape, **params)
-    residual = check_residual(residual, geometry.output_shape)
-    check_out(out, geometry.output_shape, dtype, (x, packed.panels, packed.bias))
-    y = np.empty(geometry.output_shape, dtype=dtype) if out is None else out
+    residual, y = _packed_output(x, packed, geometry.output_shape, out, residual)
     if geometry.batch == 0:
         return y
     plan = packed.plan
@@ -304,12 +298,25 @@ def _conv2d_packed(
             filters_prepacked=True,
             algorithm=plan.algorithm,
         )
-    operands = executor.prepacked_operands(packed.panels, packed.bias, plan)
-    if type(x) is np.ndarray and (threads_given is None or type(threads_given) is int):
+    if threads_given is None or type(threads_given) is int:
         if len(_packed_calls) >= 1024:
             _packed_calls.clear()  # bounds a process that meets many shapes
         key = (id(packed), x.shape, x.dtype, threads_given)
         _packed_calls[key] = (weakref.ref(packed), geometry.output_shape, plan)
+    return _run_packed(plan, x, packed, y, activation, residual)
+
+
+def _packed_output(x, packed, output_shape, out, residual):
+    """``(residual, y)``: the residual checked, and ``out`` checked or a new output."""
+    residual = check_residual(residual, output_shape)
+    check_out(out, output_shape, packed.dtype, (x, packed.panels, packed.bias))
+    y = np.empty(output_shape, dtype=packed.dtype) if out is None else out
+    return residual, y
+
+
+def _run_packed(plan, x, packed, y, activation: int, residual):
+    """Run ``plan`` on the packed filters, with the epilogue, into ``y``."""
+    operands = executor.prepacked_operands(packed.panels, packed.bias, plan)
     return executor.run(plan, x, operands, y, epilogue=_epilogue(activation, residual, y))
 
 
