@@ -97,8 +97,7 @@ def prepack(weights_path, spec_path, output_path, *, progress=None, out=None):
     progress = sys.stderr if progress is None else progress
     out = sys.stdout if out is None else out
 
-    if os.path.isdir(os.fspath(output_path)):
-        raise PrepackError(f"{output_path}: is a directory; give the packed file's name")
+    _check_output(output_path)
     weights = _load_weights(weights_path)
     spec = _load_spec(spec_path)
     biases = {entry["bias"] for entry in spec.values() if "bias" in entry}
@@ -144,17 +143,22 @@ def prepack(weights_path, spec_path, output_path, *, progress=None, out=None):
     return layers
 
 
+def _check_output(path) -> None:
+    """Refuse an output path that is a directory, before any work."""
+    if os.path.isdir(os.fspath(path)):
+        raise PrepackError(f"{path}: is a directory; give the packed file's name")
+
+
 def prepack_onnx(path, output, threads=None) -> None:
     """Save the packed state of an ONNX model's session (see the module docstring)."""
     try:
         import cso.onnx
     except ImportError:
         raise PrepackError('ONNX models need the onnx package: pip install "cso[onnx]"') from None
+    _check_output(output)  # before the session's packing, not after
     started = time.perf_counter()
     try:
         session = cso.onnx.InferenceSession(path, threads=threads)
-        if os.path.isdir(output):
-            raise PrepackError(f"{output} is a directory: give the packed file's name")
         session.save(output)
     except (ValueError, TypeError, OSError) as error:
         raise PrepackError(str(error)) from None
