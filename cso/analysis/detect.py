@@ -82,7 +82,7 @@ def from_cpuinfo(cores: int) -> dict:
 
 
 def from_sysfs(root: str = _SYSFS_CPU) -> dict:
-    """Per-core cache sizes from ``cpu0/cache/index*``, or ``{}``."""
+    """Per-core cache sizes and L1 associativity from ``cpu0/cache/index*``, or ``{}``."""
     fields = {}
     cache_dir = os.path.join(root, "cpu0", "cache")
     try:
@@ -102,6 +102,11 @@ def from_sysfs(root: str = _SYSFS_CPU) -> dict:
         if kind == "Instruction":
             continue
         fields.setdefault({1: "l1_bytes", 2: "l2_bytes", 3: "l3_bytes"}.get(level, "other"), size)
+        if level == 1:
+            try:
+                fields.setdefault("l1_ways", int(read("ways_of_associativity")))
+            except (OSError, ValueError):
+                pass
         try:
             fields.setdefault("line_bytes", int(read("coherency_line_size")))
         except (OSError, ValueError):
@@ -160,7 +165,7 @@ def probe() -> Hardware:
             found_fields["vector_bytes"], found_fields["vector_registers"] = (
                 _vector_shape_from_flags(flags)
             )
-    if len(found_fields) < 7:
+    if len(found_fields) < len(PROBED_FIELDS) - 1:  # all but the source
         sources.append("defaults")
     return replace(DEFAULT_HARDWARE, **found_fields, source="+".join(sources) or "defaults")
 
@@ -211,6 +216,7 @@ _MAX_STORED_BYTES = 64 * 1024
 # The fields detection finds; everything else comes from DEFAULT_HARDWARE.
 PROBED_FIELDS = (
     "l1_bytes",
+    "l1_ways",
     "l2_bytes",
     "l3_bytes",
     "line_bytes",

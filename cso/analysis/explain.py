@@ -240,7 +240,6 @@ def explain(plan) -> str:
         return _explain_depthwise(plan)
     g, hw = plan.geometry, plan.hardware
     weights = hw.weights
-    weights = hw.weights
     s = np.dtype(plan.dtype).itemsize
     area = g.kernel_height * g.kernel_width
     x_shape = (g.batch, g.channels, g.height, g.width)
@@ -315,6 +314,18 @@ def explain(plan) -> str:
         "work over an even share, which scales the cost)"
     )
     lines += ["", "Choice", "  " + _why(plan)]
+    chosen = plan.cost_of(plan.schedule)
+    if chosen.in_place_filter_reads:
+        lines.append(
+            f"  filters read in place from KCRS: {plan.filters_per_tile} rows "
+            f"{g.channels_per_group * area * s} B apart"
+            + (
+                f", more to one L1 set than its {hw.l1_ways} ways hold: each broadcast "
+                "reloads its line from L2, priced as such"
+                if chosen.conflicting_filter_reads
+                else f", within the L1's {hw.l1_ways} ways"
+            )
+        )
     if plan.batch_folded:
         lines.append("  " + _why_folded(plan))
     lines += ["", "Loop nest"]

@@ -37,6 +37,9 @@ class Hardware:
         stack, the output rows and associativity conflicts).
     page_bytes, tlb_entries : int
         Page size and first-level data-TLB entries.
+    l1_ways : int
+        Associativity of the L1 data cache: how many lines whose addresses
+        map to one set it holds at once (8 on Zen 4, 12 on Sapphire Rapids).
     weights : CostWeights
         What the cost model charges for each quantity it counts
         (:mod:`cso.analysis.weights`).
@@ -54,6 +57,7 @@ class Hardware:
     usable_fraction: float = 0.9
     page_bytes: int = 4096
     tlb_entries: int = 64
+    l1_ways: int = 8
     weights: CostWeights = DEFAULT_WEIGHTS
     source: str = "user"
 
@@ -128,6 +132,7 @@ _LIMITS = {
     "cores": (1, 1 << 16),
     "page_bytes": (1024, 1 << 30),
     "tlb_entries": (1, 1 << 16),
+    "l1_ways": (1, 64),
 }
 _POWERS_OF_TWO = ("line_bytes", "vector_bytes", "page_bytes")
 

@@ -115,10 +115,12 @@ def test_sysfs_parser(tmp_path):
             ("type", kind),
             ("size", size),
             ("coherency_line_size", 64),
+            ("ways_of_associativity", 12 if kind == "Data" else 8),
         ):
             (folder / name).write_text(f"{value}\n")
     assert detect.from_sysfs(str(tmp_path)) == {
         "l1_bytes": 48 * 1024,
+        "l1_ways": 12,
         "l2_bytes": 2048 * 1024,
         "l3_bytes": 32 << 20,
         "line_bytes": 64,

@@ -1,0 +1,52 @@
+"""The cost model's terms, checked against hand-counted cases."""
+
+from __future__ import annotations
+
+import pytest
+
+import cso
+from cso.analysis import cost
+
+
+@pytest.mark.parametrize(
+    "rows, stride, expected",
+    [
+        (14, 4096, 14),  # 1x1 layer of 1024 float32 channels: every row in one set
+        (14, 8192, 14),
+        (14, 2048, 7),  # two sets
+        (8, 4096, 8),
+        (14, 64 * 9 * 4, 1),  # 3x3 of 64 channels: 9 lines apart, all sets distinct
+        (0, 4096, 0),
+    ],
+)
+def test_rows_per_l1_set(rows, stride, expected):
+    # A 32 KiB, 8-way L1 of 64-byte lines has 64 sets: 4 KiB apart is the same set.
+    assert cost.rows_per_l1_set(rows, stride, 64, 64) == expected
+
+
+def test_conflicting_reads_only_beyond_the_ways():
+    assert cost.conflicting_filter_reads(1000, 9, 8) == 1000
+    assert cost.conflicting_filter_reads(1000, 8, 8) == 0
+
+
+def test_the_conflict_is_priced_and_steers_the_plan():
+    # 1x1, 1024 channels: a 14-row window-vectorised kernel reading filters
+    # in place puts all 14 rows in one set of an 8-way L1; with 16 ways it fits.
+    x_shape, w_shape = (1, 1024, 14, 14), (256, 1024, 1, 1)
+    eight = cso.Hardware(l1_ways=8, vector_bytes=64, vector_registers=32)
+    sixteen = eight.with_changes(l1_ways=16)
+    forced = dict(filters_per_tile=14, windows_per_tile=32, vector_operand="windows", threads=1)
+    conflicted = cso.plan_conv2d(x_shape, w_shape, hardware=eight, **forced)
+    spared = cso.plan_conv2d(x_shape, w_shape, hardware=sixteen, **forced)
+    traffic = conflicted.cost_of(conflicted.schedule)
+    assert traffic.conflicting_filter_reads == traffic.in_place_filter_reads > 0
+    assert spared.cost_of(spared.schedule).conflicting_filter_reads == 0
+    assert traffic.cost > spared.cost_of(spared.schedule).cost
+    # Left to choose, the analysis avoids 14 in-place filter rows on the 8-way L1.
+    chosen = cso.plan_conv2d(x_shape, w_shape, hardware=eight, threads=1)
+    assert not (chosen.vector_operand == "windows" and chosen.filters_per_tile > 8)
+    # Filters packed ahead are read from a panel: no conflict.
+    packed = cso.plan_conv2d(x_shape, w_shape, hardware=eight, filters_prepacked=True, **forced)
+    assert packed.cost_of(packed.schedule).conflicting_filter_reads == 0
+    assert "more to one L1 set than its 8 ways hold" in cso.explain(conflicted)
+    assert "within the L1's 16 ways" in cso.explain(spared)
