@@ -506,7 +506,9 @@ def schedule_traffic(
     macs = padded_macs(
         window_tiles, windows_per_tile, filter_tiles, filters_per_tile, channels * kernel_area
     )
-    in_place_reads = in_place_filter_reads(vector_operand, filters_prepacked, macs, windows_per_tile)
+    in_place_reads = in_place_filter_reads(
+        vector_operand, filters_prepacked, macs, windows_per_tile
+    )
     l1_sets = hardware.l1_bytes // (hardware.line_bytes * hardware.l1_ways)
     busiest_set = rows_per_l1_set(
         filters_per_tile, channels * kernel_area * s, hardware.line_bytes, l1_sets
