@@ -322,8 +322,16 @@ def largest_job_share(
     )
 
 
+def far_level_costs(weights, shared: bool) -> tuple:
+    """``(c_L3, c_DRAM)``: the one-core figures, or with ``shared`` (a plan
+    for more than one thread, every core streaming at once) the shared ones."""
+    if shared:
+        return weights.l3_shared_cost, weights.dram_shared_cost
+    return weights.l3_cost, weights.dram_cost
+
+
 def hidden_stream_cost(
-    hardware, element_bytes, *, streamed_dram, streamed_l3, padded_macs
+    hardware, element_bytes, *, streamed_dram, streamed_l3, padded_macs, shared=False
 ) -> float:
     """``stream_overlap * min(streamed_dram*c_dram + streamed_l3*c_l3,
     macs*c_mac*s/4)``: the cost of WS's filter stream that runs while the
@@ -338,7 +346,8 @@ def hidden_stream_cost(
     the calls and is not hidden; IS's streams are not credited either
     (measured: crediting them picked IS where WS ran faster).
     """
-    streams = streamed_dram * hardware.weights.dram_cost + streamed_l3 * hardware.weights.l3_cost
+    l3_cost, dram_cost = far_level_costs(hardware.weights, shared)
+    streams = streamed_dram * dram_cost + streamed_l3 * l3_cost
     compute = padded_macs * hardware.weights.mac_cost * element_bytes / 4
     return hardware.weights.stream_overlap * min(streams, compute)
 
@@ -361,6 +370,7 @@ def weighted_cost(
     conflicting_filter_reads=0,
     streamed_l3=0,
     streamed_dram=0,
+    shared=False,
 ):
     """``dram*c_dram + l3*c_l3 + l2*c_l2 + misses*c_tlb + calls*c_call
     + spill*c_spill + macs*c_mac*s/4 + stores*c_store + packed*c_pack
@@ -371,15 +381,17 @@ def weighted_cost(
     panels, ``reads`` filter elements read in place, ``conflicts`` those of
     them whose line L1 associativity evicted (:func:`conflicting_filter_reads`), ``hidden`` the
     streams' overlap with the FMAs, :func:`hidden_stream_cost`).  The counts
-    are named as :class:`Traffic`'s fields."""
+    are named as :class:`Traffic`'s fields; ``shared`` prices L3 and DRAM
+    at their shared rates (:func:`far_level_costs`)."""
+    l3_cost, dram_cost = far_level_costs(hardware.weights, shared)
     return (
         in_place_filter_reads * hardware.weights.in_place_filter_cost
         + conflicting_filter_reads * hardware.line_bytes * hardware.weights.l1_miss_cost
         + transposed_stores * hardware.weights.transposed_store_cost
         + packed_filter_elements * hardware.weights.filter_pack_cost
         + packed_input_elements * hardware.weights.input_pack_cost
-        + dram * hardware.weights.dram_cost
-        + l3 * hardware.weights.l3_cost
+        + dram * dram_cost
+        + l3 * l3_cost
         + l2 * hardware.weights.l2_cost
         + tlb_misses * hardware.weights.tlb_miss_cost
         + kernel_calls * hardware.weights.call_cost
@@ -391,6 +403,7 @@ def weighted_cost(
             streamed_dram=streamed_dram,
             streamed_l3=streamed_l3,
             padded_macs=padded_macs,
+            shared=shared,
         )
     )
 
@@ -550,6 +563,6 @@ def schedule_traffic(
         window_parts if schedule == Schedule.WS else 1,
         largest_job_share(schedule, window_tiles, filter_tiles, k3, window_parts),
     )
-    cost = imbalance * weighted_cost(hardware, s, **counts) / images
+    cost = imbalance * weighted_cost(hardware, s, **counts, shared=threads > 1) / images
     counts = {name: count // images for name, count in counts.items()}
     return Traffic(cost=cost, imbalance=imbalance, **counts)

@@ -137,7 +137,9 @@ def depthwise_traffic(
     imbalance = cost.thread_imbalance(threads, jobs, 1, 1, 1.0)
     weights = hardware.weights
     # The tap kernel's calls are not the outer-product kernel's: priced apart.
-    weighted = cost.weighted_cost(hardware, s, **dict(counts, kernel_calls=0))
+    weighted = cost.weighted_cost(
+        hardware, s, **dict(counts, kernel_calls=0), shared=threads > 1
+    )
     weighted += calls * weights.tap_call_cost
     return Traffic(cost=imbalance * weighted, imbalance=imbalance, **counts)
 

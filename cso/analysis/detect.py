@@ -1,14 +1,17 @@
-"""Detecting this machine: py-cpuinfo, then Linux's ``/sys``, then defaults.
+"""Detecting this machine: Linux's ``/sys``, then py-cpuinfo, then defaults.
 
-:func:`detect_hardware` asks py-cpuinfo first, then
-``/sys/devices/system/cpu``, then falls back to the stated defaults
+:func:`detect_hardware` asks ``/sys/devices/system/cpu`` and
+``/proc/cpuinfo``'s flags first, then py-cpuinfo for whatever they did not
+give, then falls back to the stated defaults
 (:data:`~cso.analysis.hardware.DEFAULT_HARDWARE`), field by field.
 py-cpuinfo takes about a second (it runs a subprocess), so the result is
 kept in ``hardware.json`` in the cache directory, keyed by the host, the
 CPU and the core count, and probed again whenever that key changes.  The
 environment variables ``CSO_L1``, ``CSO_L2``, ``CSO_L3``, ``CSO_LINE``,
 ``CSO_VECTOR_BYTES``, ``CSO_VECTOR_REGISTERS`` and ``CSO_CORES`` override
-what was detected.
+what was detected.  The cost weights are this machine's calibration when
+``python -m cso calibrate`` has measured one
+(:mod:`cso.analysis.calibration_store`), else the defaults.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from dataclasses import replace
 
 from ..cachedir import cache_directory
 from ..untrusted import read_json_file
+from .calibration_store import apply_calibration, cpu_model
 from .hardware import DEFAULT_HARDWARE, Hardware, parse_size
 
 _SYSFS_CPU = "/sys/devices/system/cpu"
@@ -34,10 +38,19 @@ def detect_hardware() -> Hardware:
     ``CSO_CORES`` (sizes accept ``K``/``M``/``G`` suffixes) override what
     was detected, so plans for another machine can be made here; they are
     read at the first call (a bad value raises, then and at every call
-    until it is fixed).  The cost weights are the defaults
-    (:data:`~cso.analysis.weights.DEFAULT_WEIGHTS`).
+    until it is fixed).  The cost weights are the calibrated ones when this
+    machine has a calibration (``python -m cso calibrate``; ``CSO_CALIBRATION``
+    chooses another file or ``off``), else the defaults
+    (:data:`~cso.analysis.weights.DEFAULT_WEIGHTS`), said once per machine
+    in a :class:`~cso.analysis.calibration_store.CalibrationWarning`.
     """
-    return _with_environment_once(stored_or_probed())
+    return _calibrated_once(_with_environment_once(stored_or_probed()))
+
+
+@functools.lru_cache(maxsize=4)
+def _calibrated_once(hardware: Hardware) -> Hardware:
+    # Memoised: the store is read once per process.
+    return apply_calibration(hardware)
 
 
 def _vector_shape_from_flags(flags) -> tuple:
@@ -129,16 +142,12 @@ def flags_from_proc() -> list:
 
 def machine_key() -> str:
     """What the stored description is keyed by: host, architecture, CPU model, cores."""
-    brand = ""
-    try:
-        with open("/proc/cpuinfo") as handle:
-            brand = next(
-                (line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")),
-                "",
-            )
-    except OSError:
-        pass
-    return f"{platform.node()}|{platform.machine()}|{brand}|{_cores()}"
+    return f"{_STORE_VERSION}|{platform.node()}|{platform.machine()}|{cpu_model()}|{_cores()}"
+
+
+# Raised when what probe() finds changes, so that stored descriptions are probed again
+# (2: /sys before py-cpuinfo, and the L1's ways).
+_STORE_VERSION = 2
 
 
 def _cores() -> int:
@@ -148,24 +157,32 @@ def _cores() -> int:
 
 
 def probe() -> Hardware:
-    """Ask py-cpuinfo, then ``/sys``, then ``/proc/cpuinfo``'s flags; defaults for the rest."""
+    """Ask ``/sys``, then ``/proc/cpuinfo``'s flags, then py-cpuinfo for what
+    is still missing; defaults for the rest.
+
+    The kernel's ``/sys`` figures come first: py-cpuinfo reads the L3 size
+    from ``/proc/cpuinfo``'s "cache size", which on AMD EPYC (Zen 4) is the
+    1 MiB L2, not the 32 MiB L3 (measured: cso planned every layer there
+    for a 1 MiB L3 until this order was changed).
+    """
     cores = _cores()
     found_fields = {"cores": cores}
     sources = []
-    for name, probe in (("py-cpuinfo", lambda: from_cpuinfo(cores)), ("sysfs", from_sysfs)):
-        found = {
-            k: v for k, v in probe().items() if k not in found_fields and _plausible(k, v)
-        }
+
+    def take(name, fields):
+        found = {k: v for k, v in fields.items() if k not in found_fields and _plausible(k, v)}
         if found:
             sources.append(name)
             found_fields.update(found)
-    if "vector_bytes" not in found_fields:
-        flags = flags_from_proc()
-        if flags:
-            found_fields["vector_bytes"], found_fields["vector_registers"] = (
-                _vector_shape_from_flags(flags)
-            )
+
+    take("sysfs", from_sysfs())
+    flags = flags_from_proc()
+    if flags:
+        take("cpuinfo-flags", dict(zip(("vector_bytes", "vector_registers"),
+                                       _vector_shape_from_flags(flags))))  # fmt: skip
     if len(found_fields) < len(PROBED_FIELDS) - 1:  # all but the source
+        take("py-cpuinfo", from_cpuinfo(cores))
+    if len(found_fields) < len(PROBED_FIELDS) - 1:
         sources.append("defaults")
     return replace(DEFAULT_HARDWARE, **found_fields, source="+".join(sources) or "defaults")
 

@@ -102,6 +102,7 @@ def _hidden(traffic, plan) -> float:
         streamed_dram=traffic.streamed_dram,
         streamed_l3=traffic.streamed_l3,
         padded_macs=traffic.padded_macs,
+        shared=plan.threads > 1,
     )
 
 

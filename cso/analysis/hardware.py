@@ -94,10 +94,12 @@ class Hardware:
 
     def with_changes(self, **changes) -> "Hardware":
         """A copy with some fields replaced (e.g. ``l2_bytes=1 << 20``); a
-        cost weight's name (e.g. ``call_cost=2e4``) replaces that weight."""
+        cost weight's name (e.g. ``call_cost=2e4``) replaces that weight (and
+        marks the weights' ``origin`` ``"user"``)."""
         weight_names = {field.name for field in fields(CostWeights)}
         weight_changes = {k: changes.pop(k) for k in list(changes) if k in weight_names}
         if weight_changes:
+            weight_changes.setdefault("origin", "user")
             changes["weights"] = replace(self.weights, **weight_changes)
         return replace(self, **changes)
 

@@ -103,6 +103,15 @@ class CostWeights:
         EPYC (Zen 4) ran 17.4 ns a call where its FMAs alone take 9.9 ns at
         the peak: some 7.5 ns, about 1700 units (a float32 MAC is 4 units,
         0.017 ns there).
+    l3_shared_cost, dram_shared_cost : float
+        ``l3_cost`` and ``dram_cost`` when every core streams at once (the
+        L3 and the memory bandwidth are shared): what plans for more than
+        one thread are priced with.  The defaults are the one-core figures;
+        a calibration measures both.
+    origin : str
+        Where the weights come from: ``"defaults"`` (these figures),
+        ``"calibrated"`` (:func:`~cso.analysis.calibration.derive_weights`
+        from ``python -m cso calibrate``) or ``"user"`` (changed by hand).
     """
 
     l2_cost: float = 0.25
@@ -119,9 +128,16 @@ class CostWeights:
     in_place_filter_cost: float = 6.0
     stream_overlap: float = 0.5
     tap_call_cost: float = 1700.0
+    l3_shared_cost: float = 6.0
+    dram_shared_cost: float = 20.0
+    origin: str = "defaults"
 
     def __post_init__(self):
+        if not isinstance(self.origin, str):
+            raise TypeError(f"CostWeights.origin must be a str, got {self.origin!r}")
         for field in fields(self):
+            if field.name == "origin":
+                continue
             value = getattr(self, field.name)
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise TypeError(f"CostWeights.{field.name} must be a number, got {value!r}")

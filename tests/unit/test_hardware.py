@@ -31,12 +31,17 @@ def _fresh_detect(monkeypatch, cpuinfo_fields, sysfs_fields):
     return detect.probe()
 
 
-def test_cpuinfo_first_then_sysfs(monkeypatch):
+def test_sysfs_first_then_cpuinfo(monkeypatch):
+    # py-cpuinfo reports AMD EPYC's 1 MiB L2 as its L3: /sys is believed first.
+    monkeypatch.setattr(detect, "flags_from_proc", lambda: [])
     machine = _fresh_detect(
-        monkeypatch, {"l1_bytes": 48 << 10}, {"l1_bytes": 32 << 10, "l2_bytes": 2 << 20}
+        monkeypatch,
+        {"l3_bytes": 1 << 20, "l2_bytes": 4 << 20, "vector_bytes": 64, "vector_registers": 32},
+        {"l3_bytes": 32 << 20, "l1_bytes": 32 << 10},
     )
-    assert machine.l1_bytes == 48 << 10 and machine.l2_bytes == 2 << 20
-    assert "py-cpuinfo" in machine.source and "sysfs" in machine.source
+    assert machine.l3_bytes == 32 << 20 and machine.l1_bytes == 32 << 10
+    assert machine.l2_bytes == 4 << 20 and machine.vector_bytes == 64
+    assert machine.source.startswith("sysfs") and "py-cpuinfo" in machine.source
 
 
 def test_an_implausible_probed_size_falls_through_to_the_next_source(monkeypatch):

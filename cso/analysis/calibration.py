@@ -1,0 +1,253 @@
+"""The cost weights derived from rates measured on the machine at hand.
+
+``python -m cso calibrate`` (:mod:`cso.calibrate`) times micro-benchmarks
+and fills a :class:`MeasuredRates`; :func:`derive_weights` turns it into a
+:class:`~cso.analysis.weights.CostWeights`, one named function per weight.
+This module only computes: it measures nothing and reads no file.
+
+The unit.  The model's weights are in one unit, a quarter of one float32
+multiply-add at the FMA peak (on a core with two 16-lane FMA units and an
+L1 that moves 128 bytes per cycle: one byte of L1 traffic).  With the peak
+``F`` in FLOP/s one unit lasts ``u = 1 / (2 F)`` seconds, and a measured
+time ``t`` weighs ``t / u``.  Every weight below is such a time, measured
+for one unit of the quantity the model counts (a byte, a call, an element).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields, replace
+
+from .weights import DEFAULT_WEIGHTS, CostWeights
+
+# Significant figures the derived weights keep: the timings behind them
+# spread by a few percent between runs, and finer digits would make two
+# calibrations of one machine pick different plans for no reason.
+SIGNIFICANT_FIGURES = 2
+
+
+@dataclass(frozen=True)
+class MeasuredRates:
+    """What the calibration measured on one machine, in SI units, one core
+    unless the name says ``shared`` (every core at once, per core).
+
+    Parameters
+    ----------
+    fma_flops : float
+        float32 FMA peak of one core, FLOP/s (register-only FMA chains).
+    kernel_flops : float
+        The micro-kernels' float32 rate with every operand in L1, FLOP/s
+        (the median over the shapes the planner offers).
+    l2_stream_seconds_per_byte : float
+        Extra time per byte of a micro-kernel's streamed operand read from
+        L2 instead of L1 (the same kernel, its streamed panels cycling
+        through more tiles than L1 holds).
+    l3_bytes_per_second, dram_bytes_per_second : float
+        Streaming read bandwidth of one core from a buffer resident in L3,
+        and from one several times larger than L3.
+    l3_shared_bytes_per_second, dram_shared_bytes_per_second : float
+        The same, per core, with every core reading its own buffer at once.
+    l2_line_reload_seconds : float
+        Time to reload one cache line from L2 that the prefetchers did not
+        bring in: a kernel reading filter rows whose lines overflow one L1
+        set, against the same rows spread over the sets, per reloaded line.
+    tlb_miss_seconds : float
+        Extra time of a load that misses the first-level data TLB (a chase
+        over more pages than it has entries, against one over few pages).
+    kernel_call_seconds : float
+        Marginal time of one micro-kernel call inside the loop nest: the
+        slope of a layer's time against its call count as its channel tile
+        shrinks (the multiply-adds unchanged).
+    transposed_store_seconds : float
+        Extra write-back time per output element of a filter-vectorised
+        kernel over a window-vectorised one of the same tile.
+    input_pack_seconds : float
+        Time per input element written into panels (a layer's time less the
+        same loop nest that does not pack, per packed element; median over
+        layer kinds).
+    filter_pack_seconds : float
+        Time per filter element packed for a filter-vectorised kernel.
+    in_place_filter_seconds : float
+        Extra time per filter element a window-vectorised kernel reads in
+        place from KCRS rather than from a packed panel (may be 0).
+    tap_call_seconds : float
+        Fixed time of one depthwise tap-kernel call (the intercept of its
+        time against the number of output vectors).
+    """
+
+    fma_flops: float
+    kernel_flops: float
+    l2_stream_seconds_per_byte: float
+    l3_bytes_per_second: float
+    dram_bytes_per_second: float
+    l3_shared_bytes_per_second: float
+    dram_shared_bytes_per_second: float
+    l2_line_reload_seconds: float
+    tlb_miss_seconds: float
+    kernel_call_seconds: float
+    transposed_store_seconds: float
+    input_pack_seconds: float
+    filter_pack_seconds: float
+    in_place_filter_seconds: float
+    tap_call_seconds: float
+
+    def __post_init__(self):
+        for field in fields(self):
+            value = getattr(self, field.name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise TypeError(f"MeasuredRates.{field.name} must be a number, got {value!r}")
+            if not math.isfinite(value) or value < 0:
+                raise ValueError(
+                    f"MeasuredRates.{field.name} must be finite and non-negative, got {value!r}"
+                )
+            if field.name.endswith(("flops", "per_second")) and value == 0:
+                raise ValueError(f"MeasuredRates.{field.name} must be positive, got 0")
+
+    def to_dict(self) -> dict:
+        return {field.name: getattr(self, field.name) for field in fields(self)}
+
+    @staticmethod
+    def from_dict(values: dict) -> "MeasuredRates":
+        """Raises TypeError or ValueError when ``values`` is malformed."""
+        if not isinstance(values, dict):
+            raise TypeError(f"measured rates must be a mapping, got {type(values).__name__}")
+        return MeasuredRates(**values)
+
+
+def unit_seconds(fma_flops: float) -> float:
+    """``u = 1 / (2 F)``: a quarter of one multiply-add (2 FLOP) at the peak ``F``."""
+    return 1.0 / (2.0 * fma_flops)
+
+
+def weight_of(seconds: float, fma_flops: float) -> float:
+    """``t / u``: a measured time in the model's units."""
+    return seconds / unit_seconds(fma_flops)
+
+
+def mac_cost(rates: MeasuredRates) -> float:
+    """``4 F / F_kernel``: a float32 multiply-add at the micro-kernels' rate
+    (4 units at the peak, more as the kernels fall short of it)."""
+    return 4.0 * rates.fma_flops / rates.kernel_flops
+
+
+def l2_cost(rates: MeasuredRates) -> float:
+    """``t_L2stream / u``: what a byte streamed from L2 adds to the kernels."""
+    return weight_of(rates.l2_stream_seconds_per_byte, rates.fma_flops)
+
+
+def l3_cost(rates: MeasuredRates) -> float:
+    """``(1 / B_L3) / u``: a byte at L3's streaming bandwidth, one core."""
+    return weight_of(1.0 / rates.l3_bytes_per_second, rates.fma_flops)
+
+
+def dram_cost(rates: MeasuredRates) -> float:
+    """``(1 / B_DRAM) / u``: a byte at DRAM's streaming bandwidth, one core."""
+    return weight_of(1.0 / rates.dram_bytes_per_second, rates.fma_flops)
+
+
+def l3_shared_cost(rates: MeasuredRates) -> float:
+    """``(1 / B_L3,shared) / u``: a byte from L3 while every core streams."""
+    return weight_of(1.0 / rates.l3_shared_bytes_per_second, rates.fma_flops)
+
+
+def dram_shared_cost(rates: MeasuredRates) -> float:
+    """``(1 / B_DRAM,shared) / u``: a byte from DRAM while every core streams."""
+    return weight_of(1.0 / rates.dram_shared_bytes_per_second, rates.fma_flops)
+
+
+def l1_miss_cost(rates: MeasuredRates, line_bytes: int) -> float:
+    """``(t_line / line) / u``: a byte of a line reloaded from L2 unprefetched."""
+    return weight_of(rates.l2_line_reload_seconds / line_bytes, rates.fma_flops)
+
+
+def tlb_miss_cost(rates: MeasuredRates) -> float:
+    """``t_miss / u``."""
+    return weight_of(rates.tlb_miss_seconds, rates.fma_flops)
+
+
+def call_cost(rates: MeasuredRates) -> float:
+    """``t_call / u``."""
+    return weight_of(rates.kernel_call_seconds, rates.fma_flops)
+
+
+def transposed_store_cost(rates: MeasuredRates) -> float:
+    """``t_store / u``, per output element."""
+    return weight_of(rates.transposed_store_seconds, rates.fma_flops)
+
+
+def input_pack_cost(rates: MeasuredRates) -> float:
+    """``t_input / u``, per packed input element."""
+    return weight_of(rates.input_pack_seconds, rates.fma_flops)
+
+
+def filter_pack_cost(rates: MeasuredRates) -> float:
+    """``t_filter / u``, per packed filter element."""
+    return weight_of(rates.filter_pack_seconds, rates.fma_flops)
+
+
+def in_place_filter_cost(rates: MeasuredRates) -> float:
+    """``t_in_place / u``, per filter element read in place."""
+    return weight_of(rates.in_place_filter_seconds, rates.fma_flops)
+
+
+def tap_call_cost(rates: MeasuredRates) -> float:
+    """``t_tap / u``."""
+    return weight_of(rates.tap_call_seconds, rates.fma_flops)
+
+
+def rounded(value: float, figures: int = SIGNIFICANT_FIGURES) -> float:
+    """``value`` to ``figures`` significant figures (0 stays 0)."""
+    if value == 0:
+        return 0.0
+    return round(value, figures - 1 - int(math.floor(math.log10(abs(value)))))
+
+
+def derive_weights(rates: MeasuredRates, line_bytes: int = 64) -> CostWeights:
+    """The :class:`CostWeights` of ``rates``, each rounded to
+    :data:`SIGNIFICANT_FIGURES`; ``origin`` is ``"calibrated"``.
+
+    ``sweep_fraction`` and ``stream_overlap`` keep their defaults: they are
+    shares of the model's own counts (how much of a cache a swept block may
+    take, how much of a stream hides behind the FMAs), set by comparing
+    plans (``experiments/cost_weight.py``), not rates of the machine.
+    """
+    derived = {
+        "mac_cost": mac_cost(rates),
+        "l2_cost": l2_cost(rates),
+        "l3_cost": l3_cost(rates),
+        "dram_cost": dram_cost(rates),
+        "l3_shared_cost": l3_shared_cost(rates),
+        "dram_shared_cost": dram_shared_cost(rates),
+        "l1_miss_cost": l1_miss_cost(rates, line_bytes),
+        "tlb_miss_cost": tlb_miss_cost(rates),
+        "call_cost": call_cost(rates),
+        "transposed_store_cost": transposed_store_cost(rates),
+        "input_pack_cost": input_pack_cost(rates),
+        "filter_pack_cost": filter_pack_cost(rates),
+        "in_place_filter_cost": in_place_filter_cost(rates),
+        "tap_call_cost": tap_call_cost(rates),
+    }
+    return replace(
+        DEFAULT_WEIGHTS,
+        **{name: rounded(value) for name, value in derived.items()},
+        origin="calibrated",
+    )
+
+
+# The weights derive_weights measures; the rest keep their defaults.
+CALIBRATED_WEIGHTS = (
+    "mac_cost",
+    "l2_cost",
+    "l3_cost",
+    "dram_cost",
+    "l3_shared_cost",
+    "dram_shared_cost",
+    "l1_miss_cost",
+    "tlb_miss_cost",
+    "call_cost",
+    "transposed_store_cost",
+    "input_pack_cost",
+    "filter_pack_cost",
+    "in_place_filter_cost",
+    "tap_call_cost",
+)

@@ -1,0 +1,117 @@
+"""Measuring this machine for the cost model: ``python -m cso calibrate``.
+
+:func:`measure_rates` runs the probes (:mod:`.kernel_probes`,
+:mod:`.memory_probes`, :mod:`.loop_probes`) and returns the
+:class:`~cso.analysis.calibration.MeasuredRates` the weights are derived
+from (:func:`~cso.analysis.calibration.derive_weights`).  The probes plan
+with the default weights, so a calibration does not depend on an earlier
+one.  :mod:`.cli` is the command line.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+from ..analysis.calibration import MeasuredRates
+from ..analysis.weights import DEFAULT_WEIGHTS
+from ..microkernels.peak import fma_peak_gflops
+from ..openmp import kept_openmp_threads
+from . import kernel_probes, loop_probes, memory_probes
+
+
+def _steps(hardware, quick: bool):
+    """``[(field or None, description, probe)]``, in the order they run."""
+    lanes = hardware.vector_bytes // 4
+    repeats = 3 if quick else 7
+    rounds = 3 if quick else 7
+    shapes = kernel_probes.planner_shapes(hardware.vector_bytes, hardware.vector_registers)
+    if quick:
+        shapes = shapes[:1] + [s for s in shapes if s[2] == "filters"][:1]
+    l3_size = max(4 * hardware.l2_bytes, hardware.l3_bytes // (2 * hardware.cores))
+    dram_size = max(64 << 20, (2 if quick else 4) * hardware.l3_bytes)
+    state = {}
+
+    def kernels():
+        state["kernels"] = kernel_probes.kernel_rates(
+            shapes, lanes, hardware.l1_bytes, hardware.l2_bytes, repeats
+        )
+        return state["kernels"]
+
+    return [
+        ("fma_flops", "FMA peak (float32, one core)",
+         lambda: fma_peak_gflops("float32", lanes, 0.05 if quick else 0.2) * 1e9),
+        (None, f"micro-kernels {', '.join(f'{a}x{b}{c[0]}' for a, b, c in shapes)}: "
+               "rate from L1 and with an L2 stream", kernels),
+        ("kernel_flops", "micro-kernel rate from L1 (median)",
+         lambda: kernel_probes.summary(state["kernels"])[0]),
+        ("l2_stream_seconds_per_byte", "extra time per byte streamed from L2 (median)",
+         lambda: kernel_probes.summary(state["kernels"])[1]),
+        ("l3_bytes_per_second", "L3 read bandwidth, one core",
+         lambda: memory_probes.read_bandwidth(l3_size, repeats, passes=4)),
+        ("dram_bytes_per_second", "DRAM read bandwidth, one core",
+         lambda: memory_probes.read_bandwidth(dram_size, max(2, repeats // 2))),
+        ("l3_shared_bytes_per_second", f"L3 read bandwidth per core, {hardware.cores} at once",
+         lambda: memory_probes.shared_read_bandwidth(l3_size, hardware.cores, repeats)),
+        ("dram_shared_bytes_per_second", f"DRAM read bandwidth per core, {hardware.cores} at once",
+         lambda: memory_probes.shared_read_bandwidth(dram_size, hardware.cores,
+                                                     max(2, repeats // 2))),
+        ("l2_line_reload_seconds", "line reloaded from L2 (filter rows overflowing a set)",
+         lambda: kernel_probes.l2_line_reload_seconds(
+             shapes if not quick else kernel_probes.planner_shapes(
+                 hardware.vector_bytes, hardware.vector_registers),
+             lanes, hardware.l1_bytes, hardware.l1_ways, hardware.line_bytes, repeats)),
+        ("tlb_miss_seconds", "first-level TLB miss",
+         lambda: memory_probes.tlb_miss_seconds(
+             hardware.page_bytes, hardware.line_bytes, hardware.tlb_entries, repeats)),
+        ("transposed_store_seconds", "filter-vectorised write-back, per element",
+         lambda: kernel_probes.transposed_store_seconds(
+             kernel_probes.planner_shapes(hardware.vector_bytes, hardware.vector_registers),
+             lanes, repeats)),
+        ("tap_call_seconds", "depthwise tap-kernel call",
+         lambda: kernel_probes.tap_call_seconds(lanes, state["fma_flops"], repeats=repeats)),
+        ("kernel_call_seconds", "micro-kernel call in the loop nest",
+         lambda: loop_probes.kernel_call_seconds(hardware, rounds)),
+        ("input_pack_seconds", "input element packed into panels",
+         lambda: loop_probes.input_pack_seconds(
+             hardware, loop_probes.PACK_LAYERS[:1] if quick else loop_probes.PACK_LAYERS,
+             rounds)),
+        ("filter_pack_seconds", "filter element packed",
+         lambda: loop_probes.filter_pack_seconds(hardware, rounds)),
+        ("in_place_filter_seconds", "filter element read in place",
+         lambda: loop_probes.in_place_filter_seconds(hardware, rounds)),
+    ], state  # fmt: skip
+
+
+def measure_rates(hardware, *, quick: bool = False, progress=None) -> MeasuredRates:
+    """Run every probe on this machine, one thread (two for the shared rates).
+
+    Parameters
+    ----------
+    hardware : Hardware
+        This machine's description (caches, vectors, cores): the probes size
+        their buffers and pick their kernels from it.
+    quick : bool
+        Fewer repeats, fewer kernel shapes and layers: some seconds instead
+        of about a minute (once the kernels are compiled).
+    progress : callable, optional
+        Called as ``progress(index, total, description, value, seconds)``
+        after each probe (``value`` None for a step that only prepares).
+    """
+    hardware = replace(hardware, weights=DEFAULT_WEIGHTS)
+    steps, state = _steps(hardware, quick)
+    values = {}
+    with kept_openmp_threads():
+        for index, (field, description, probe) in enumerate(steps, 1):
+            started = time.perf_counter()
+            value = probe()
+            if field is not None:
+                if value is None:
+                    # No offered shape can overflow an L1 set here: a reloaded
+                    # line is priced as a streamed one (its L2 spill use).
+                    value = state["l2_stream_seconds_per_byte"] * hardware.line_bytes
+                values[field] = state[field] = float(value)
+            if progress is not None:
+                shown = values.get(field) if field is not None else None
+                progress(index, len(steps), description, shown, time.perf_counter() - started)
+    return MeasuredRates(**values)

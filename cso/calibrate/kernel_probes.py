@@ -1,0 +1,228 @@
+"""Probes of the micro-kernels alone: their rate from L1, what an L2 stream
+adds, the write-back of a filter-vectorised tile, the line reloads of
+filter rows that overflow an L1 set, and the tap kernel's fixed cost.
+
+Each probe calls one generated kernel (:mod:`cso.microkernels`) in a
+jitted loop over operands laid out as the loop nests lay them out
+(:mod:`cso.macrokernel.loops`: packed panels ``[depth][Nf]`` and
+``[depth][Nwin]``, output rows ``out_stride`` apart), so the rates are the
+kernels' own, without the loop nest around them.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+from numba import njit
+
+from ..analysis import tiles
+from ..analysis.choices import VectorOperand
+from ..microkernels.outer_product import build_outer_product_kernel
+from ..microkernels.taps import build_tap_kernel
+from ..packing.filters import aligned_empty
+from .timing import best_seconds, calls_for, median, slope_and_intercept
+
+# A 56x56 output plane: the output rows of a tile are this far apart, as in
+# a mid-sized layer, so the write-back touches as many lines as it does there.
+OUT_STRIDE = 56 * 56
+
+
+def planner_shapes(vector_bytes: int, vector_registers: int) -> list:
+    """``[(Nf, Nwin, operand)]``: the float32 shapes the planner offers."""
+    shapes = [
+        (nf, nwin, VectorOperand.WINDOWS.value)
+        for nf, nwin in tiles.register_blocks(vector_bytes, vector_registers, 4)
+    ]
+    shapes += [
+        (nf, nwin, VectorOperand.FILTERS.value)
+        for nf, nwin in tiles.filter_vector_blocks(vector_bytes, vector_registers, 4)
+    ]
+    return shapes
+
+
+@functools.lru_cache(maxsize=None)
+def _runner(nf, nwin, operand, lanes):
+    """A jitted loop calling one float32 kernel ``calls`` times, cycling over
+    ``filter_tiles`` filter panels, ``input_tiles`` input panels and
+    ``out_tiles`` output tiles (memoised: one compilation per shape)."""
+    kernel = build_outer_product_kernel(nf, nwin, "float32", lanes, operand)
+
+    @njit(nogil=True)
+    def run(depth, filters, f_k, f_i, filter_tiles, filter_step, inputs, input_tiles,
+            out, out_tiles, out_stride, bias, calls):  # fmt: skip
+        for call in range(calls):
+            kernel(
+                depth,
+                filters,
+                (call % filter_tiles) * filter_step,
+                f_k,
+                f_i,
+                inputs,
+                (call % input_tiles) * depth * nwin,
+                nwin,
+                out,
+                (call % out_tiles) * nwin,
+                out_stride,
+                bias,
+                0,
+                False,
+                False,
+                out,
+                0,
+                0,
+                False,
+            )
+
+    return run
+
+
+def _operands(size):
+    array = aligned_empty(size, np.float32)
+    array[:] = 1.0 / size
+    return array
+
+
+def kernel_seconds(nf, nwin, operand, lanes, depth, *, filter_tiles=1, input_tiles=1,
+                   out_tiles=1, filter_row_stride=None, repeats=5, budget=0.02) -> float:  # fmt: skip
+    """Seconds per call of one kernel, operands cycling over the tiles given.
+
+    ``filter_row_stride`` reads the filters as the KCRS array in place (rows
+    that far apart, one element a step) instead of a packed panel.
+    """
+    run = _runner(nf, nwin, operand, lanes)
+    if filter_row_stride is None:
+        f_k, f_i, filter_step = nf, 1, depth * nf
+        filters = _operands(filter_tiles * depth * nf)
+    else:
+        f_k, f_i, filter_step = 1, filter_row_stride, nf * filter_row_stride
+        filters = _operands(filter_tiles * nf * filter_row_stride + depth)
+    inputs = _operands(input_tiles * depth * nwin)
+    out = _operands(max(nf, nwin) * OUT_STRIDE + out_tiles * nwin)
+    bias = np.zeros(max(nf, nwin), np.float32)
+    args = (depth, filters, f_k, f_i, filter_tiles, filter_step, inputs, input_tiles, out,
+            out_tiles, OUT_STRIDE, bias)  # fmt: skip
+    run(*args, 1)
+    probe = best_seconds(lambda: run(*args, 10), 2) / 10
+    calls = calls_for(probe, budget)
+    return best_seconds(lambda: run(*args, calls), repeats) / calls
+
+
+def l1_rate(nf, nwin, operand, lanes, depth=256, repeats=5) -> float:
+    """FLOP/s of a kernel with every operand in L1 (one tile, called over and over)."""
+    return 2 * nf * nwin * depth / kernel_seconds(nf, nwin, operand, lanes, depth, repeats=repeats)
+
+
+def l2_stream_seconds_per_byte(nf, nwin, operand, lanes, l1_bytes, l2_bytes, depth=256,
+                               repeats=5) -> float:  # fmt: skip
+    """Extra seconds per streamed byte when the streamed operand cycles through
+    panels filling half of L2 (more than L1 holds) rather than one panel.
+
+    The streamed operand is the one a schedule streams past the stationary
+    tile: the input panels for a window-vectorised kernel (WS-like), the
+    filter panels for a filter-vectorised one (IS-like).
+    """
+    streams_inputs = operand == VectorOperand.WINDOWS.value
+    width = nwin if streams_inputs else nf
+    panel = depth * width * 4
+    count = max(2, min(l2_bytes // 2, 4 * l1_bytes) // panel)
+    stream = {"input_tiles": count} if streams_inputs else {"filter_tiles": count}
+    resident = kernel_seconds(nf, nwin, operand, lanes, depth, repeats=repeats)
+    streamed = kernel_seconds(nf, nwin, operand, lanes, depth, repeats=repeats, **stream)
+    return max(0.0, streamed - resident) / panel
+
+
+def call_intercepts(nf, nwin, operand, lanes, out_tiles, repeats=5) -> float:
+    """The fixed seconds of one call: the intercept of its time against its
+    depth (8 to 64 steps), its output tile cycling over ``out_tiles`` tiles."""
+    depths = (8, 16, 32, 64)
+    times = [
+        kernel_seconds(nf, nwin, operand, lanes, depth, out_tiles=out_tiles, repeats=repeats)
+        for depth in depths
+    ]
+    return max(0.0, slope_and_intercept(depths, times)[1])
+
+
+def transposed_store_seconds(shapes, lanes, repeats=5) -> float:
+    """Per output element: a filter-vectorised kernel's call intercept less a
+    window-vectorised one's, over their tiles' elements (0 when there is no
+    filter-vectorised shape)."""
+    windows = [s for s in shapes if s[2] == VectorOperand.WINDOWS.value]
+    filters = [s for s in shapes if s[2] == VectorOperand.FILTERS.value]
+    if not filters or not windows:
+        return 0.0
+    nf, nwin, operand = filters[0]
+    # The window-vectorised shape with the closest tile size.
+    other = min(windows, key=lambda s: abs(s[0] * s[1] - nf * nwin))
+    transposed = call_intercepts(nf, nwin, operand, lanes, 64, repeats)
+    plain = call_intercepts(*other, lanes, 64, repeats)
+    return max(0.0, transposed / (nf * nwin) - plain / (other[0] * other[1]))
+
+
+def l2_line_reload_seconds(shapes, lanes, l1_bytes, l1_ways, line_bytes, repeats=5):
+    """Seconds per filter read whose line was evicted by its own rows: the
+    widest window-vectorised kernel reading ``Nf`` filter rows in place, rows
+    one L1 way apart (all in one set) against one way and a line apart.
+
+    Returns None when no offered shape has more rows than the L1 has ways
+    (no plan can then conflict: the figure is not needed).
+    """
+    windows = [s for s in shapes if s[2] == VectorOperand.WINDOWS.value and s[0] > l1_ways]
+    if not windows:
+        return None
+    nf, nwin, operand = max(windows, key=lambda s: s[0])
+    way = l1_bytes // l1_ways // 4  # elements: one way of the L1 apart maps to the same set
+    depth = way
+    aliased = kernel_seconds(nf, nwin, operand, lanes, depth, filter_row_stride=way,
+                             repeats=repeats)  # fmt: skip
+    spread = kernel_seconds(nf, nwin, operand, lanes, depth, repeats=repeats,
+                            filter_row_stride=way + line_bytes // 4)  # fmt: skip
+    return max(0.0, aliased - spread) / (depth * nf)
+
+
+@functools.lru_cache(maxsize=None)
+def _tap_runner(vectors, lanes):
+    kernel = build_tap_kernel(vectors, "float32", lanes)
+
+    @njit(nogil=True)
+    def run(taps, weights, offsets, inputs, out, segment, calls, residual):
+        for call in range(calls):
+            kernel(taps, weights, 0, offsets, inputs, 0, out, 0, segment, np.float32(0.0),
+                   residual, 0, 0, False)  # fmt: skip
+
+    return run
+
+
+def tap_call_seconds(lanes, fma_flops, vectors=4, taps=9, repeats=5) -> float:
+    """Fixed seconds of one tap-kernel call: its time on L1-resident rows less
+    its ``taps * vectors`` vector FMAs at the peak."""
+    run = _tap_runner(vectors, lanes)
+    segment = vectors * lanes
+    width = segment + 8
+    offsets = np.array([(t // 3) * width + t % 3 for t in range(taps)], dtype=np.intp)
+    weights, inputs = _operands(taps), _operands(4 * width)
+    out, residual = _operands(segment), _operands(segment)
+    args = (taps, weights, offsets, inputs, out, segment)
+    run(*args, 1, residual)
+    calls = 20000
+    seconds = best_seconds(lambda: run(*args, calls, residual), repeats) / calls
+    fmas = taps * vectors * lanes * 2 / fma_flops
+    return max(0.0, seconds - fmas)
+
+
+def kernel_rates(shapes, lanes, l1_bytes, l2_bytes, repeats=5) -> dict:
+    """``{"NfxNwin[w|f]": (FLOP/s from L1, extra s/byte streaming from L2)}``."""
+    rates = {}
+    for nf, nwin, operand in shapes:
+        name = f"{nf}x{nwin}{operand[0]}"
+        rates[name] = (
+            l1_rate(nf, nwin, operand, lanes, repeats=repeats),
+            l2_stream_seconds_per_byte(nf, nwin, operand, lanes, l1_bytes, l2_bytes,
+                                       repeats=repeats),  # fmt: skip
+        )
+    return rates
+
+
+def summary(rates: dict) -> tuple:
+    """``(median FLOP/s from L1, median extra s/byte from L2)`` over the shapes."""
+    return median([r[0] for r in rates.values()]), median([r[1] for r in rates.values()])

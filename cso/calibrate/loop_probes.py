@@ -1,0 +1,111 @@
+"""Probes through the loop nests: what a micro-kernel call, a packed input
+element, a packed filter element and a filter element read in place cost
+as a layer runs them.
+
+Each times whole plans (:func:`cso.measure.plan_program`, one thread,
+interleaved rounds) on small synthetic layers, and divides a difference of
+times by the count the cost model keeps for that quantity
+(:class:`~cso.analysis.cost.Traffic`), so that a weight is the measured
+time of exactly what it multiplies.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import pack_filters, plan_conv2d
+from ..analysis import tiles
+from ..analysis.planner import with_tiles
+from ..measure import best_times, filter_program, plan_program
+from .timing import median, slope_and_intercept
+
+# (input shape, filter shape, stride, padding): layers of ResNet-like sizes,
+# small enough that each runs in a millisecond or two.
+CALL_LAYER = ((1, 128, 28, 28), (128, 128, 3, 3), 1, 1)
+PACK_LAYERS = (
+    ((1, 64, 56, 56), (64, 64, 3, 3), 1, 1),  # stride 1: shifted copies
+    ((1, 128, 56, 56), (128, 128, 3, 3), 2, 1),  # stride 2: gathers
+    ((1, 256, 56, 56), (512, 256, 1, 1), 2, 0),  # 1x1 stride 2: channel runs
+)
+FILTER_LAYER = ((1, 256, 14, 14), (256, 256, 3, 3), 1, 1)
+
+
+def _operands(layer, seed=0):
+    x_shape, w_shape, _, _ = layer
+    rng = np.random.default_rng(seed)
+    return (
+        rng.standard_normal(x_shape, dtype=np.float32),
+        rng.standard_normal(w_shape, dtype=np.float32),
+    )
+
+
+def _plan(layer, hardware, **forced):
+    x_shape, w_shape, stride, padding = layer
+    return plan_conv2d(
+        x_shape, w_shape, stride=stride, padding=padding, threads=1, hardware=hardware, **forced
+    )
+
+
+def kernel_call_seconds(hardware, rounds=5) -> float:
+    """The slope of :data:`CALL_LAYER`'s time against its micro-kernel calls,
+    its channel tile halved three times (the same multiply-adds, more calls
+    of shorter depth)."""
+    x, w = _operands(CALL_LAYER)
+    plan = _plan(CALL_LAYER, hardware)
+    channels = plan.geometry.channels_per_group
+    plans = [with_tiles(plan, channel_tile=max(1, channels >> k)) for k in range(4)]
+    programs = {index: plan_program(p, x, w) for index, p in enumerate(plans)}
+    best = best_times(programs, rounds)
+    calls = [p.cost_of(p.schedule).kernel_calls for p in plans]
+    return max(0.0, slope_and_intercept(calls, [best[i] for i in range(len(plans))])[0])
+
+
+def input_pack_seconds(hardware, layers=PACK_LAYERS, rounds=5) -> float:
+    """Median over ``layers`` of ``(t - t_no_pack) / packed input elements``
+    (the plan's own loop nest, and the same nest that never packs)."""
+    per_element = []
+    for layer in layers:
+        x, w = _operands(layer)
+        plan = _plan(layer, hardware)
+        packed = plan.cost_of(plan.schedule).packed_input_elements
+        if not packed:
+            continue
+        programs = {
+            "full": plan_program(plan, x, w),
+            "no-pack": plan_program(plan, x, w, variant="no-pack"),
+        }
+        best = best_times(programs, rounds)
+        per_element.append(max(0.0, best["full"] - best["no-pack"]) / packed)
+    return median(per_element) if per_element else 0.0
+
+
+def filter_pack_seconds(hardware, rounds=5) -> float:
+    """:data:`FILTER_LAYER`'s filters packed for a filter-vectorised plan, per element."""
+    x, w = _operands(FILTER_LAYER)
+    plan = _plan(FILTER_LAYER, hardware, vector_operand="filters")
+    elements = plan.cost_of(plan.schedule).packed_filter_elements
+    best = best_times({"pack": filter_program(plan, w)}, rounds)
+    return best["pack"] / max(1, elements)
+
+
+def in_place_filter_seconds(hardware, rounds=5) -> float:
+    """Per filter element: :data:`FILTER_LAYER` through a window-vectorised
+    plan whose rows share no L1 set, reading its filters in place, less the
+    same plan reading them packed ahead."""
+    x, w = _operands(FILTER_LAYER)
+    # The offered window-vectorised shape with the most rows that fit one L1 set.
+    shapes = tiles.register_blocks(hardware.vector_bytes, hardware.vector_registers, 4)
+    fitting = [shape for shape in shapes if shape[0] <= hardware.l1_ways] or [min(shapes)]
+    nf, nwin = max(fitting)
+    plan = _plan(
+        FILTER_LAYER, hardware, vector_operand="windows", windows_per_tile=nwin, filters_per_tile=nf
+    )
+    x_shape, _, stride, padding = FILTER_LAYER
+    panels = pack_filters(w, x_shape, stride=stride, padding=padding, plan=plan)
+    programs = {
+        "in place": plan_program(plan, x, w),
+        "packed": plan_program(plan, x, w, prepacked=panels),
+    }
+    best = best_times(programs, rounds)
+    reads = plan.cost_of(plan.schedule).in_place_filter_reads
+    return max(0.0, best["in place"] - best["packed"]) / max(1, reads)

@@ -1,0 +1,44 @@
+"""How the calibration times a probe: best of repeated runs, long enough to see."""
+
+from __future__ import annotations
+
+import time
+
+
+def best_seconds(run, repeats: int, min_seconds: float = 0.0) -> float:
+    """The shortest of ``repeats`` timed calls of ``run()`` (after one untimed
+    call), repeating up to 4x more while the total is under ``min_seconds``."""
+    run()
+    best = float("inf")
+    started = time.perf_counter()
+    done = 0
+    while done < repeats or (time.perf_counter() - started < min_seconds and done < 4 * repeats):
+        start = time.perf_counter()
+        run()
+        best = min(best, time.perf_counter() - start)
+        done += 1
+    return best
+
+
+def calls_for(seconds_per_call: float, budget: float) -> int:
+    """How many calls fill about ``budget`` seconds (at least one)."""
+    return max(1, int(budget / max(seconds_per_call, 1e-9)))
+
+
+def slope_and_intercept(xs, ys) -> tuple:
+    """Least-squares ``(b, a)`` of ``y = a + b x``."""
+    n = len(xs)
+    mean_x, mean_y = sum(xs) / n, sum(ys) / n
+    spread = sum((x - mean_x) ** 2 for x in xs)
+    if spread == 0:
+        raise ValueError("the x values must differ")
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys)) / spread
+    return slope, mean_y - slope * mean_x
+
+
+def median(values) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    if len(ordered) % 2:
+        return ordered[middle]
+    return (ordered[middle - 1] + ordered[middle]) / 2
