@@ -24,6 +24,11 @@ from .weights import DEFAULT_WEIGHTS, CostWeights
 # spread by a few percent between runs, and finer digits would make two
 # calibrations of one machine pick different plans for no reason.
 SIGNIFICANT_FIGURES = 2
+# A per-byte or per-element weight below this many units (1% of a float32
+# multiply-add at the peak) is a difference lost in the timings' noise: it
+# is taken as 0.  Measured: the L2 stream's weight came out 0 and 0.0067 in
+# two calibrations of one machine, and that alone changed 28 of 70 plans.
+NOISE_FLOOR = 0.04
 
 
 @dataclass(frozen=True)
@@ -47,10 +52,15 @@ class MeasuredRates:
         and from one several times larger than L3.
     l3_shared_bytes_per_second, dram_shared_bytes_per_second : float
         The same, per core, with every core reading its own buffer at once.
+    l1_spill_seconds_per_byte : float
+        Extra time per byte of a kernel's stationary operand when it does
+        not fit in L1 beside the streamed one and both come from L2 (a
+        window-vectorised kernel of a reduction too deep for L1, cycling
+        over panels in L2, against its L1 rate), per byte of its filters.
     l2_line_reload_seconds : float
         Time to reload one cache line from L2 that the prefetchers did not
         bring in: a kernel reading filter rows whose lines overflow one L1
-        set, against the same rows spread over the sets, per reloaded line.
+        set, against the same rows spread over the sets, per filter read.
     tlb_miss_seconds : float
         Extra time of a load that misses the first-level data TLB (a chase
         over more pages than it has entries, against one over few pages).
@@ -82,6 +92,7 @@ class MeasuredRates:
     dram_bytes_per_second: float
     l3_shared_bytes_per_second: float
     dram_shared_bytes_per_second: float
+    l1_spill_seconds_per_byte: float
     l2_line_reload_seconds: float
     tlb_miss_seconds: float
     kernel_call_seconds: float
@@ -155,9 +166,14 @@ def dram_shared_cost(rates: MeasuredRates) -> float:
     return weight_of(1.0 / rates.dram_shared_bytes_per_second, rates.fma_flops)
 
 
-def l1_miss_cost(rates: MeasuredRates, line_bytes: int) -> float:
-    """``(t_line / line) / u``: a byte of a line reloaded from L2 unprefetched."""
-    return weight_of(rates.l2_line_reload_seconds / line_bytes, rates.fma_flops)
+def l1_miss_cost(rates: MeasuredRates) -> float:
+    """``t_spill / u``: a byte of a stationary tile read from L2 at every call."""
+    return weight_of(rates.l1_spill_seconds_per_byte, rates.fma_flops)
+
+
+def l1_conflict_cost(rates: MeasuredRates) -> float:
+    """``t_line / u``: a filter read whose line is reloaded from L2."""
+    return weight_of(rates.l2_line_reload_seconds, rates.fma_flops)
 
 
 def tlb_miss_cost(rates: MeasuredRates) -> float:
@@ -196,13 +212,13 @@ def tap_call_cost(rates: MeasuredRates) -> float:
 
 
 def rounded(value: float, figures: int = SIGNIFICANT_FIGURES) -> float:
-    """``value`` to ``figures`` significant figures (0 stays 0)."""
-    if value == 0:
+    """``value`` to ``figures`` significant figures; 0 below :data:`NOISE_FLOOR`."""
+    if abs(value) < NOISE_FLOOR:
         return 0.0
     return round(value, figures - 1 - int(math.floor(math.log10(abs(value)))))
 
 
-def derive_weights(rates: MeasuredRates, line_bytes: int = 64) -> CostWeights:
+def derive_weights(rates: MeasuredRates) -> CostWeights:
     """The :class:`CostWeights` of ``rates``, each rounded to
     :data:`SIGNIFICANT_FIGURES`; ``origin`` is ``"calibrated"``.
 
@@ -218,7 +234,8 @@ def derive_weights(rates: MeasuredRates, line_bytes: int = 64) -> CostWeights:
         "dram_cost": dram_cost(rates),
         "l3_shared_cost": l3_shared_cost(rates),
         "dram_shared_cost": dram_shared_cost(rates),
-        "l1_miss_cost": l1_miss_cost(rates, line_bytes),
+        "l1_miss_cost": l1_miss_cost(rates),
+        "l1_conflict_cost": l1_conflict_cost(rates),
         "tlb_miss_cost": tlb_miss_cost(rates),
         "call_cost": call_cost(rates),
         "transposed_store_cost": transposed_store_cost(rates),
@@ -243,6 +260,7 @@ CALIBRATED_WEIGHTS = (
     "l3_shared_cost",
     "dram_shared_cost",
     "l1_miss_cost",
+    "l1_conflict_cost",
     "tlb_miss_cost",
     "call_cost",
     "transposed_store_cost",

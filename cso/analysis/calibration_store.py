@@ -153,7 +153,7 @@ def apply_calibration(hardware, environment=None):
         if where == "no calibration for this machine":
             _warn_once(key)
         return hardware
-    weights = derive_weights(rates, hardware.line_bytes)
+    weights = derive_weights(rates)
     return replace(hardware, weights=weights, source=f"{hardware.source}+calibrated")
 
 

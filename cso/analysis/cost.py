@@ -275,7 +275,7 @@ def conflicting_filter_reads(in_place_reads: int, rows_per_set: int, l1_ways: in
 
     The rows' lines then evict each other before their 16 broadcasts are
     used, and every broadcast loads its line again from L2 (charged
-    ``line * c_spill`` each, :func:`weighted_cost`).  Measured on an AMD EPYC
+    ``c_conflict`` each, :func:`weighted_cost`).  Measured on an AMD EPYC
     (Zen 4, 8-way L1d): ResNet-50's ``1x1 1024->256 @14`` ran 65 GFLOP/s
     with 14 filter rows read in place against 92 with 8 rows and 98 with
     packed filters (``experiments/forced_shapes.py``).
@@ -374,7 +374,7 @@ def weighted_cost(
 ):
     """``dram*c_dram + l3*c_l3 + l2*c_l2 + misses*c_tlb + calls*c_call
     + spill*c_spill + macs*c_mac*s/4 + stores*c_store + packed*c_pack
-    + inputs*c_input + reads*c_in_place + conflicts*line*c_spill - hidden``
+    + inputs*c_input + reads*c_in_place + conflicts*c_conflict - hidden``
     (a float64 MAC takes two float32
     lanes; ``stores`` are transposed element stores, ``packed`` filter
     elements packed in the call, ``inputs`` input elements packed into
@@ -386,7 +386,7 @@ def weighted_cost(
     l3_cost, dram_cost = far_level_costs(hardware.weights, shared)
     return (
         in_place_filter_reads * hardware.weights.in_place_filter_cost
-        + conflicting_filter_reads * hardware.line_bytes * hardware.weights.l1_miss_cost
+        + conflicting_filter_reads * hardware.weights.l1_conflict_cost
         + transposed_stores * hardware.weights.transposed_store_cost
         + packed_filter_elements * hardware.weights.filter_pack_cost
         + packed_input_elements * hardware.weights.input_pack_cost

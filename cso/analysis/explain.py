@@ -156,6 +156,18 @@ def _why_folded(plan) -> str:
     )
 
 
+def weights_origin(weights) -> str:
+    """Whether the cost weights were measured on this machine, in a sentence."""
+    if weights.origin == "calibrated":
+        return "cost weights: calibrated on this machine (python -m cso calibrate)"
+    if weights.origin == "defaults":
+        return (
+            "cost weights: the defaults, measured on another machine (run "
+            "`python -m cso calibrate` to measure this one's)"
+        )
+    return f"cost weights: {weights.origin}"
+
+
 def padding_share(plan) -> float:
     """Share of the micro-kernels' multiply-adds spent on padded rows and columns."""
     g = plan.geometry
@@ -188,6 +200,7 @@ def _explain_depthwise(plan) -> str:
     lines = [
         f"Hardware ({hw.source}): L1 {_size(hw.l1_bytes)}, L2 {_size(hw.l2_bytes)}, "
         f"L3 {_size(hw.l3_bytes)}; {hw.vector_bytes * 8}-bit vectors; {hw.cores} core(s)",
+        weights_origin(hw.weights),
         "",
         "Problem",
         f"  x {x_shape}, w {w_shape} -> y {g.output_shape}, {plan.dtype}; stride "
@@ -261,6 +274,7 @@ def explain(plan) -> str:
         f"({hw.tlb_entries} entries, {hw.page_bytes} B pages); per micro-kernel call "
         f"{weights.call_cost:g}; per L1-spilled byte {weights.l1_miss_cost:g}; share of WS's "
         f"filter stream hidden behind the FMAs {weights.stream_overlap:g}",
+        "  " + weights_origin(weights),
         "",
         "Problem",
         f"  x {x_shape}, w {w_shape} -> y {g.output_shape}, {plan.dtype}; "

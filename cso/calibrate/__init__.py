@@ -18,6 +18,26 @@ from ..analysis.weights import DEFAULT_WEIGHTS
 from ..microkernels.peak import fma_peak_gflops
 from ..openmp import kept_openmp_threads
 from . import kernel_probes, loop_probes, memory_probes
+from .timing import median_of
+
+
+# The probes whose figure is a difference or a slope, or a bandwidth shared
+# with the machine's other tenants: measured several times, the median kept.
+REPEATED = frozenset(
+    (
+        "l3_bytes_per_second",
+        "dram_bytes_per_second",
+        "l3_shared_bytes_per_second",
+        "dram_shared_bytes_per_second",
+        "l1_spill_seconds_per_byte",
+        "l2_line_reload_seconds",
+        "tlb_miss_seconds",
+        "transposed_store_seconds",
+        "kernel_call_seconds",
+        "input_pack_seconds",
+        "in_place_filter_seconds",
+    )
+)
 
 
 def _steps(hardware, quick: bool):
@@ -56,6 +76,10 @@ def _steps(hardware, quick: bool):
         ("dram_shared_bytes_per_second", f"DRAM read bandwidth per core, {hardware.cores} at once",
          lambda: memory_probes.shared_read_bandwidth(dram_size, hardware.cores,
                                                      max(2, repeats // 2))),
+        ("l1_spill_seconds_per_byte", "stationary tile spilled to L2, per byte",
+         lambda: kernel_probes.l1_spill_seconds_per_byte(
+             shapes, lanes, hardware.l1_bytes, hardware.l2_bytes, state["kernel_flops"],
+             repeats)),
         ("l2_line_reload_seconds", "line reloaded from L2 (filter rows overflowing a set)",
          lambda: kernel_probes.l2_line_reload_seconds(
              shapes if not quick else kernel_probes.planner_shapes(
@@ -95,11 +119,19 @@ def measure_rates(hardware, *, quick: bool = False, progress=None) -> MeasuredRa
         Fewer repeats, fewer kernel shapes and layers: some seconds instead
         of about a minute (once the kernels are compiled).
     progress : callable, optional
-        Called as ``progress(index, total, description, value, seconds)``
-        after each probe (``value`` None for a step that only prepares).
+        Called as ``progress(index, total, description, field, value,
+        seconds)`` after each probe (``field`` and ``value`` None for a step
+        that only prepares).
     """
     hardware = replace(hardware, weights=DEFAULT_WEIGHTS)
     steps, state = _steps(hardware, quick)
+    # A difference of two times or a slope moves by more than either time:
+    # each such figure is the median of several measurements.
+    again = 1 if quick else 5
+    steps = [
+        (field, description, median_of(probe, again) if field in REPEATED else probe)
+        for field, description, probe in steps
+    ]
     values = {}
     with kept_openmp_threads():
         for index, (field, description, probe) in enumerate(steps, 1):
@@ -107,11 +139,12 @@ def measure_rates(hardware, *, quick: bool = False, progress=None) -> MeasuredRa
             value = probe()
             if field is not None:
                 if value is None:
-                    # No offered shape can overflow an L1 set here: a reloaded
-                    # line is priced as a streamed one (its L2 spill use).
-                    value = state["l2_stream_seconds_per_byte"] * hardware.line_bytes
+                    # No offered shape can overflow an L1 set here (no plan
+                    # is charged for it): a line priced as a spilled one.
+                    value = state["l1_spill_seconds_per_byte"] * hardware.line_bytes
                 values[field] = state[field] = float(value)
             if progress is not None:
                 shown = values.get(field) if field is not None else None
-                progress(index, len(steps), description, shown, time.perf_counter() - started)
+                elapsed = time.perf_counter() - started
+                progress(index, len(steps), description, field, shown, elapsed)
     return MeasuredRates(**values)

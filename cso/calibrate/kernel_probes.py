@@ -83,8 +83,20 @@ def _operands(size):
     return array
 
 
-def kernel_seconds(nf, nwin, operand, lanes, depth, *, filter_tiles=1, input_tiles=1,
-                   out_tiles=1, filter_row_stride=None, repeats=5, budget=0.02) -> float:  # fmt: skip
+def kernel_seconds(
+    nf,
+    nwin,
+    operand,
+    lanes,
+    depth,
+    *,
+    filter_tiles=1,
+    input_tiles=1,
+    out_tiles=1,
+    filter_row_stride=None,
+    repeats=5,
+    budget=0.02,
+) -> float:
     """Seconds per call of one kernel, operands cycling over the tiles given.
 
     ``filter_row_stride`` reads the filters as the KCRS array in place (rows
@@ -159,6 +171,19 @@ def transposed_store_seconds(shapes, lanes, repeats=5) -> float:
     return max(0.0, transposed / (nf * nwin) - plain / (other[0] * other[1]))
 
 
+def l1_spill_seconds_per_byte(shapes, lanes, l1_bytes, l2_bytes, kernel_flops, repeats=5):
+    """Per byte of filters: a window-vectorised kernel whose filter and input
+    panels together are twice L1, both cycling over panels that fill half
+    of L2, less its multiply-adds at the L1 rate ``kernel_flops``."""
+    nf, nwin, operand = next(s for s in shapes if s[2] == VectorOperand.WINDOWS.value)
+    depth = 2 * l1_bytes // ((nf + nwin) * 4)
+    tiles_in_l2 = max(2, l2_bytes // 2 // ((nf + nwin) * 4 * depth))
+    seconds = kernel_seconds(nf, nwin, operand, lanes, depth, filter_tiles=tiles_in_l2,
+                             input_tiles=tiles_in_l2, repeats=repeats)  # fmt: skip
+    compute = 2 * nf * nwin * depth / kernel_flops
+    return max(0.0, seconds - compute) / (depth * nf * 4)
+
+
 def l2_line_reload_seconds(shapes, lanes, l1_bytes, l1_ways, line_bytes, repeats=5):
     """Seconds per filter read whose line was evicted by its own rows: the
     widest window-vectorised kernel reading ``Nf`` filter rows in place, rows
@@ -217,8 +242,9 @@ def kernel_rates(shapes, lanes, l1_bytes, l2_bytes, repeats=5) -> dict:
         name = f"{nf}x{nwin}{operand[0]}"
         rates[name] = (
             l1_rate(nf, nwin, operand, lanes, repeats=repeats),
-            l2_stream_seconds_per_byte(nf, nwin, operand, lanes, l1_bytes, l2_bytes,
-                                       repeats=repeats),  # fmt: skip
+            l2_stream_seconds_per_byte(
+                nf, nwin, operand, lanes, l1_bytes, l2_bytes, repeats=repeats
+            ),  # fmt: skip
         )
     return rates
 

@@ -21,13 +21,19 @@ from .timing import median, slope_and_intercept
 
 # (input shape, filter shape, stride, padding): layers of ResNet-like sizes,
 # small enough that each runs in a millisecond or two.
-CALL_LAYER = ((1, 128, 28, 28), (128, 128, 3, 3), 1, 1)
+# Few channels: as the channel tile shrinks from 16 to 1 the calls grow 16x,
+# to where their fixed cost outweighs the multiply-adds, so the slope is
+# well above the timings' noise (on a layer of 128 channels it was not).
+CALL_LAYER = ((1, 16, 56, 56), (64, 16, 3, 3), 1, 1)
 PACK_LAYERS = (
     ((1, 64, 56, 56), (64, 64, 3, 3), 1, 1),  # stride 1: shifted copies
     ((1, 128, 56, 56), (128, 128, 3, 3), 2, 1),  # stride 2: gathers
     ((1, 256, 56, 56), (512, 256, 1, 1), 2, 0),  # 1x1 stride 2: channel runs
 )
 FILTER_LAYER = ((1, 256, 14, 14), (256, 256, 3, 3), 1, 1)
+# Each comparison runs at least this long: a few rounds of a millisecond
+# program are at the mercy of the first calls' page faults.
+MIN_SECONDS = 0.3
 
 
 def _operands(layer, seed=0):
@@ -48,14 +54,15 @@ def _plan(layer, hardware, **forced):
 
 def kernel_call_seconds(hardware, rounds=5) -> float:
     """The slope of :data:`CALL_LAYER`'s time against its micro-kernel calls,
-    its channel tile halved three times (the same multiply-adds, more calls
+    its channel tile halved down to one (the same multiply-adds, more calls
     of shorter depth)."""
     x, w = _operands(CALL_LAYER)
     plan = _plan(CALL_LAYER, hardware)
     channels = plan.geometry.channels_per_group
-    plans = [with_tiles(plan, channel_tile=max(1, channels >> k)) for k in range(4)]
+    tiles_tried = sorted({max(1, channels >> k) for k in range(5)}, reverse=True)
+    plans = [with_tiles(plan, channel_tile=nc) for nc in tiles_tried]
     programs = {index: plan_program(p, x, w) for index, p in enumerate(plans)}
-    best = best_times(programs, rounds)
+    best = best_times(programs, rounds, MIN_SECONDS)
     calls = [p.cost_of(p.schedule).kernel_calls for p in plans]
     return max(0.0, slope_and_intercept(calls, [best[i] for i in range(len(plans))])[0])
 
@@ -74,7 +81,7 @@ def input_pack_seconds(hardware, layers=PACK_LAYERS, rounds=5) -> float:
             "full": plan_program(plan, x, w),
             "no-pack": plan_program(plan, x, w, variant="no-pack"),
         }
-        best = best_times(programs, rounds)
+        best = best_times(programs, rounds, MIN_SECONDS)
         per_element.append(max(0.0, best["full"] - best["no-pack"]) / packed)
     return median(per_element) if per_element else 0.0
 
@@ -84,7 +91,7 @@ def filter_pack_seconds(hardware, rounds=5) -> float:
     x, w = _operands(FILTER_LAYER)
     plan = _plan(FILTER_LAYER, hardware, vector_operand="filters")
     elements = plan.cost_of(plan.schedule).packed_filter_elements
-    best = best_times({"pack": filter_program(plan, w)}, rounds)
+    best = best_times({"pack": filter_program(plan, w)}, rounds, MIN_SECONDS)
     return best["pack"] / max(1, elements)
 
 
@@ -106,6 +113,6 @@ def in_place_filter_seconds(hardware, rounds=5) -> float:
         "in place": plan_program(plan, x, w),
         "packed": plan_program(plan, x, w, prepacked=panels),
     }
-    best = best_times(programs, rounds)
+    best = best_times(programs, rounds, MIN_SECONDS)
     reads = plan.cost_of(plan.schedule).in_place_filter_reads
     return max(0.0, best["in place"] - best["packed"]) / max(1, reads)

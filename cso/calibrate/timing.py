@@ -42,3 +42,16 @@ def median(values) -> float:
     if len(ordered) % 2:
         return ordered[middle]
     return (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def median_of(probe, times: int):
+    """A probe that runs ``probe()`` ``times`` times and gives the median: a
+    difference of two best times, or a slope, moves by more than either time."""
+
+    def run():
+        values = [probe() for _ in range(times)]
+        if any(value is None for value in values):
+            return None
+        return median(values)
+
+    return run

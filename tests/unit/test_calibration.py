@@ -1,0 +1,205 @@
+"""The calibration's derivations and store, with synthetic measured rates."""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+
+import pytest
+
+import cso
+from cso.analysis import calibration, calibration_store
+from cso.analysis.calibration import MeasuredRates, derive_weights
+from cso.analysis.weights import DEFAULT_WEIGHTS
+
+# A made-up machine: 100 GFLOP/s FMA peak, so one unit is 1 / (2 * 100e9) s = 5 ps.
+RATES = dict(
+    fma_flops=100e9,
+    kernel_flops=80e9,
+    l2_stream_seconds_per_byte=2.5e-12,
+    l3_bytes_per_second=40e9,
+    dram_bytes_per_second=10e9,
+    l3_shared_bytes_per_second=20e9,
+    dram_shared_bytes_per_second=5e9,
+    l1_spill_seconds_per_byte=1e-11,
+    l2_line_reload_seconds=6.5e-10,
+    tlb_miss_seconds=2e-9,
+    kernel_call_seconds=1e-7,
+    transposed_store_seconds=1e-10,
+    input_pack_seconds=5e-10,
+    filter_pack_seconds=1.5e-9,
+    in_place_filter_seconds=3e-11,
+    tap_call_seconds=7.5e-9,
+)
+UNIT = 5e-12
+
+
+def test_each_weight_is_its_formula_of_the_rates():
+    weights = derive_weights(MeasuredRates(**RATES))
+    assert calibration.unit_seconds(100e9) == pytest.approx(UNIT)
+    expected = {
+        "mac_cost": 4 * 100e9 / 80e9,  # 5.0: the kernels reach 80% of the peak
+        "l2_cost": 2.5e-12 / UNIT,  # 0.5
+        "l3_cost": (1 / 40e9) / UNIT,  # 5.0
+        "dram_cost": (1 / 10e9) / UNIT,  # 20
+        "l3_shared_cost": (1 / 20e9) / UNIT,  # 10
+        "dram_shared_cost": (1 / 5e9) / UNIT,  # 40
+        "l1_miss_cost": 1e-11 / UNIT,  # 2.0
+        "l1_conflict_cost": 6.5e-10 / UNIT,  # 130 per conflicting filter read
+        "tlb_miss_cost": 2e-9 / UNIT,  # 400
+        "call_cost": 1e-7 / UNIT,  # 20000
+        "transposed_store_cost": 1e-10 / UNIT,  # 20
+        "input_pack_cost": 5e-10 / UNIT,  # 100
+        "filter_pack_cost": 1.5e-9 / UNIT,  # 300
+        "in_place_filter_cost": 3e-11 / UNIT,  # 6
+        "tap_call_cost": 7.5e-9 / UNIT,  # 1500
+    }
+    assert set(expected) == set(calibration.CALIBRATED_WEIGHTS)
+    for name, value in expected.items():
+        assert getattr(weights, name) == pytest.approx(value, rel=1e-9), name
+    # The shares are not rates of the machine: they keep their defaults.
+    assert weights.sweep_fraction == DEFAULT_WEIGHTS.sweep_fraction
+    assert weights.stream_overlap == DEFAULT_WEIGHTS.stream_overlap
+    assert weights.origin == "calibrated" and DEFAULT_WEIGHTS.origin == "defaults"
+
+
+def test_weights_keep_two_significant_figures():
+    rates = MeasuredRates(**dict(RATES, kernel_call_seconds=1.234e-7, tlb_miss_seconds=0.0))
+    weights = derive_weights(rates)
+    assert weights.call_cost == 25000.0  # 24680 units
+    assert weights.tlb_miss_cost == 0.0
+    assert calibration.rounded(1.23456) == 1.2
+    assert calibration.rounded(987.6) == 990.0
+    # Below a hundredth of a multiply-add, a weight is noise: 0.
+    assert calibration.rounded(0.0067) == 0.0 and calibration.rounded(0.05) == 0.05
+
+
+@pytest.mark.parametrize(
+    "name, value, error",
+    [
+        ("fma_flops", 0.0, ValueError),
+        ("l3_bytes_per_second", -1.0, ValueError),
+        ("tlb_miss_seconds", math.nan, ValueError),
+        ("kernel_call_seconds", math.inf, ValueError),
+        ("input_pack_seconds", True, TypeError),
+        ("filter_pack_seconds", "1e-9", TypeError),
+    ],
+)
+def test_bad_rates_are_refused_by_name(name, value, error):
+    with pytest.raises(error, match=name):
+        MeasuredRates(**dict(RATES, **{name: value}))
+
+
+def test_unknown_or_missing_rates_are_refused():
+    with pytest.raises(TypeError):
+        MeasuredRates.from_dict(dict(RATES, surprise=1.0))
+    with pytest.raises(TypeError):
+        MeasuredRates.from_dict({k: v for k, v in RATES.items() if k != "fma_flops"})
+
+
+def test_changing_a_weight_by_hand_marks_the_weights_as_the_users():
+    hardware = cso.Hardware().with_changes(call_cost=1.0)
+    assert hardware.weights.origin == "user" and hardware.weights.call_cost == 1.0
+    with pytest.raises(TypeError, match="origin"):
+        cso.CostWeights(origin=3)
+
+
+@pytest.fixture
+def store(monkeypatch, tmp_path):
+    monkeypatch.setenv("CSO_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("CSO_CALIBRATION", raising=False)
+    return tmp_path
+
+
+def _record(key, **changes):
+    return calibration_store.calibration_record(
+        MeasuredRates(**dict(RATES, **changes)), key, quick=False, seconds=1.0
+    )
+
+
+def test_stored_calibration_is_found_by_its_key_and_rederived(store):
+    hardware = cso.Hardware(cores=2)
+    key = calibration_store.calibration_key(2)
+    calibration_store.save(_record(key))
+    calibrated = calibration_store.apply_calibration(hardware, environment={})
+    assert calibrated.weights == derive_weights(MeasuredRates(**RATES))
+    assert calibrated.source.endswith("+calibrated")
+    assert "calibrated on this machine" in cso.explain(
+        cso.plan_conv2d((1, 16, 8, 8), (16, 16, 3, 3), hardware=calibrated, threads=1)
+    )
+    # Another core count (or CPU, or cso version) is another key: not used.
+    with pytest.warns(calibration_store.CalibrationWarning):
+        other = calibration_store.apply_calibration(cso.Hardware(cores=4), environment={})
+    assert other.weights == DEFAULT_WEIGHTS
+
+
+def test_the_weights_in_the_file_are_not_trusted_only_its_rates(store):
+    key = calibration_store.calibration_key(1)
+    record = _record(key)
+    record["weights"] = {"call_cost": 0.0}  # ignored: weights are derived again
+    calibration_store.save(record)
+    calibrated = calibration_store.apply_calibration(cso.Hardware(cores=1), environment={})
+    assert calibrated.weights.call_cost == 20000.0
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "not json",
+        json.dumps({"machines": {"K": {"format": "cso-calibration-1", "rates": {"x": 1}}}}),
+        json.dumps([1, 2]),
+        "{" * 100000,
+    ],
+)
+def test_a_damaged_store_means_defaults(store, content):
+    (store / calibration_store.FILE_NAME).write_text(content)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        hardware = calibration_store.apply_calibration(cso.Hardware(), environment={})
+    assert hardware.weights == DEFAULT_WEIGHTS
+
+
+def test_defaults_are_said_once_per_machine(store):
+    with pytest.warns(calibration_store.CalibrationWarning, match="python -m cso calibrate"):
+        calibration_store.apply_calibration(cso.Hardware(), environment={})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        calibration_store.apply_calibration(cso.Hardware(), environment={})
+
+
+def test_the_environment_chooses_a_file_or_the_defaults(store, tmp_path):
+    chosen = tmp_path / "other.json"
+    chosen.write_text(json.dumps(_record("another machine", kernel_flops=50e9)))
+    hardware = calibration_store.apply_calibration(
+        cso.Hardware(), environment={"CSO_CALIBRATION": str(chosen)}
+    )
+    assert hardware.weights.mac_cost == 8.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # off is a choice: no warning
+        off = calibration_store.apply_calibration(
+            cso.Hardware(), environment={"CSO_CALIBRATION": "off"}
+        )
+    assert off.weights == DEFAULT_WEIGHTS
+    with pytest.raises(ValueError, match="CSO_CALIBRATION=.*missing.json"):
+        calibration_store.apply_calibration(
+            cso.Hardware(), environment={"CSO_CALIBRATION": str(tmp_path / "missing.json")}
+        )
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"format": "something else"}))
+    with pytest.raises(ValueError, match="not a cso calibration"):
+        calibration_store.apply_calibration(
+            cso.Hardware(), environment={"CSO_CALIBRATION": str(bad)}
+        )
+
+
+def test_committed_calibrations_are_valid():
+    import pathlib
+
+    folder = pathlib.Path(__file__).resolve().parents[2] / "experiments" / "calibrations"
+    files = sorted(folder.glob("*.json"))
+    assert files, "experiments/calibrations/ holds at least this project's machines"
+    for path in files:
+        record = json.loads(path.read_text())
+        weights = derive_weights(calibration_store.rates_from_record(record))
+        assert weights.origin == "calibrated"
