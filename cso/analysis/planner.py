@@ -41,6 +41,22 @@ _BLOCKS = {
 }
 
 
+# Modelled costs this close are a tie.  The weights are measured to a few
+# percent (two calibrations of one machine give single weights 5-30% apart),
+# and near-ties between kernel shapes flipped with them: 14 of ResNet-50's
+# and VGG-16's 70 plans at one and two threads between two calibrations.
+# Within it the planner takes the earliest candidate in a fixed order.
+TIE_TOLERANCE = 0.01
+
+
+def first_within(candidates, tolerance: float = TIE_TOLERANCE):
+    """The first item of ``[(cost, item)]`` (in order of preference) whose
+    cost is at most ``(1 + tolerance)`` times the least."""
+    candidates = list(candidates)
+    least = min(cost for cost, _ in candidates)
+    return next(item for cost, item in candidates if cost <= least * (1 + tolerance))
+
+
 def _check_tile_override(value, name):
     if value is None:
         return None
@@ -287,7 +303,9 @@ def _plan_dense(
                 "fold_batch=True needs a micro-kernel that tiles windows, not dot products"
             )
         shapes = [shape for shape in shapes if shape[2] != VectorOperand.REDUCTION]
-    best = min((plan_for(*shape, bool(fold_batch)) for shape in shapes), key=cost_of)
+    # In the offered order: the windows shapes, widest first, then the filters one.
+    planned = [plan_for(*shape, bool(fold_batch)) for shape in shapes]
+    best = first_within((cost_of(plan)[0], plan) for plan in planned)
     # Folding is weighed for the shape chosen image by image, not across
     # shapes: with the padding gone the model ranks the shapes wrongly (it
     # put 8x32 folded 4% ahead of 32x14 on l3 1x1 1024->256 @14 at batch 8,
@@ -313,14 +331,17 @@ def _plan_for_shape(problem: Problem, nf: int, nwin: int, schedule) -> Plan:
     chosen_tiles, costs = {}, {}
     for name in SCHEDULES:
         # Each schedule takes the channel tile (and, for WS, the way of
-        # sharing work between threads) its modelled cost likes best.
-        for nc in tiles.channel_tile_candidates(rule_nc, channels):
+        # sharing work between threads) its modelled cost likes best; of
+        # tied ones the deepest (fewest calls and partial-sum passes).
+        options = []
+        for nc in reversed(tiles.channel_tile_candidates(rule_nc, channels)):
             for k2, k3, parts in parallel_options(problem, name, nc, nf, nwin):
                 choice = TileChoice(name, nc, k2, k3, parts)
                 modelled = traffic(problem, nf, nwin, choice)
-                if name not in costs or modelled.cost < costs[name].cost:
-                    costs[name], chosen_tiles[name] = modelled, choice
-    chosen = schedule or min(SCHEDULES, key=lambda name: (costs[name].cost, name != Schedule.IS))
+                options.append((modelled.cost, (modelled, choice)))
+        costs[name], chosen_tiles[name] = first_within(options)
+    # Of tied schedules, IS (SCHEDULES' order).
+    chosen = schedule or first_within((costs[name].cost, name) for name in SCHEDULES)
     return _make_plan(problem, nf, nwin, chosen_tiles[chosen], chosen_tiles, costs)
 
 

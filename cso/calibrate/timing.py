@@ -44,14 +44,21 @@ def median(values) -> float:
     return (ordered[middle - 1] + ordered[middle]) / 2
 
 
-def median_of(probe, times: int):
+def median_of(probe, times: int, *, difference: bool = False):
     """A probe that runs ``probe()`` ``times`` times and gives the median: a
-    difference of two best times, or a slope, moves by more than either time."""
+    difference of two best times, or a slope, moves by more than either time.
+
+    With ``difference``, a median smaller than half the spread of the values
+    (the difference is not told apart from none) is given as 0.
+    """
 
     def run():
         values = [probe() for _ in range(times)]
         if any(value is None for value in values):
             return None
-        return median(values)
+        middle = median(values)
+        if difference and times > 2 and abs(middle) < (max(values) - min(values)) / 2:
+            return 0.0
+        return middle
 
     return run
