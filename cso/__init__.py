@@ -15,6 +15,7 @@ if _numba.config.THREADING_LAYER in ("default", "workqueue"):
     _numba.config.THREADING_LAYER = "threadsafe"
 
 from . import reference  # noqa: E402
+from .analysis.calibration_store import CalibrationWarning  # noqa: E402
 from .analysis.choices import Schedule, VectorOperand  # noqa: E402
 from .analysis.detect import detect_hardware  # noqa: E402
 from .analysis.explain import explain  # noqa: E402
@@ -40,6 +41,7 @@ __all__ = [
     "VectorOperand",
     "Hardware",
     "CostWeights",
+    "CalibrationWarning",
     "detect_hardware",
     "reference",
     "pack_filters",

@@ -27,18 +27,13 @@ from cso.analysis.detect import stored_or_probed  # noqa: E402
 from cso.models import MODELS  # noqa: E402
 
 
-def decisions(plan):
+def decisions(plan) -> str:
+    """Everything the analysis decided, as text (equal text, equal plans)."""
+    folded = " folded" if plan.batch_folded else ""
     return (
-        plan.algorithm,
-        plan.filters_per_tile,
-        plan.windows_per_tile,
-        plan.vector_operand,
-        plan.schedule,
-        plan.channel_tile,
-        plan.l2_tiles,
-        plan.l3_tiles,
-        plan.window_parts,
-        plan.batch_folded,
+        f"{plan.algorithm.value} {plan.filters_per_tile}x{plan.windows_per_tile}"
+        f"{plan.vector_operand.value[0]} {plan.schedule.value} Nc={plan.channel_tile} "
+        f"K2={plan.l2_tiles} K3={plan.l3_tiles} parts={plan.window_parts}{folded}"
     )
 
 
@@ -79,8 +74,8 @@ def main():
                 if decisions(plans[0]) == decisions(plans[1]):
                     same += 1
                 else:
-                    print(f"{model} T={threads} {layer.name}: {decisions(plans[0])[1:]} "
-                          f"vs {decisions(plans[1])[1:]}")  # fmt: skip
+                    print(f"{model} T={threads} {layer.name}: {decisions(plans[0])} "
+                          f"vs {decisions(plans[1])}")  # fmt: skip
     print(f"planned alike: {same} of {total} layers ({same / total:.1%})")
     return 0
 

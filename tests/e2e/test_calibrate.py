@@ -1,0 +1,49 @@
+"""``python -m cso calibrate``: it runs, reports, writes a valid record and, with
+--no-save, stores nothing."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+from cso.analysis import calibration
+from cso.analysis.calibration_store import rates_from_record, store_path
+
+
+def _run(*args):
+    return subprocess.run(
+        [sys.executable, "-m", "cso", "calibrate", *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def test_quick_calibration_reports_and_writes_a_valid_record(tmp_path):
+    output = tmp_path / "machine.json"
+    # Kernels come from the usual cache (warm in a test session), whose store
+    # --no-save must leave as it was.
+    store = store_path()
+    before = store.read_bytes() if store.exists() else None
+    result = _run("--quick", "--no-save", "--output", str(output))
+    assert result.returncode == 0, result.stderr[-2000:]
+    progress = [line for line in result.stderr.splitlines() if line.startswith("[")]
+    assert len(progress) >= 15 and progress[-1].startswith("[17/17]")
+    for name in calibration.CALIBRATED_WEIGHTS:
+        assert name in result.stdout, name
+    rates = rates_from_record(json.loads(output.read_text()))
+    assert rates.fma_flops > 1e9 and rates.kernel_flops > 1e9
+    weights = calibration.derive_weights(rates)
+    for name in calibration.CALIBRATED_WEIGHTS:
+        value = getattr(weights, name)
+        assert math.isfinite(value) and value >= 0, name
+    assert 0.5 < weights.mac_cost < 40  # a kernel within 10x of the FMA peak
+    assert (store.read_bytes() if store.exists() else None) == before
+
+
+def test_output_must_be_a_file(tmp_path):
+    result = _run("--output", str(tmp_path), "--no-save")
+    assert result.returncode == 2
+    assert "--output must be a file path" in result.stderr
