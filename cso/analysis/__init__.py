@@ -1,10 +1,12 @@
 """Convolution slicing analysis: machine description, tile rules, cost model, plan.
 
 Pure Python, no JIT: everything here is a function of its arguments, except
-:mod:`.detect`, which reads this machine.  The layers, each using only the
+:mod:`.detect`, which reads this machine, and :mod:`.calibration_store`,
+which reads what ``python -m cso calibrate`` measured on it.  The layers, each using only the
 ones above it: :mod:`.choices` (the named choices), :mod:`.weights` and
-:mod:`.hardware` (the machine), :mod:`.detect`, :mod:`.tiles` (the CSA
-rules), :mod:`.cost` (the traffic model), :mod:`.plan` (the frozen plan),
+:mod:`.hardware` (the machine), :mod:`.calibration` (weights from measured
+rates) and :mod:`.calibration_store`, :mod:`.detect`, :mod:`.tiles` (the CSA
+rules), :mod:`.counts` and :mod:`.cost` (the traffic model), :mod:`.plan` (the frozen plan),
 :mod:`.planner` (the search) and :mod:`.explain` (the plan in words).
 """
 

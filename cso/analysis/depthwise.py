@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..geometry import ConvGeometry, ceil_div
-from . import cost, tiles
+from . import cost, counts, tiles
 from .choices import Algorithm, Schedule, VectorOperand
 from .cost import Traffic
 from .hardware import Hardware
@@ -118,12 +118,12 @@ def depthwise_traffic(
     job_bytes = (g.height * g.width + multiplier * taps + multiplier * g.windows) * s
     call_bytes = job_bytes * g.groups * g.batch
     usable = hardware.usable_fraction
-    level = cost.level_of(
+    level = counts.level_of(
         call_bytes,
         tiles.usable_bytes(hardware.l2_bytes, usable),
         tiles.usable_bytes(hardware.l3_bytes, usable),
     )
-    counts = dict(
+    job_counts = dict(
         dram=job_bytes if level == "dram" else 0,
         l3=job_bytes if level == "l3" else 0,
         l2=job_bytes,
@@ -134,14 +134,14 @@ def depthwise_traffic(
         packed_input_elements=packed_channel_elements(g, segment, spans_rows) + copied,
     )
     jobs = g.batch * g.groups
-    imbalance = cost.thread_imbalance(threads, jobs, 1, 1, 1.0)
+    imbalance = counts.thread_imbalance(threads, jobs, 1, 1, 1.0)
     weights = hardware.weights
     # The tap kernel's calls are not the outer-product kernel's: priced apart.
     weighted = cost.weighted_cost(
-        hardware, s, **dict(counts, kernel_calls=0), shared=threads > 1
+        hardware, s, **dict(job_counts, kernel_calls=0), shared=threads > 1
     )
     weighted += calls * weights.tap_call_cost
-    return Traffic(cost=imbalance * weighted, imbalance=imbalance, **counts)
+    return Traffic(cost=imbalance * weighted, imbalance=imbalance, **job_counts)
 
 
 def plan_depthwise(geometry: ConvGeometry, dtype_name: str, hardware: Hardware, threads: int):

@@ -106,7 +106,7 @@ class CostWeights:
     l1_conflict_cost : float
         Cost of one filter element a window-vectorised kernel reads in place
         from a row whose line its other rows evicted (more rows in one L1
-        set than it has ways, :func:`~cso.analysis.cost.conflicting_filter_reads`):
+        set than it has ways, :func:`~cso.analysis.counts.conflicting_filter_reads`):
         the line comes again from L2 for that one element.  The default is
         a 64-byte line at ``l1_miss_cost`` (128); on an AMD EPYC (Zen 4) the
         affected ResNet-50 layers ran 1.3-1.5x slower than with 8 rows.

@@ -68,7 +68,7 @@ def _steps(hardware, quick: bool):
         ("fma_flops", "FMA peak (float32, one core)",
          lambda: fma_peak_gflops("float32", lanes, 0.05 if quick else 0.2) * 1e9),
         (None, f"micro-kernels {', '.join(f'{a}x{b}{c[0]}' for a, b, c in shapes)}: "
-               "rate from L1 and with an L2 stream", kernels),
+               "rate from L1 and with L2 and L3 streams", kernels),
         ("kernel_flops", "micro-kernel rate from L1 (median)",
          lambda: kernel_probes.summary(state["kernels"])[0]),
         ("l2_stream_seconds_per_byte", "extra time per byte streamed from L2 (median)",
@@ -113,7 +113,7 @@ def _steps(hardware, quick: bool):
     ], state  # fmt: skip
 
 
-def measure_rates(hardware, *, quick: bool = False, progress=None) -> MeasuredRates:
+def measure_rates(hardware, *, quick: bool = False, progress=None, details=None) -> MeasuredRates:
     """Run every probe on this machine, one thread (two for the shared rates).
 
     Parameters
@@ -128,6 +128,11 @@ def measure_rates(hardware, *, quick: bool = False, progress=None) -> MeasuredRa
         Called as ``progress(index, total, description, field, value,
         seconds)`` after each probe (``field`` and ``value`` None for a step
         that only prepares).
+    details : dict, optional
+        Filled with what the weights summarise: ``details["kernels"]`` maps
+        each micro-kernel shape to its FLOP/s from L1 and the extra seconds
+        per byte of its stream from L2 and from L3
+        (:func:`~cso.calibrate.kernel_probes.kernel_rates`).
     """
     hardware = replace(hardware, weights=DEFAULT_WEIGHTS)
     steps, state = _steps(hardware, quick)
@@ -159,4 +164,6 @@ def measure_rates(hardware, *, quick: bool = False, progress=None) -> MeasuredRa
                 shown = values.get(field) if field is not None else None
                 elapsed = time.perf_counter() - started
                 progress(index, len(steps), description, field, shown, elapsed)
+    if details is not None:
+        details["kernels"] = state["kernels"]
     return MeasuredRates(**values)

@@ -85,13 +85,22 @@ def main(argv=None) -> int:
         file=sys.stderr,
     )
     started = time.perf_counter()
-    rates = measure_rates(hardware, quick=args.quick, progress=_progress(sys.stderr))
+    details = {}
+    rates = measure_rates(
+        hardware, quick=args.quick, progress=_progress(sys.stderr), details=details
+    )
     seconds = time.perf_counter() - started
     weights = calibration.derive_weights(rates)
     record = calibration_store.calibration_record(rates, key, quick=args.quick, seconds=seconds)
     print(f"\nmeasured rates ({seconds:.1f} s)")
     for name, value in rates.to_dict().items():
         print(f"  {name:<30} {_shown(name, value)}")
+    print("\nmicro-kernels: share of the FMA peak from L1; extra time per byte streamed")
+    for name, (flops, from_l2, from_l3) in details["kernels"].items():
+        print(
+            f"  {name:<8} {flops / rates.fma_flops:6.1%}   from L2 {from_l2 * 1e12:6.3f} ps/byte"
+            f"   from L3 {from_l3 * 1e12:6.3f} ps/byte"
+        )
     print()
     print(weights_table(weights))
     if args.output is not None:

@@ -125,10 +125,10 @@ def l1_rate(nf, nwin, operand, lanes, depth=256, repeats=5) -> float:
     return 2 * nf * nwin * depth / kernel_seconds(nf, nwin, operand, lanes, depth, repeats=repeats)
 
 
-def l2_stream_seconds_per_byte(nf, nwin, operand, lanes, l1_bytes, l2_bytes, depth=256,
-                               repeats=5) -> float:  # fmt: skip
+def stream_seconds_per_byte(nf, nwin, operand, lanes, footprint, depth=256,
+                            repeats=5) -> float:  # fmt: skip
     """Extra seconds per streamed byte when the streamed operand cycles through
-    panels filling half of L2 (more than L1 holds) rather than one panel.
+    panels filling ``footprint`` bytes rather than one L1-resident panel.
 
     The streamed operand is the one a schedule streams past the stationary
     tile: the input panels for a window-vectorised kernel (WS-like), the
@@ -137,7 +137,7 @@ def l2_stream_seconds_per_byte(nf, nwin, operand, lanes, l1_bytes, l2_bytes, dep
     streams_inputs = operand == VectorOperand.WINDOWS.value
     width = nwin if streams_inputs else nf
     panel = depth * width * 4
-    count = max(2, min(l2_bytes // 2, 4 * l1_bytes) // panel)
+    count = max(2, footprint // panel)
     stream = {"input_tiles": count} if streams_inputs else {"filter_tiles": count}
     resident = kernel_seconds(nf, nwin, operand, lanes, depth, repeats=repeats)
     streamed = kernel_seconds(nf, nwin, operand, lanes, depth, repeats=repeats, **stream)
@@ -236,15 +236,18 @@ def tap_call_seconds(lanes, fma_flops, vectors=4, taps=9, repeats=5) -> float:
 
 
 def kernel_rates(shapes, lanes, l1_bytes, l2_bytes, repeats=5) -> dict:
-    """``{"NfxNwin[w|f]": (FLOP/s from L1, extra s/byte streaming from L2)}``."""
+    """``{"NfxNwin[w|f]": (FLOP/s from L1, extra s/byte streaming from L2,
+    extra s/byte streaming from L3)}``: the streams cycle over panels filling
+    ``min(L2/2, 4 L1)`` (in L2) and ``4 L2`` (beyond it)."""
     rates = {}
     for nf, nwin, operand in shapes:
         name = f"{nf}x{nwin}{operand[0]}"
         rates[name] = (
             l1_rate(nf, nwin, operand, lanes, repeats=repeats),
-            l2_stream_seconds_per_byte(
-                nf, nwin, operand, lanes, l1_bytes, l2_bytes, repeats=repeats
-            ),  # fmt: skip
+            stream_seconds_per_byte(
+                nf, nwin, operand, lanes, min(l2_bytes // 2, 4 * l1_bytes), repeats=repeats
+            ),
+            stream_seconds_per_byte(nf, nwin, operand, lanes, 4 * l2_bytes, repeats=repeats),
         )
     return rates
 

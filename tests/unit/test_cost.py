@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import cso
-from cso.analysis import cost
+from cso.analysis import counts
 
 
 @pytest.mark.parametrize(
@@ -21,12 +21,12 @@ from cso.analysis import cost
 )
 def test_rows_per_l1_set(rows, stride, expected):
     # A 32 KiB, 8-way L1 of 64-byte lines has 64 sets: 4 KiB apart is the same set.
-    assert cost.rows_per_l1_set(rows, stride, 64, 64) == expected
+    assert counts.rows_per_l1_set(rows, stride, 64, 64) == expected
 
 
 def test_conflicting_reads_only_beyond_the_ways():
-    assert cost.conflicting_filter_reads(1000, 9, 8) == 1000
-    assert cost.conflicting_filter_reads(1000, 8, 8) == 0
+    assert counts.conflicting_filter_reads(1000, 9, 8) == 1000
+    assert counts.conflicting_filter_reads(1000, 8, 8) == 0
 
 
 def test_the_conflict_is_priced_and_steers_the_plan():

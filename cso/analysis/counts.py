@@ -1,0 +1,251 @@
+"""What each loop nest moves and does: the counts the cost model weighs.
+
+One small function per count, each with its formula, read straight off the
+loop nests of :mod:`cso.macrokernel.loops` (the notation and the nests are
+in :mod:`.cost`'s docstring); :mod:`.cost` weighs them into one figure.
+"""
+
+from __future__ import annotations
+
+from ..geometry import ceil_div
+from .choices import Schedule, VectorOperand
+
+
+def level_of(size: int, l2_usable: int, l3_usable: int) -> str:
+    """The level a working set of ``size`` bytes is served from between reuses."""
+    if size <= l2_usable:
+        return "l2"
+    if size <= l3_usable:
+        return "l3"
+    return "dram"
+
+
+def compulsory_bytes(raw_input: int, all_filters: int, all_outputs: int) -> int:
+    """``RAW + T_f*FS_all + K*P*Q*s``: every operand read or written once from
+    DRAM (the filters' share of one window space, when a batch shares them)."""
+    return raw_input + all_filters + all_outputs
+
+
+def partial_sum_bytes(
+    channel_tiles: int, window_tiles: int, filter_tiles: int, out_tile: int
+) -> int:
+    """``(2*T_c - 1) * T_w * T_f * OUT``: output tiles written once per channel
+    tile and read back for every channel tile after the first."""
+    return (2 * channel_tiles - 1) * window_tiles * filter_tiles * out_tile
+
+
+def is_filter_stream_bytes(window_blocks: int, filter_tiles: int, filter_all: int) -> int:
+    """IS: ``B_w * T_f * FS_all``: every window block streams all filters into L2."""
+    return window_blocks * filter_tiles * filter_all
+
+
+def is_input_reload_bytes(filter_blocks: int, window_tiles: int, input_all: int) -> int:
+    """IS: ``B_f * T_w * IN_all``: each input tile re-enters L1 once per filter block."""
+    return filter_blocks * window_tiles * input_all
+
+
+def ws_raw_input_bytes(filter_blocks: int, raw_input: int) -> int:
+    """WS: ``B_f * RAW``: the input is read (and packed) once per filter block."""
+    return filter_blocks * raw_input
+
+
+def ws_filter_reload_bytes(window_blocks: int, filter_tiles: int, filter_all: int) -> int:
+    """WS: ``B_w * T_f * FS_all``: each filter tile re-enters L1 once per window block."""
+    return window_blocks * filter_tiles * filter_all
+
+
+def kernel_operand_bytes(window_tiles: int, filter_tiles: int, tile_all: int) -> int:
+    """``T_w * T_f * tile_all``: the streamed operand read by every kernel call
+    (filters from L2 in IS, input tiles from L2 in WS)."""
+    return window_tiles * filter_tiles * tile_all
+
+
+def packed_write_bytes(times_packed: int, window_tiles: int, input_all: int) -> int:
+    """``times * T_w * IN_all``: packed input panels written."""
+    return times_packed * window_tiles * input_all
+
+
+def output_pages_per_tile(filters_per_tile: int, row_bytes: int, page_bytes: int) -> int:
+    """Pages one output tile's ``Nf`` rows lie on: ``Nf`` when a row
+    (``P*Q*s`` bytes) fills a page, else ``ceil(Nf * row / page)``."""
+    if row_bytes >= page_bytes:
+        return filters_per_tile
+    return ceil_div(filters_per_tile * row_bytes, page_bytes)
+
+
+def output_tlb_misses(
+    schedule: str,
+    channel_tiles: int,
+    window_tiles: int,
+    filter_tiles: int,
+    k2: int,
+    pages_per_tile: int,
+    output_pages: int,
+    tlb_entries: int,
+) -> int:
+    """Data-TLB misses of the output writes.
+
+    IS: ``T_c*T_w*T_f*pages`` when the ``K2`` tiles cycled by the innermost
+    loop span more pages than the TLB holds (``K2*pages > entries``), else
+    the output's pages once per channel tile.
+    WS: the innermost loop stays on one tile's rows, so ``T_c * output_pages``
+    (each page entered once per channel tile) unless one tile's rows alone
+    outnumber the TLB.
+    """
+    cycled = k2 * pages_per_tile if schedule == Schedule.IS else pages_per_tile
+    if cycled > tlb_entries:
+        return channel_tiles * window_tiles * filter_tiles * pages_per_tile
+    return channel_tiles * output_pages
+
+
+def kernel_calls(channel_tiles: int, window_tiles: int, filter_tiles: int) -> int:
+    """``T_c * T_w * T_f``: one micro-kernel call per output tile and channel tile."""
+    return channel_tiles * window_tiles * filter_tiles
+
+
+def l1_spill_bytes(
+    stationary_tile: int,
+    streamed_tile: int,
+    out_tile: int,
+    l1_usable: int,
+    calls: int,
+    reuse: int,
+) -> int:
+    """``calls * stationary * (1 - 1/reuse)`` when ``IN + FS + OUT > L1``, else 0.
+
+    The innermost loop reuses one tile (IN in IS, FS in WS) across ``reuse``
+    consecutive calls while the other streams through L1.  When the two
+    and the output tile overflow L1 (the L1 rule broken), the stream evicts
+    the stationary tile, every one of those calls reads it again from L2
+    instead of only the first, and both operands come from L2 at once.
+    """
+    if stationary_tile + streamed_tile + out_tile <= l1_usable:
+        return 0
+    return calls * stationary_tile * (reuse - 1) // reuse
+
+
+def padded_macs(window_tiles, windows_per_tile, filter_tiles, filters_per_tile, reduction) -> int:
+    """``T_w*Nwin * T_f*Nf * C*R*S``: the multiply-adds the micro-kernels do,
+    edge tiles' padding included (what a micro-kernel shape costs in compute)."""
+    return window_tiles * windows_per_tile * filter_tiles * filters_per_tile * reduction
+
+
+def transposed_stores(vector_operand: str, calls: int, out_tile_elements: int) -> int:
+    """``calls * Nf * Nwin`` for a filter-vectorised micro-kernel (it stores
+    its tile element by element), 0 for the window-vectorised one (vector stores,
+    in ``c_call``)."""
+    return calls * out_tile_elements if vector_operand == VectorOperand.FILTERS else 0
+
+
+def packed_filter_elements(
+    vector_operand: str,
+    filters_prepacked: bool,
+    filter_tiles: int,
+    filter_all: int,
+    element_bytes: int,
+    batch: int,
+) -> int:
+    """``T_f*FS_all/s / N``: the filter elements a filter-vectorised plan packs
+    in each call, per image (one packing serves the batch); 0 when the filters
+    were packed ahead or the kernel reads them in place (windows orientation)."""
+    if vector_operand != VectorOperand.FILTERS or filters_prepacked:
+        return 0
+    return ceil_div(filter_tiles * filter_all // element_bytes, max(1, batch))
+
+
+def packed_input_elements(
+    schedule: str,
+    input_in_place: bool,
+    filter_blocks: int,
+    window_tiles: int,
+    input_all: int,
+    element_bytes: int,
+) -> int:
+    """Input elements written into panels: ``T_w*IN_all/s`` once in IS, once
+    per filter block (``B_f`` times) in WS; 0 when the kernel reads the input
+    in place (its few edge tiles aside)."""
+    if input_in_place:
+        return 0
+    times = 1 if schedule == Schedule.IS else filter_blocks
+    return times * window_tiles * input_all // element_bytes
+
+
+def in_place_filter_reads(
+    vector_operand: str, filters_prepacked: bool, macs: int, windows_per_tile: int
+) -> int:
+    """Filter elements the micro-kernels read in place from KCRS:
+    ``MACs / Nwin`` (one broadcast per ``Nwin`` multiply-adds) for a
+    window-vectorised kernel called with unpacked filters, else 0 (its
+    packed edge tiles are counted too: a few per call)."""
+    if vector_operand != VectorOperand.WINDOWS or filters_prepacked:
+        return 0
+    return macs // windows_per_tile
+
+
+def rows_per_l1_set(rows: int, row_stride_bytes: int, line_bytes: int, l1_sets: int) -> int:
+    """``max_set |{i < rows : (i*stride // line) mod sets = set}|``: how many of
+    ``rows`` rows, ``row_stride_bytes`` apart, start in the busiest L1 set.
+
+    A window-vectorised kernel reading filters in place broadcasts from
+    ``Nf`` KCRS rows ``C*R*S*s`` bytes apart at every step.  With a stride
+    that is a multiple of ``line * sets`` (4 KiB on most x86 cores: 1x1
+    layers of 1024 or 2048 channels) every row maps to one set.
+    """
+    sets = max(1, l1_sets)
+    counts = {}
+    for row in range(rows):
+        index = (row * row_stride_bytes // max(1, line_bytes)) % sets
+        counts[index] = counts.get(index, 0) + 1
+    return max(counts.values(), default=0)
+
+
+def conflicting_filter_reads(in_place_reads: int, rows_per_set: int, l1_ways: int) -> int:
+    """``reads`` when more filter rows share an L1 set than it has ways, else 0.
+
+    The rows' lines then evict each other before their 16 broadcasts are
+    used, and every broadcast loads its line again from L2 (charged
+    ``c_conflict`` each, :func:`weighted_cost`).  Measured on an AMD EPYC
+    (Zen 4, 8-way L1d): ResNet-50's ``1x1 1024->256 @14`` ran 65 GFLOP/s
+    with 14 filter rows read in place against 92 with 8 rows and 98 with
+    packed filters (``experiments/forced_shapes.py``).
+    """
+    return in_place_reads if rows_per_set > l1_ways else 0
+
+
+def thread_imbalance(
+    threads: int,
+    outer_jobs: int,
+    stationary_blocks: int,
+    window_parts: int,
+    largest_job_share: float,
+) -> float:
+    """How much longer the busiest thread works than an even share: ``T * critical / total``.
+
+    The parallel loop runs ``J = outer_jobs * stationary_blocks * window_parts``
+    jobs on ``T`` threads.  A thread does at least the largest job
+    (``largest_job_share`` of one (group, image)'s work) and at least
+    ``ceil(J/T)`` average jobs::
+
+        critical = max(largest / outer_jobs, ceil(J/T) / J)       (of the total)
+        imbalance = T * min(1, critical)
+
+    1 at one thread.  Seven window tiles split 4 + 3 over two threads give
+    ``2 * 4/7 = 1.14``: the 14x14 layers lose a seventh of the second core
+    unless the filters are split instead.
+    """
+    jobs = max(1, outer_jobs * stationary_blocks * window_parts)
+    critical = max(largest_job_share / max(1, outer_jobs), ceil_div(jobs, threads) / jobs)
+    return threads * min(1.0, critical)
+
+
+def largest_job_share(
+    schedule: str, window_tiles: int, filter_tiles: int, k3: int, window_parts: int
+) -> float:
+    """The largest job's share of one (group, image): ``min(K3, T_f)/T_f *
+    ceil(T_w/parts)/T_w`` in WS (a filter block by a window part),
+    ``min(K3, T_w)/T_w`` in IS (a window block)."""
+    if schedule == Schedule.IS:
+        return min(k3, window_tiles) / window_tiles
+    return (
+        min(k3, filter_tiles) / filter_tiles * ceil_div(window_tiles, window_parts) / window_tiles
+    )
