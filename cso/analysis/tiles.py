@@ -31,8 +31,16 @@ def register_blocks(vector_bytes: int, vector_registers: int, element_bytes: int
     The 8 x 48 block does as many multiply-adds per load as 14 x 32 does
     with 8 filters' rows: 1.03-1.10x the model's plans on ten of
     ResNet-50's layers at batch 1 (``experiments/forced_shapes.py``), most
-    of them on the 8 x 32 block before.  The cost model weighs each one's
-    padding against its calls and streams.
+    of them on the 8 x 32 block before.  Last, one vector of windows by
+    half the registers' rows (16 x 16 with AVX-512, 8 x 8 with AVX2): it
+    pads 196-window planes to 208 rather than 224, and ran 1.03-1.09x the
+    model's plans on eight of ResNet-50's layers at one thread on an AMD
+    EPYC (Zen 4), e.g. ``l3 3x3 256 @14`` 98 against 91 GFLOP/s
+    (``experiments/forced_shapes.py --shapes 16x16w``); its 16 filter rows
+    read in place overflow an 8-way L1 set on 1x1 layers of 1024 channels
+    (49 GFLOP/s), which the cost model prices
+    (:func:`~cso.analysis.counts.conflicting_filter_reads`).  The cost
+    model weighs each one's padding against its calls and streams.
     """
     nf, nwin = register_block(vector_bytes, vector_registers, element_bytes)
     half = max(1, nf // 2 + 1)
@@ -40,6 +48,8 @@ def register_blocks(vector_bytes: int, vector_registers: int, element_bytes: int
     lanes = max(1, vector_bytes // element_bytes)
     if 3 * half + 3 + 1 <= vector_registers:
         shapes.append((half, 3 * lanes))
+    if lanes > 1:
+        shapes.append((max(1, vector_registers // 2), lanes))
     return list(dict.fromkeys(shapes))
 
 

@@ -124,8 +124,14 @@ def test_l3_tiles_capped_so_every_thread_has_work():
 
 
 def test_register_block_matches_the_register_file():
-    assert tiles.register_blocks(64, 32, 4) == [(14, 32), (8, 32), (8, 48)]
-    assert tiles.register_blocks(32, 16, 4) == [(6, 16), (4, 16), (4, 24)]
+    assert tiles.register_blocks(64, 32, 4) == [(14, 32), (8, 32), (8, 48), (16, 16)]
+    assert tiles.register_blocks(32, 16, 4) == [(6, 16), (4, 16), (4, 24), (8, 8)]
+    for vector_bytes, registers in ((64, 32), (32, 16), (16, 32), (16, 16)):
+        for element_bytes in (4, 8):
+            lanes = vector_bytes // element_bytes
+            for nf, nwin in tiles.register_blocks(vector_bytes, registers, element_bytes):
+                # Accumulators, the input vectors and one broadcast fit the registers.
+                assert nf * (nwin // lanes) + nwin // lanes + 1 <= registers
     assert tiles.register_block(64, 32, 4) == (14, 32)
     assert tiles.register_block(64, 32, 8) == (14, 16)
     assert tiles.register_block(32, 16, 4) == (6, 16)
