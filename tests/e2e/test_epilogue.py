@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 from conftest import activate, activation_bound, error_bound
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import cso
@@ -137,8 +137,9 @@ def test_property_epilogue_matches_reference(
         stride=stride, dilation=dilation, padding=((pads[0], pads[1]), (pads[2], pads[3])),
         groups=groups,
     )  # fmt: skip
-    if size + pads[0] + pads[1] < dilation * (kernel - 1) + 1:
-        return
+    # Both padded extents (the width is size + 1) must hold the dilated kernel.
+    reach = dilation * (kernel - 1) + 1
+    assume(size + pads[0] + pads[1] >= reach and size + 1 + pads[2] + pads[3] >= reach)
     rng = np.random.default_rng(channels * 100 + size)
     x = rng.standard_normal((1, channels, size, size + 1)).astype(np.float32)
     w = rng.standard_normal((filters, channels // groups, kernel, kernel)).astype(np.float32)

@@ -198,7 +198,7 @@ def test_unknown_format_version(saved):
 def test_panels_for_another_micro_kernel(saved):
     avx2 = cso.Hardware(vector_bytes=32, vector_registers=16)
     with pytest.raises(
-        PackedFormatError, match="micro-kernel; this machine uses 6x16, 4x16, 4x24, 16x6, 8x1"
+        PackedFormatError, match="micro-kernel; this machine uses 6x16, 4x16, 4x24, 8x8, 16x6, 8x1"
     ):
         cso.load_packed(saved, hardware=avx2)
 
