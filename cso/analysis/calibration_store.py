@@ -22,6 +22,7 @@ import datetime
 import json
 import os
 import platform
+import sys
 import warnings
 from dataclasses import replace
 
@@ -157,6 +158,16 @@ def apply_calibration(hardware, environment=None):
     return replace(hardware, weights=weights, source=f"{hardware.source}+calibrated")
 
 
+def _caller_level() -> int:
+    """The ``stacklevel`` of the first frame outside cso: the user's call,
+    however deep inside cso the planning started."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
 def _warn_once(key: str) -> None:
     path = store_path()
     stored = read_records(path) or {"machines": {}, "warned": []}
@@ -168,7 +179,7 @@ def _warn_once(key: str) -> None:
         "run `python -m cso calibrate` (about a minute; --quick: some seconds) to measure "
         "this one's. This warning is shown once per machine.",
         CalibrationWarning,
-        stacklevel=4,
+        stacklevel=_caller_level(),
     )
     stored["warned"] = (warned if isinstance(warned, list) else []) + [key]
     try:
