@@ -7,11 +7,16 @@ in interleaved rounds (so that the comparison is not biased by the tuner's
 own minimum over noisy timings).  Also: for each layer, the best measured
 time of each schedule against the model's predicted order.
 
+With ``--confirm``, every layer whose analysis plan came out more than 5%
+behind is timed again after all layers are done, analysis and tuned side by
+side with more rounds: on a shared two-core machine a layer's first timing
+at two threads can meet the other tenant, and both figures are printed.
+
 Writes a CSV of everything and a PNG of predicted cost against measured
 time (needs matplotlib: pip install ".[plot]").
 
 Usage: python experiments/model_vs_tuned.py [--sample 50] [--budget 2]
-       [--threads 1] [--out experiments/results]
+       [--threads 1] [--confirm] [--out experiments/results]
 """
 
 
@@ -63,6 +68,8 @@ def main():
     parser.add_argument("--budget", type=float, default=2.0)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--confirm", action="store_true",
+                        help="time the layers more than 5%% behind again at the end")
     parser.add_argument("--out", default="experiments/results")
     args = parser.parse_args()
     out = pathlib.Path(args.out)
@@ -72,6 +79,7 @@ def main():
     )
     rng = np.random.default_rng(args.seed)
     rows = []
+    retimed = []  # (row, layer params, plans) of the layers to time again
     for index, (name, x_shape, w_shape, params) in enumerate(layers, 1):
         result = cso.tune(x_shape, w_shape, threads=args.threads, budget_s=args.budget, **params)
         x = rng.standard_normal(x_shape, dtype=np.float32)
@@ -108,12 +116,31 @@ def main():
             "candidates": len(result.candidates),
         }
         rows.append(row)
+        if row["ratio"] > 1.05:
+            retimed.append((row, x_shape, w_shape, params, plans))
         print(
             f"[{index}/{len(layers)}] {name[:44]:<44} analysis {row['analysis_ms']:8.3f} ms "
             f"tuned {row['tuned_ms']:8.3f} ms  x{row['ratio']:.3f}  "
             f"({row['candidates_timed']}/{row['candidates']} timed)",
             flush=True,
         )
+    for row in rows:
+        row["confirmed_ratio"] = row["ratio"]
+    if args.confirm and retimed:
+        print(f"\ntiming the {len(retimed)} layers more than 5% behind again")
+        for row, x_shape, w_shape, params, plans in retimed:
+            x = rng.standard_normal(x_shape, dtype=np.float32)
+            w = rng.standard_normal(w_shape, dtype=np.float32)
+            best = best_times(
+                {
+                    k: (lambda p=p: cso.conv2d(x, w, plan=p, threads=args.threads, **params))
+                    for k, p in plans.items()
+                },
+                rounds=15,
+                min_seconds=0.5,
+            )
+            row["confirmed_ratio"] = best["analysis"] / min(best["tuned"], best["analysis"])
+            print(f"  {row['layer'][:44]:<44} x{row['ratio']:.3f} -> x{row['confirmed_ratio']:.3f}")
     with open(out / "model_vs_tuned.csv", "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
         writer.writeheader()
@@ -135,6 +162,12 @@ def main():
         f"analysis plan within 5% of the tuned best: {np.mean(ratios <= 1.05):.0%} of layers; "
         f"median ratio {np.median(ratios):.3f}, worst {ratios.max():.3f}"
     )
+    if args.confirm:
+        confirmed = np.array([r["confirmed_ratio"] for r in rows])
+        print(
+            f"with the layers behind timed again: {np.mean(confirmed <= 1.05):.0%} within 5%; "
+            f"worst {confirmed.max():.3f}"
+        )
     print(
         f"IS/WS order predicted right on {agree}/{len(decided)} layers where the measured "
         f"schedules differ by more than 5%"
