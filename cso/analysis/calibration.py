@@ -218,54 +218,36 @@ def rounded(value: float, figures: int = SIGNIFICANT_FIGURES) -> float:
     return round(value, figures - 1 - int(math.floor(math.log10(abs(value)))))
 
 
+# Each calibrated weight and the formula that derives it.
+FORMULAS = {
+    "mac_cost": mac_cost,
+    "l2_cost": l2_cost,
+    "l3_cost": l3_cost,
+    "dram_cost": dram_cost,
+    "l3_shared_cost": l3_shared_cost,
+    "dram_shared_cost": dram_shared_cost,
+    "l1_miss_cost": l1_miss_cost,
+    "l1_conflict_cost": l1_conflict_cost,
+    "tlb_miss_cost": tlb_miss_cost,
+    "call_cost": call_cost,
+    "transposed_store_cost": transposed_store_cost,
+    "input_pack_cost": input_pack_cost,
+    "filter_pack_cost": filter_pack_cost,
+    "in_place_filter_cost": in_place_filter_cost,
+    "tap_call_cost": tap_call_cost,
+}
+# The weights derive_weights measures; the rest keep their defaults.
+CALIBRATED_WEIGHTS = tuple(FORMULAS)
+
+
 def derive_weights(rates: MeasuredRates) -> CostWeights:
-    """The :class:`CostWeights` of ``rates``, each rounded to
-    :data:`SIGNIFICANT_FIGURES`; ``origin`` is ``"calibrated"``.
+    """The :class:`CostWeights` of ``rates``: each of :data:`FORMULAS`,
+    :func:`rounded`; ``origin`` is ``"calibrated"``.
 
     ``sweep_fraction`` and ``stream_overlap`` keep their defaults: they are
     shares of the model's own counts (how much of a cache a swept block may
     take, how much of a stream hides behind the FMAs), set by comparing
     plans (``experiments/cost_weight.py``), not rates of the machine.
     """
-    derived = {
-        "mac_cost": mac_cost(rates),
-        "l2_cost": l2_cost(rates),
-        "l3_cost": l3_cost(rates),
-        "dram_cost": dram_cost(rates),
-        "l3_shared_cost": l3_shared_cost(rates),
-        "dram_shared_cost": dram_shared_cost(rates),
-        "l1_miss_cost": l1_miss_cost(rates),
-        "l1_conflict_cost": l1_conflict_cost(rates),
-        "tlb_miss_cost": tlb_miss_cost(rates),
-        "call_cost": call_cost(rates),
-        "transposed_store_cost": transposed_store_cost(rates),
-        "input_pack_cost": input_pack_cost(rates),
-        "filter_pack_cost": filter_pack_cost(rates),
-        "in_place_filter_cost": in_place_filter_cost(rates),
-        "tap_call_cost": tap_call_cost(rates),
-    }
-    return replace(
-        DEFAULT_WEIGHTS,
-        **{name: rounded(value) for name, value in derived.items()},
-        origin="calibrated",
-    )
-
-
-# The weights derive_weights measures; the rest keep their defaults.
-CALIBRATED_WEIGHTS = (
-    "mac_cost",
-    "l2_cost",
-    "l3_cost",
-    "dram_cost",
-    "l3_shared_cost",
-    "dram_shared_cost",
-    "l1_miss_cost",
-    "l1_conflict_cost",
-    "tlb_miss_cost",
-    "call_cost",
-    "transposed_store_cost",
-    "input_pack_cost",
-    "filter_pack_cost",
-    "in_place_filter_cost",
-    "tap_call_cost",
-)
+    derived = {name: rounded(formula(rates)) for name, formula in FORMULAS.items()}
+    return replace(DEFAULT_WEIGHTS, **derived, origin="calibrated")
