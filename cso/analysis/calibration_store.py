@@ -151,7 +151,7 @@ def apply_calibration(hardware, environment=None):
     key = calibration_key(hardware.cores)
     rates, where = load_rates(key, environment)
     if rates is None:
-        if where == "no calibration for this machine":
+        if where != "CSO_CALIBRATION=off":  # absent or damaged: said once
             _warn_once(key)
         return hardware
     weights = derive_weights(rates)
