@@ -76,12 +76,24 @@ def filter_vector_blocks(vector_bytes: int, vector_registers: int, element_bytes
     windows, 32 x 14 for float32 with AVX-512.  Any window count suits it,
     so 196 windows are 14 tiles of 14 and 49 are 4 tiles (12.5% padding),
     where 32-window vectors leave 12.5% and 23% of their lanes empty.  It
-    needs the filters packed (vector loads along ``Nf``).  The narrower
-    32 x 7 pads less on 49 windows but measured slower on every ResNet-50
-    layer it fits (twice the filter bytes per multiply-add), so it is not offered.
+    needs the filters packed (vector loads along ``Nf``).
+
+    Also three vectors of filters by 7 windows (48 x 7 with AVX-512, when its
+    21 accumulators, three filter vectors and the broadcast fit): 7 divides
+    the 49, 196 and 784 windows of 7x7, 14x14 and 28x28 planes, so it pads
+    none.  With filters packed ahead it ran 1.06-1.17x the 32 x 14 plans on
+    ResNet-50's five 7x7-output layers at one thread (1.11-1.15x at two) on
+    an AMD EPYC (Zen 4); per call the model keeps the window-vectorised
+    kernels there (the filters packed in every call cost more than the
+    padding), and 32 x 7 was slower than both on an AVX-512 Xeon (twice the
+    filter bytes per multiply-add).
     """
     nf, nwin = register_block(vector_bytes, vector_registers, element_bytes)
-    return [(nwin, nf)]
+    shapes = [(nwin, nf)]
+    lanes = max(1, vector_bytes // element_bytes)
+    if lanes > 1 and 3 * 7 + 3 + 1 <= vector_registers:
+        shapes.append((3 * lanes, 7))
+    return shapes
 
 
 def dot_product_blocks(vector_bytes: int, vector_registers: int, element_bytes: int) -> list:

@@ -385,8 +385,8 @@ def test_filter_vectorised_kernels_when_their_packing_pays():
     32 windows per vector, but need every filter packed: the analysis takes
     them when the filters are packed ahead, or when the call's batch shares
     the packing, not for one image per call."""
-    assert tiles.filter_vector_blocks(64, 32, 4) == [(32, 14)]
-    assert tiles.filter_vector_blocks(32, 16, 4) == [(16, 6)]
+    assert tiles.filter_vector_blocks(64, 32, 4) == [(32, 14), (48, 7)]
+    assert tiles.filter_vector_blocks(32, 16, 4) == [(16, 6)]  # 48 x 7 needs 25 registers
     shape = ((1, 512, 7, 7), (512, 512, 3, 3))
     # The rule: the orientation chosen is the cheaper one under the model,
     # with the packing charged per call unless the filters are packed ahead.
@@ -404,10 +404,21 @@ def test_filter_vectorised_kernels_when_their_packing_pays():
             )
             assert chosen.cost_of(chosen.schedule).cost <= forced.cost_of(forced.schedule).cost
     per_call = plan_conv2d(*shape, padding=1, hardware=AVX512, vector_operand="windows")
+    # The 48 x 7 kernel pads no window of 49 (its 512 filters are 11 tiles of 48).
+    narrow = plan_conv2d(
+        *shape, padding=1, hardware=AVX512, filters_prepacked=True, filters_per_tile=48,
+        windows_per_tile=7, vector_operand="filters",
+    )  # fmt: skip
+    assert narrow.cost_of(narrow.schedule).padded_macs == 49 * 528 * 512 * 9
     prepacked = plan_conv2d(
-        *shape, padding=1, hardware=AVX512, filters_prepacked=True, vector_operand="filters"
+        *shape,
+        padding=1,
+        hardware=AVX512,
+        filters_prepacked=True,
+        vector_operand="filters",
+        filters_per_tile=32,
+        windows_per_tile=14,
     )
-    assert (prepacked.filters_per_tile, prepacked.windows_per_tile) == (32, 14)
     in_call = plan_conv2d(
         *shape, padding=1, hardware=AVX512, vector_operand="filters", schedule=prepacked.schedule
     )
@@ -429,8 +440,9 @@ def test_filter_vectorised_kernels_when_their_packing_pays():
         (32, 512, 7, 7), shape[1], padding=1, hardware=AVX512, vector_operand="filters"
     )
     assert not batch.filters_prepacked
-    # Every filter packed once per call, charged per image.
-    assert batch.cost_of(batch.schedule).packed_filter_elements == 512 * reduction // 32
+    # Every filter (the last tile's padding too) packed once per call, charged per image.
+    packed_filters = ceil_div(512, batch.filters_per_tile) * batch.filters_per_tile
+    assert batch.cost_of(batch.schedule).packed_filter_elements == packed_filters * reduction // 32
 
 
 def test_vector_operand_can_be_forced_and_is_validated():
@@ -478,7 +490,14 @@ def test_folding_saves_padding():
 
 def test_small_planes_fold_the_batch_into_the_windows():
     x_shape, w_shape = (8, 512, 7, 7), (512, 512, 3, 3)
-    plan = plan_conv2d(x_shape, w_shape, padding=1, hardware=AVX512, filters_prepacked=True)
+    # The 48 x 7 kernel pads none of 49 windows: image by image is as good.
+    unforced = plan_conv2d(x_shape, w_shape, padding=1, hardware=AVX512, filters_prepacked=True)
+    assert unforced.windows_per_tile == 7 and not unforced.batch_folded
+    # 32 x 14 pads 49 windows to 56; folded, 8 x 49 windows are 28 whole tiles.
+    shape_32x14 = dict(vector_operand="filters", filters_per_tile=32, windows_per_tile=14)
+    plan = plan_conv2d(
+        x_shape, w_shape, padding=1, hardware=AVX512, filters_prepacked=True, **shape_32x14
+    )
     assert plan.batch_folded
     assert (plan.image_jobs, plan.window_count) == (1, 8 * 49)
     assert plan.windows_per_tile == 14
@@ -486,7 +505,13 @@ def test_small_planes_fold_the_batch_into_the_windows():
     useful = 49 * 512 * 512 * 9
     assert plan.cost_of(plan.schedule).padded_macs == useful
     by_image = plan_conv2d(
-        x_shape, w_shape, padding=1, hardware=AVX512, filters_prepacked=True, fold_batch=False
+        x_shape,
+        w_shape,
+        padding=1,
+        hardware=AVX512,
+        filters_prepacked=True,
+        fold_batch=False,
+        **shape_32x14,
     )
     assert not by_image.batch_folded and by_image.image_jobs == 8
     assert by_image.cost_of(by_image.schedule).padded_macs == 56 * 512 * 512 * 9
