@@ -41,7 +41,7 @@ def test_packed_matches_unpacked_exactly(layer, dtype):
 
 
 def test_filter_vectorised_plan_for_few_windows(rng, tmp_path):
-    """49 windows fill 64 window lanes badly; 32-filter vectors not at all.
+    """49 windows fill 64 window lanes badly; 7-window tiles of 48 filters not at all.
 
     With filters packed ahead, the analysis takes the filter-vectorised
     kernel for such a layer; the panels must start on a cache line, also
@@ -59,7 +59,8 @@ def test_filter_vectorised_plan_for_few_windows(rng, tmp_path):
     )  # fmt: skip
     packed = cso.pack_filters(w, x.shape, bias=b, padding=1, plan=plan)
     assert packed.plan.vector_operand == "filters"
-    assert (packed.plan.filters_per_tile, packed.plan.windows_per_tile) == (32, 14)
+    # 96 filters are two tiles of 48, 49 windows seven of 7: no padding.
+    assert (packed.plan.filters_per_tile, packed.plan.windows_per_tile) == (48, 7)
     assert is_aligned(packed.panels)
     assert_matches_reference(cso.conv2d(x, packed), x, w, b, padding=1)
     assert_matches_reference(cso.conv2d(x[:1], packed), x[:1], w, b, padding=1)
