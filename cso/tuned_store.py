@@ -30,8 +30,13 @@ _MAX_STORE_BYTES = 64 * 1024 * 1024
 
 
 def hardware_fingerprint(hardware: Hardware) -> str:
+    """The machine a tuned plan was measured on: its caches, vectors and
+    cores, not where the figures came from nor the cost weights (a tuned
+    plan is a measurement, as good after ``python -m cso calibrate`` as
+    before it)."""
     fields = dataclasses.asdict(hardware)
     fields.pop("source", None)
+    fields.pop("weights", None)
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
 
 

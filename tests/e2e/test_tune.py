@@ -77,6 +77,9 @@ def test_store_round_trip_and_conv2d_opt_in(tmp_path, result, rng, monkeypatch):
     assert store.get(geometry, "float64", hardware, 1) is None  # another problem
     other = hardware.with_changes(l2_bytes=hardware.l2_bytes * 2)
     assert store.get(geometry, "float32", other, 1) is None  # another machine
+    # The same machine with other cost weights (calibrated since): the measurement stands.
+    recalibrated = hardware.with_changes(call_cost=hardware.weights.call_cost * 3)
+    assert store.get(geometry, "float32", recalibrated, 1) == result.best
     # conv2d opts in: the stored plan is the one used.
     assert tuned_plan(geometry, "float32", 1, path) == result.best
     used = []
