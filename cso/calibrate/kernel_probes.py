@@ -12,6 +12,7 @@ kernels' own, without the loop nest around them.
 from __future__ import annotations
 
 import functools
+from statistics import median
 
 import numpy as np
 from numba import njit
@@ -21,7 +22,7 @@ from ..analysis.choices import VectorOperand
 from ..microkernels.outer_product import build_outer_product_kernel
 from ..microkernels.taps import build_tap_kernel
 from ..packing.filters import aligned_empty
-from .timing import best_seconds, calls_for, median, slope_and_intercept
+from .timing import best_seconds, calls_for, slope_and_intercept
 
 # A 56x56 output plane: the output rows of a tile are this far apart, as in
 # a mid-sized layer, so the write-back touches as many lines as it does there.

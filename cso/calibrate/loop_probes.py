@@ -11,13 +11,15 @@ time of exactly what it multiplies.
 
 from __future__ import annotations
 
+from statistics import median
+
 import numpy as np
 
 from .. import pack_filters, plan_conv2d
 from ..analysis import tiles
 from ..analysis.planner import with_tiles
 from ..measure import best_times, filter_program, plan_program
-from .timing import median, slope_and_intercept
+from .timing import slope_and_intercept
 
 # (input shape, filter shape, stride, padding): layers of ResNet-like sizes,
 # small enough that each runs in a millisecond or two.

@@ -2,22 +2,16 @@
 
 from __future__ import annotations
 
-import time
+from statistics import median
+
+from ..measure import best_times
 
 
-def best_seconds(run, repeats: int, min_seconds: float = 0.0) -> float:
-    """The shortest of ``repeats`` timed calls of ``run()`` (after one untimed
-    call), repeating up to 4x more while the total is under ``min_seconds``."""
+def best_seconds(run, repeats: int) -> float:
+    """The shortest of ``repeats`` timed calls of ``run()``, after one untimed
+    call (:func:`cso.measure.best_times` of the one program)."""
     run()
-    best = float("inf")
-    started = time.perf_counter()
-    done = 0
-    while done < repeats or (time.perf_counter() - started < min_seconds and done < 4 * repeats):
-        start = time.perf_counter()
-        run()
-        best = min(best, time.perf_counter() - start)
-        done += 1
-    return best
+    return best_times({"run": run}, repeats)["run"]
 
 
 def calls_for(seconds_per_call: float, budget: float) -> int:
@@ -34,14 +28,6 @@ def slope_and_intercept(xs, ys) -> tuple:
         raise ValueError("the x values must differ")
     slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys)) / spread
     return slope, mean_y - slope * mean_x
-
-
-def median(values) -> float:
-    ordered = sorted(values)
-    middle = len(ordered) // 2
-    if len(ordered) % 2:
-        return ordered[middle]
-    return (ordered[middle - 1] + ordered[middle]) / 2
 
 
 def median_of(probe, times: int, *, difference: bool = False):
