@@ -175,14 +175,17 @@ def probe() -> Hardware:
             sources.append(name)
             found_fields.update(found)
 
+    def incomplete() -> bool:
+        return len(found_fields) < len(PROBED_FIELDS) - 1  # all but the source
+
     take("sysfs", from_sysfs())
     flags = flags_from_proc()
     if flags:
         take("cpuinfo-flags", dict(zip(("vector_bytes", "vector_registers"),
                                        _vector_shape_from_flags(flags))))  # fmt: skip
-    if len(found_fields) < len(PROBED_FIELDS) - 1:  # all but the source
+    if incomplete():
         take("py-cpuinfo", from_cpuinfo(cores))
-    if len(found_fields) < len(PROBED_FIELDS) - 1:
+    if incomplete():
         sources.append("defaults")
     return replace(DEFAULT_HARDWARE, **found_fields, source="+".join(sources) or "defaults")
 

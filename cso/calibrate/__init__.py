@@ -51,7 +51,8 @@ def _steps(hardware, quick: bool):
     lanes = hardware.vector_bytes // 4
     repeats = 3 if quick else 7
     rounds = 3 if quick else 7
-    shapes = kernel_probes.planner_shapes(hardware.vector_bytes, hardware.vector_registers)
+    all_shapes = kernel_probes.planner_shapes(hardware.vector_bytes, hardware.vector_registers)
+    shapes = all_shapes
     if quick:
         shapes = shapes[:1] + [s for s in shapes if s[2] == "filters"][:1]
     l3_size = max(4 * hardware.l2_bytes, hardware.l3_bytes // (2 * hardware.cores))
@@ -63,6 +64,16 @@ def _steps(hardware, quick: bool):
             shapes, lanes, hardware.l1_bytes, hardware.l2_bytes, repeats
         )
         return state["kernels"]
+
+    def line_reload():
+        seconds = kernel_probes.l2_line_reload_seconds(
+            all_shapes, lanes, hardware.l1_bytes, hardware.l1_ways, hardware.line_bytes, repeats
+        )
+        if seconds is None:
+            # No offered shape can overflow an L1 set here (no plan is
+            # charged for it): a line priced as a spilled one.
+            return state["l1_spill_seconds_per_byte"] * hardware.line_bytes
+        return seconds
 
     return [
         ("fma_flops", "FMA peak (float32, one core)",
@@ -87,17 +98,12 @@ def _steps(hardware, quick: bool):
              shapes, lanes, hardware.l1_bytes, hardware.l2_bytes, state["kernel_flops"],
              repeats)),
         ("l2_line_reload_seconds", "line reloaded from L2 (filter rows overflowing a set)",
-         lambda: kernel_probes.l2_line_reload_seconds(
-             shapes if not quick else kernel_probes.planner_shapes(
-                 hardware.vector_bytes, hardware.vector_registers),
-             lanes, hardware.l1_bytes, hardware.l1_ways, hardware.line_bytes, repeats)),
+         line_reload),
         ("tlb_miss_seconds", "first-level TLB miss",
          lambda: memory_probes.tlb_miss_seconds(
              hardware.page_bytes, hardware.line_bytes, hardware.tlb_entries, repeats)),
         ("transposed_store_seconds", "filter-vectorised write-back, per element",
-         lambda: kernel_probes.transposed_store_seconds(
-             kernel_probes.planner_shapes(hardware.vector_bytes, hardware.vector_registers),
-             lanes, repeats)),
+         lambda: kernel_probes.transposed_store_seconds(all_shapes, lanes, repeats)),
         ("tap_call_seconds", "depthwise tap-kernel call",
          lambda: kernel_probes.tap_call_seconds(lanes, state["fma_flops"], repeats=repeats)),
         ("kernel_call_seconds", "micro-kernel call in the loop nest",
@@ -155,10 +161,6 @@ def measure_rates(hardware, *, quick: bool = False, progress=None, details=None)
             started = time.perf_counter()
             value = probe()
             if field is not None:
-                if value is None:
-                    # No offered shape can overflow an L1 set here (no plan
-                    # is charged for it): a line priced as a spilled one.
-                    value = state["l1_spill_seconds_per_byte"] * hardware.line_bytes
                 values[field] = state[field] = float(value)
             if progress is not None:
                 shown = values.get(field) if field is not None else None
