@@ -70,3 +70,13 @@ def cache_directory() -> pathlib.Path:
     """``$CSO_CACHE_DIR``, else ``~/.cache/cso``; when neither is writable,
     ``<tempdir>/cso-cache-<uid>`` (said in a warning once per process)."""
     return _resolve(os.environ.get("CSO_CACHE_DIR", ""))
+
+
+def write_text_atomically(path: pathlib.Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file and a rename, so
+    that a concurrent reader (another process or thread) never sees half a
+    file.  ``OSError`` propagates."""
+    path = pathlib.Path(path)
+    temporary = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+    temporary.write_text(text)
+    os.replace(temporary, path)

@@ -20,7 +20,7 @@ from ._version import __version__
 from .analysis.detect import detect_hardware
 from .analysis.hardware import Hardware
 from .analysis.plan import Plan
-from .cachedir import cache_directory
+from .cachedir import cache_directory, write_text_atomically
 from .geometry import ConvGeometry
 from .untrusted import UntrustedFileError, read_json_file
 
@@ -143,9 +143,7 @@ class TunedPlans:
             )
             content = {"format": STORE_FORMAT, "version": STORE_VERSION, "entries": entries}
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            temporary = self.path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
-            temporary.write_text(json.dumps(content))
-            os.replace(temporary, self.path)
+            write_text_atomically(self.path, json.dumps(content))
 
 
 def check_tuned(tuned):

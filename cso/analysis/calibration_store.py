@@ -27,7 +27,7 @@ import warnings
 from dataclasses import replace
 
 from .._version import __version__
-from ..cachedir import cache_directory
+from ..cachedir import cache_directory, write_text_atomically
 from ..untrusted import read_json_file
 from .calibration import MeasuredRates, derive_weights
 
@@ -106,9 +106,7 @@ def save(record: dict, path=None) -> None:
     path = store_path() if path is None else path
     stored = read_records(path) or {"machines": {}, "warned": []}
     stored["machines"][record["key"]] = record
-    temporary = path.with_suffix(f".{os.getpid()}.tmp")
-    temporary.write_text(json.dumps(stored, indent=1, sort_keys=True))
-    os.replace(temporary, path)
+    write_text_atomically(path, json.dumps(stored, indent=1, sort_keys=True))
 
 
 def load_rates(key: str, environment=None) -> tuple:
@@ -127,13 +125,9 @@ def load_rates(key: str, environment=None) -> tuple:
         return None, "CSO_CALIBRATION=off"
     if chosen:
         try:
-            record = read_json_file(chosen, max_bytes=_MAX_BYTES)
+            return rates_from_record(read_json_file(chosen, max_bytes=_MAX_BYTES)), chosen
         except OSError as error:
             raise ValueError(f"CSO_CALIBRATION={chosen}: cannot read it ({error})") from None
-        except ValueError as error:
-            raise ValueError(f"CSO_CALIBRATION={chosen}: {error}") from None
-        try:
-            return rates_from_record(record), chosen
         except ValueError as error:
             raise ValueError(f"CSO_CALIBRATION={chosen}: {error}") from None
     record = read_records(store_path()).get("machines", {}).get(key)
@@ -183,8 +177,6 @@ def _warn_once(key: str) -> None:
     )
     stored["warned"] = (warned if isinstance(warned, list) else []) + [key]
     try:
-        temporary = path.with_suffix(f".{os.getpid()}.tmp")
-        temporary.write_text(json.dumps(stored, indent=1, sort_keys=True))
-        os.replace(temporary, path)
+        write_text_atomically(path, json.dumps(stored, indent=1, sort_keys=True))
     except OSError:
         pass

@@ -22,7 +22,7 @@ import os
 import platform
 from dataclasses import replace
 
-from ..cachedir import cache_directory
+from ..cachedir import cache_directory, write_text_atomically
 from ..untrusted import read_json_file
 from .calibration_store import apply_calibration, cpu_model
 from .hardware import DEFAULT_HARDWARE, Hardware, parse_size
@@ -222,10 +222,8 @@ def stored_or_probed() -> Hardware:
         pass  # absent, unreadable, damaged, out of range or stale: probe again
     hardware = probe()
     try:
-        temporary = path.with_suffix(f".{os.getpid()}.tmp")
         probed = {k: getattr(hardware, k) for k in PROBED_FIELDS}
-        temporary.write_text(json.dumps({"key": key, "probed": probed}))
-        os.replace(temporary, path)
+        write_text_atomically(path, json.dumps({"key": key, "probed": probed}))
     except OSError:
         pass
     return hardware

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import os
 import pathlib
 import sys
 import threading
@@ -31,7 +30,7 @@ import numba
 
 from ..analysis import choices as choices_source
 from ..analysis.choices import VectorOperand
-from ..cachedir import cache_directory
+from ..cachedir import cache_directory, write_text_atomically
 from ..microkernels import activations as activations_source
 from ..microkernels import epilogue as epilogue_source
 from ..microkernels import outer_product as outer_product_source
@@ -181,9 +180,7 @@ def _specialised(key, name, source_of):
         source = source_of()
         if not path.exists() or path.read_text() != source:
             # Write then rename, so that a concurrent process never imports half a file.
-            temporary = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
-            temporary.write_text(source)
-            os.replace(temporary, path)
+            write_text_atomically(path, source)
         spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
