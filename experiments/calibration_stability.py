@@ -25,16 +25,12 @@ from cso.analysis.calibration import derive_weights  # noqa: E402
 from cso.analysis.calibration_store import rates_from_record  # noqa: E402
 from cso.analysis.detect import stored_or_probed  # noqa: E402
 from cso.models import MODELS  # noqa: E402
+from forced_shapes import describe  # noqa: E402
 
 
 def decisions(plan) -> str:
     """Everything the analysis decided, as text (equal text, equal plans)."""
-    folded = " folded" if plan.batch_folded else ""
-    return (
-        f"{plan.algorithm.value} {plan.filters_per_tile}x{plan.windows_per_tile}"
-        f"{plan.vector_operand.value[0]} {plan.schedule.value} Nc={plan.channel_tile} "
-        f"K2={plan.l2_tiles} K3={plan.l3_tiles} parts={plan.window_parts}{folded}"
-    )
+    return f"{plan.algorithm.value} {describe(plan)}"
 
 
 def main():
