@@ -121,15 +121,11 @@ def kernel_seconds(
     return best_seconds(lambda: run(*args, calls), repeats) / calls
 
 
-def l1_rate(nf, nwin, operand, lanes, depth=256, repeats=5) -> float:
-    """FLOP/s of a kernel with every operand in L1 (one tile, called over and over)."""
-    return 2 * nf * nwin * depth / kernel_seconds(nf, nwin, operand, lanes, depth, repeats=repeats)
-
-
-def stream_seconds_per_byte(nf, nwin, operand, lanes, footprint, depth=256,
+def stream_seconds_per_byte(nf, nwin, operand, lanes, footprint, resident, depth=256,
                             repeats=5) -> float:  # fmt: skip
     """Extra seconds per streamed byte when the streamed operand cycles through
-    panels filling ``footprint`` bytes rather than one L1-resident panel.
+    panels filling ``footprint`` bytes rather than one L1-resident panel
+    (whose call took ``resident`` seconds, at the same ``depth``).
 
     The streamed operand is the one a schedule streams past the stationary
     tile: the input panels for a window-vectorised kernel (WS-like), the
@@ -140,7 +136,6 @@ def stream_seconds_per_byte(nf, nwin, operand, lanes, footprint, depth=256,
     panel = depth * width * 4
     count = max(2, footprint // panel)
     stream = {"input_tiles": count} if streams_inputs else {"filter_tiles": count}
-    resident = kernel_seconds(nf, nwin, operand, lanes, depth, repeats=repeats)
     streamed = kernel_seconds(nf, nwin, operand, lanes, depth, repeats=repeats, **stream)
     return max(0.0, streamed - resident) / panel
 
@@ -236,20 +231,24 @@ def tap_call_seconds(lanes, fma_flops, vectors=4, taps=9, repeats=5) -> float:
     return max(0.0, seconds - fmas)
 
 
-def kernel_rates(shapes, lanes, l1_bytes, l2_bytes, repeats=5) -> dict:
+def kernel_rates(shapes, lanes, l1_bytes, l2_bytes, repeats=5, depth=256) -> dict:
     """``{"NfxNwin[w|f]": (FLOP/s from L1, extra s/byte streaming from L2,
     extra s/byte streaming from L3)}``: the streams cycle over panels filling
-    ``min(L2/2, 4 L1)`` (in L2) and ``4 L2`` (beyond it)."""
+    ``min(L2/2, 4 L1)`` (in L2) and ``4 L2`` (beyond it), each against the
+    same L1-resident call."""
     rates = {}
     for nf, nwin, operand in shapes:
-        name = f"{nf}x{nwin}{operand[0]}"
-        rates[name] = (
-            l1_rate(nf, nwin, operand, lanes, repeats=repeats),
+        resident = kernel_seconds(nf, nwin, operand, lanes, depth, repeats=repeats)
+        rates[f"{nf}x{nwin}{operand[0]}"] = (
+            2 * nf * nwin * depth / resident,
             stream_seconds_per_byte(
-                nf, nwin, operand, lanes, min(l2_bytes // 2, 4 * l1_bytes), repeats=repeats
+                nf, nwin, operand, lanes, min(l2_bytes // 2, 4 * l1_bytes), resident, depth,
+                repeats,
             ),
-            stream_seconds_per_byte(nf, nwin, operand, lanes, 4 * l2_bytes, repeats=repeats),
-        )
+            stream_seconds_per_byte(
+                nf, nwin, operand, lanes, 4 * l2_bytes, resident, depth, repeats
+            ),
+        )  # fmt: skip
     return rates
 
 
