@@ -259,13 +259,11 @@ def _make_launch(plan: Plan, filters_packed: bool, module) -> Launch:
 
 
 def _depthwise_launch(plan: Plan, module) -> Launch:
-    """The depthwise nest (:mod:`cso.macrokernel.depthwise`), its bounds, tap
-    offsets and workspace: one packed channel per worker."""
+    """The depthwise nest (:mod:`cso.macrokernel.depthwise`), its bounds, the
+    kernel's column offsets and workspace: one packed channel per worker."""
     g = plan.geometry
-    segment, spans = plan.windows_per_tile, plan.segments_span_rows
-    scratch_offset = worker_stride(depthwise.packed_channel_elements(g, segment, spans), plan.dtype)
-    scratch = depthwise.span_scratch_elements(g, segment) if spans else 0
-    stride = scratch_offset + worker_stride(scratch, plan.dtype)
+    segment, rows = plan.windows_per_tile, plan.rows_per_call
+    stride = worker_stride(depthwise.packed_channel_elements(g, segment, rows), plan.dtype)
     bounds = DepthwiseBounds(
         batch=g.batch,
         channels=g.channels,
@@ -281,15 +279,23 @@ def _depthwise_launch(plan: Plan, module) -> Launch:
         out_height=g.out_height,
         out_width=g.out_width,
         segment=segment,
-        rows=depthwise.packed_rows(g),
-        phase_width=depthwise.phase_width(g, segment, spans),
-        spans_rows=spans,
-        scratch_offset=scratch_offset,
+        rows_per_call=rows,
+        columns=depthwise.kernel_columns(g, rows),
+        rows=depthwise.packed_rows(g, rows),
+        phase_width=depthwise.phase_width(g, segment),
         workspace_stride=stride,
     )
     if module is None:
-        module = depthwise_module(segment // plan.vector_lanes, plan.dtype, plan.vector_lanes)
-    offsets = np.array(depthwise.tap_offsets(g, segment, spans), dtype=np.intp)
+        module = depthwise_module(
+            depthwise.kernel_height_of(g, rows),
+            g.stride_h if rows > 1 else 1,
+            g.dilation_h if rows > 1 else 1,
+            rows,
+            segment // plan.vector_lanes,
+            plan.dtype,
+            plan.vector_lanes,
+        )
+    offsets = np.array(depthwise.column_offsets(g, segment, rows), dtype=np.intp)
     return Launch(module.convolve_depthwise, bounds, plan.threads * stride, offsets)
 
 

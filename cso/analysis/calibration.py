@@ -81,8 +81,11 @@ class MeasuredRates:
         Extra time per filter element a window-vectorised kernel reads in
         place from KCRS rather than from a packed panel (may be 0).
     tap_call_seconds : float
-        Fixed time of one depthwise tap-kernel call (the intercept of its
-        time against the number of output vectors).
+        Fixed time of one depthwise tap-kernel call: the intercept of the
+        one-row kernel's time on L1-resident rows against its column taps.
+    tap_load_seconds : float
+        Time per input vector the one-row tap kernel loads (one per FMA):
+        that fit's slope over its vectors.
     """
 
     fma_flops: float
@@ -101,6 +104,7 @@ class MeasuredRates:
     filter_pack_seconds: float
     in_place_filter_seconds: float
     tap_call_seconds: float
+    tap_load_seconds: float
 
     def __post_init__(self):
         for field in fields(self):
@@ -211,6 +215,11 @@ def tap_call_cost(rates: MeasuredRates) -> float:
     return weight_of(rates.tap_call_seconds, rates.fma_flops)
 
 
+def tap_load_cost(rates: MeasuredRates) -> float:
+    """``t_load / u``, per input vector the tap kernel loads."""
+    return weight_of(rates.tap_load_seconds, rates.fma_flops)
+
+
 def rounded(value: float, figures: int = SIGNIFICANT_FIGURES) -> float:
     """``value`` to ``figures`` significant figures; 0 below :data:`NOISE_FLOOR`."""
     if abs(value) < NOISE_FLOOR:
@@ -235,6 +244,7 @@ FORMULAS = {
     "filter_pack_cost": filter_pack_cost,
     "in_place_filter_cost": in_place_filter_cost,
     "tap_call_cost": tap_call_cost,
+    "tap_load_cost": tap_load_cost,
 }
 # The weights derive_weights measures; the rest keep their defaults.
 CALIBRATED_WEIGHTS = tuple(FORMULAS)

@@ -101,6 +101,7 @@ class Traffic:
     imbalance: float = 1.0
     streamed_l3: int = 0
     streamed_dram: int = 0
+    tap_loads: int = 0
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)

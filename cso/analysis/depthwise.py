@@ -19,6 +19,7 @@ from .choices import Algorithm, Schedule, VectorOperand
 from .cost import Traffic
 from .hardware import Hardware
 from .plan import Plan
+from .ties import first_within
 
 # Accumulator vectors of the tap kernel at most (tiles.depthwise_segment_vectors).
 MAX_SEGMENT_VECTORS = tiles.MAX_SEGMENT_VECTORS
@@ -29,60 +30,107 @@ def is_depthwise(geometry: ConvGeometry) -> bool:
     return geometry.channels_per_group == 1 and geometry.groups > 1
 
 
-def packed_rows(geometry: ConvGeometry) -> int:
-    """Input rows one output plane reads: ``(P - 1) * stride_h + (R - 1) * dilation_h + 1``."""
+def kernel_height_of(geometry: ConvGeometry, rows_per_call: int) -> int:
+    """The filter rows the tap kernel unrolls: ``R`` for a block of rows; 1 for
+    the one-row kernel, whose columns are then all ``R*S`` taps."""
+    return geometry.kernel_height if rows_per_call > 1 else 1
+
+
+def kernel_columns(geometry: ConvGeometry, rows_per_call: int) -> int:
+    """Column taps the tap kernel loops over: ``S``, or ``R*S`` for the one-row kernel."""
     g = geometry
-    return (g.out_height - 1) * g.stride_h + (g.kernel_height - 1) * g.dilation_h + 1
+    return g.kernel_width * (g.kernel_height // kernel_height_of(g, rows_per_call))
 
 
-def phase_width(geometry: ConvGeometry, segment: int, spans_rows: bool = False) -> int:
-    """Elements per packed row of each phase.
+def even_split(extent: int, largest: int) -> int:
+    """``ceil(extent / ceil(extent / largest))``: as few blocks of at most
+    ``largest`` as cover ``extent``, evenly (56 rows by at most 16: 4 of 14)."""
+    blocks = ceil_div(max(1, extent), largest)
+    return ceil_div(max(1, extent), blocks)
 
-    Row by row: ``ceil(Q / seg) * seg + ((S-1) * dw) // sw``, so that every
-    load of a row's last, padded segment is inside the packed row.  With
-    segments spanning rows: ``Q + ((S-1) * dw) // sw``, the columns the
-    outputs read (the extra ones are computed and dropped).
+
+def kernel_options(geometry: ConvGeometry, lanes: int, vector_registers: int) -> list:
+    """``[(rows_per_call, segment)]`` the analysis weighs for a depthwise layer.
+
+    Segments of ``v`` vectors for ``v`` up to :data:`MAX_SEGMENT_VECTORS`,
+    each split evenly across a row
+    (:func:`~cso.analysis.tiles.depthwise_segment_vectors`); for each, the
+    one-row kernel and, where :func:`offers_row_blocks`, a block of as many
+    rows as the registers allow, split evenly down the plane.
     """
     g = geometry
+    options = []
+    for most in range(1, MAX_SEGMENT_VECTORS + 1):
+        vectors = tiles.depthwise_segment_vectors(g.out_width, lanes, most)
+        for rows in (1, 0) if tiles.offers_row_blocks(g) else (1,):
+            if rows == 0:
+                largest = tiles.max_rows_per_call(vectors, g.kernel_height, vector_registers)
+                rows = even_split(g.out_height, largest)
+            option = (rows, vectors * lanes)
+            if option not in options:
+                options.append(option)
+    return options
+
+
+def packed_rows(geometry: ConvGeometry, rows_per_call: int = 1) -> int:
+    """Input rows one packed channel holds: those of ``ceil(P / rows) * rows``
+    output rows, ``(ceil(P / rows) * rows - 1) * stride_h + (R - 1) * dilation_h
+    + 1``, so that the last block's loads are in bounds (zeros past the input)."""
+    g = geometry
+    covered = ceil_div(g.out_height, rows_per_call) * rows_per_call
+    return (covered - 1) * g.stride_h + (g.kernel_height - 1) * g.dilation_h + 1
+
+
+def phase_width(geometry: ConvGeometry, segment: int) -> int:
+    """Elements per packed row of each phase: ``ceil(Q / seg) * seg + ((S-1) * dw) // sw``,
+    so that every load of a row's last, padded segment is inside the packed row."""
+    g = geometry
     reach = (g.kernel_width - 1) * g.dilation_w // g.stride_w
-    if spans_rows:
-        return g.out_width + reach
     return ceil_div(g.out_width, segment) * segment + reach
 
 
-def packed_channel_elements(geometry: ConvGeometry, segment: int, spans_rows: bool = False) -> int:
-    """One packed channel: ``stride_w`` phases of ``rows x phase_width``, and
-    with segments spanning rows one segment more, which the last segment's
-    loads may run into."""
+def packed_channel_elements(geometry: ConvGeometry, segment: int, rows_per_call: int = 1) -> int:
+    """One packed channel: ``stride_w`` phases of ``rows x phase_width``."""
     g = geometry
-    elements = g.stride_w * packed_rows(g) * phase_width(g, segment, spans_rows)
-    return elements + segment if spans_rows else elements
+    return g.stride_w * packed_rows(g, rows_per_call) * phase_width(g, segment)
 
 
-def spanned_outputs(geometry: ConvGeometry, segment: int) -> int:
-    """Outputs one channel computes with segments spanning rows: ``(P-1) * width + Q``
-    (``width`` the packed row's: each row's last ``width - Q`` are dropped)."""
+def column_offsets(geometry: ConvGeometry, segment: int, rows_per_call: int = 1) -> list:
+    """Where each column tap of the kernel starts in the packed channel,
+    relative to its output's row: ``phase(s) * rows * width + (s * dw) // sw``
+    for ``s < S``, and for the one-row kernel, tap ``t = r*S + s`` at that
+    plus ``r * dilation_h * width``."""
     g = geometry
-    return (g.out_height - 1) * phase_width(g, segment, True) + g.out_width
-
-
-def span_scratch_elements(geometry: ConvGeometry, segment: int) -> int:
-    """The scratch plane spanning segments are written to: whole segments."""
-    return ceil_div(spanned_outputs(geometry, segment), segment) * segment
-
-
-def tap_offsets(geometry: ConvGeometry, segment: int, spans_rows: bool = False) -> list:
-    """Tap ``t = r*S + s``'s start in the packed channel relative to its output:
-    ``phase(s) * rows * width + r * dilation_h * width + (s * dilation_w) // stride_w``."""
-    g = geometry
-    rows, width = packed_rows(g), phase_width(g, segment, spans_rows)
-    return [
-        (s * g.dilation_w % g.stride_w) * rows * width
-        + r * g.dilation_h * width
-        + s * g.dilation_w // g.stride_w
-        for r in range(g.kernel_height)
+    rows, width = packed_rows(g, rows_per_call), phase_width(g, segment)
+    columns = [
+        (s * g.dilation_w % g.stride_w) * rows * width + s * g.dilation_w // g.stride_w
         for s in range(g.kernel_width)
     ]
+    if rows_per_call > 1:
+        return columns
+    return [r * g.dilation_h * width + c for r in range(g.kernel_height) for c in columns]
+
+
+def kernel_loads(geometry: ConvGeometry, rows_per_call: int, segment: int, lanes: int) -> int:
+    """Input vectors one call loads: its block's input rows (1 for the one-row
+    kernel) times its columns times ``Nv``."""
+    g = geometry
+    height = kernel_height_of(g, rows_per_call)
+    block_rows = (rows_per_call - 1) * g.stride_h + (height - 1) * g.dilation_h + 1
+    return block_rows * kernel_columns(g, rows_per_call) * (segment // lanes)
+
+
+def tap_kernel_cost(weights, element_bytes: int, calls: int, macs: int, loads: int) -> float:
+    """``calls * c_tap_call + max(macs * c_mac * s/4, loads * c_tap_load)``.
+
+    The tap kernel issues a load beside each FMA of the one-row kernel and
+    fewer in a block of rows; whichever of the two streams is longer sets
+    its time.  Measured on an AMD EPYC (Zen 4, L1-resident rows): the
+    one-row kernel at 0.44 ns per load against 0.27 ns per FMA, blocks of
+    4 x 4 and 8 x 2 at 97% of the FMA peak.
+    """
+    macs_cost = macs * weights.mac_cost * element_bytes / 4
+    return calls * weights.tap_call_cost + max(macs_cost, loads * weights.tap_load_cost)
 
 
 def depthwise_traffic(
@@ -91,30 +139,28 @@ def depthwise_traffic(
     element_bytes: int,
     segment: int,
     threads: int,
-    spans_rows: bool = False,
+    rows_per_call: int = 1,
 ) -> Traffic:
     """What one (channel, image) job of the depthwise nest costs, modelled.
 
     Counts per job: the compulsory bytes (its input plane, ``m`` filters and
     ``m`` output planes) from the level the whole call's operands fit in;
-    the packed channel's elements; ``m * P * ceil(Q / seg)`` kernel calls of
-    ``seg * R * S`` multiply-adds each, or with segments spanning rows
-    ``m * ceil(((P-1) * width + Q) / seg)`` calls and the copy of every
-    output out of the scratch plane (priced like packed elements).  Weighted like the dense plans
-    (:func:`~cso.analysis.cost.weighted_cost`, the calls at
-    ``tap_call_cost``), scaled by the busiest thread's share of the
-    ``N * C`` jobs.
+    the packed channel's elements; ``m * ceil(P / rows) * ceil(Q / seg)``
+    kernel calls of ``rows * seg * R * S`` multiply-adds and
+    :func:`kernel_loads` vector loads each.  The bytes and packing are
+    weighted like the dense plans' (:func:`~cso.analysis.cost.weighted_cost`);
+    a call costs ``tap_call_cost + max(macs * c_mac * s/4, loads *
+    tap_load_cost)``: the kernel runs at its FMAs' rate or its loads',
+    whichever is slower (:func:`tap_kernel_cost`).  All scaled by the
+    busiest thread's share of the ``N * C`` jobs.
     """
     g = geometry
     s = element_bytes
+    lanes = max(1, hardware.vector_bytes // s)
     multiplier = g.filters_per_group
     taps = g.kernel_height * g.kernel_width
-    if spans_rows:
-        calls = multiplier * ceil_div(spanned_outputs(g, segment), segment)
-        copied = multiplier * g.windows
-    else:
-        calls = multiplier * g.out_height * ceil_div(g.out_width, segment)
-        copied = 0
+    calls = multiplier * ceil_div(g.out_height, rows_per_call) * ceil_div(g.out_width, segment)
+    loads = calls * kernel_loads(g, rows_per_call, segment, lanes)
     job_bytes = (g.height * g.width + multiplier * taps + multiplier * g.windows) * s
     call_bytes = job_bytes * g.groups * g.batch
     usable = hardware.usable_fraction
@@ -130,17 +176,19 @@ def depthwise_traffic(
         tlb_misses=0,
         kernel_calls=calls,
         l1_spill=0,
-        padded_macs=calls * segment * taps,
-        packed_input_elements=packed_channel_elements(g, segment, spans_rows) + copied,
+        padded_macs=calls * rows_per_call * segment * taps,
+        packed_input_elements=packed_channel_elements(g, segment, rows_per_call),
+        tap_loads=loads,
     )
     jobs = g.batch * g.groups
     imbalance = counts.thread_imbalance(threads, jobs, 1, 1, 1.0)
     weights = hardware.weights
-    # The tap kernel's calls are not the outer-product kernel's: priced apart.
+    # The tap kernel's calls and loads are not the outer-product kernel's: priced apart.
+    dense_counts = {name: n for name, n in job_counts.items() if name != "tap_loads"}
     weighted = cost.weighted_cost(
-        hardware, s, **dict(job_counts, kernel_calls=0), shared=threads > 1
+        hardware, s, **dict(dense_counts, kernel_calls=0, padded_macs=0), shared=threads > 1
     )
-    weighted += calls * weights.tap_call_cost
+    weighted += tap_kernel_cost(weights, s, calls, job_counts["padded_macs"], loads)
     return Traffic(cost=imbalance * weighted, imbalance=imbalance, **job_counts)
 
 
@@ -148,18 +196,14 @@ def plan_depthwise(geometry: ConvGeometry, dtype_name: str, hardware: Hardware, 
     """The depthwise plan of ``geometry`` (which must be :func:`is_depthwise`)."""
     element_bytes = np.dtype(dtype_name).itemsize
     lanes = max(1, hardware.vector_bytes // element_bytes)
-    # Row by row, or (stride 1 down the rows, whose packed rows are then
-    # consecutive) segments spanning rows, whichever the model prices lower.
+    # Every (rows, segment) the kernel offers, priced; near-ties go to the
+    # first offered (fewest vectors, the one-row kernel first), so that
+    # calibrations a few percent apart plan alike.
     options = []
-    for spans in (False, True) if geometry.stride_h == 1 else (False,):
-        width = (
-            spanned_outputs(geometry, lanes * MAX_SEGMENT_VECTORS) if spans else geometry.out_width
-        )
-        vectors = tiles.depthwise_segment_vectors(width, lanes, MAX_SEGMENT_VECTORS)
-        segment = vectors * lanes
-        traffic = depthwise_traffic(geometry, hardware, element_bytes, segment, threads, spans)
-        options.append((traffic.cost, spans, segment, traffic))
-    _, spans, segment, traffic = min(options, key=lambda option: option[:2])
+    for rows, segment in kernel_options(geometry, lanes, hardware.vector_registers):
+        traffic = depthwise_traffic(geometry, hardware, element_bytes, segment, threads, rows)
+        options.append((traffic.cost, (rows, segment, traffic)))
+    rows, segment, traffic = first_within(options)
     return Plan(
         schedule=Schedule.IS,
         channel_tile=1,
@@ -178,5 +222,5 @@ def plan_depthwise(geometry: ConvGeometry, dtype_name: str, hardware: Hardware, 
         hardware=hardware,
         vector_operand=VectorOperand.WINDOWS,
         algorithm=Algorithm.DEPTHWISE,
-        segments_span_rows=spans,
+        rows_per_call=rows,
     )

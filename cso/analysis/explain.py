@@ -190,8 +190,11 @@ def _explain_depthwise(plan) -> str:
         g, plan.dtype, hw, None, None, None, plan.threads, algorithm=Algorithm.DENSE
     )
     dense_cost = dense.cost_of(dense.schedule).cost
-    spans = plan.segments_span_rows
-    packed = depthwise.packed_channel_elements(g, segment, spans)
+    rows = plan.rows_per_call
+    vectors = segment // lanes
+    packed = depthwise.packed_channel_elements(g, segment, rows)
+    loads = depthwise.kernel_loads(g, rows, segment, lanes)
+    fmas = rows * vectors * taps
     moved = (g.batch * g.channels * g.height * g.width + g.filters * taps) * s
     moved += g.batch * g.filters * g.windows * s
     x_shape = (g.batch, g.channels, g.height, g.width)
@@ -209,11 +212,18 @@ def _explain_depthwise(plan) -> str:
         f"multiplier {g.filters_per_group}); {g.flops / 1e9:.4f} GFLOP",
         "",
         "Algorithm: depthwise",
-        f"  tap kernel: a row segment of {segment // lanes} vector(s) of {lanes} outputs "
-        f"({segment}), {taps} taps each a broadcast and {segment // lanes} load(s) + FMA(s); "
-        f"{padding_share(plan):.1%} of its multiply-adds are padding",
-        f"  packed channel: {g.stride_w} phase(s) x {depthwise.packed_rows(g)} rows x "
-        f"{depthwise.phase_width(g, segment, spans)} = {_size(packed * s)} per worker (every tap "
+        f"  tap kernel: {rows} output row(s) x {vectors} vector(s) of {lanes} outputs "
+        f"({rows} x {segment}) in registers; {fmas} FMAs from {loads} input vector loads a "
+        f"call ({fmas / loads:.2f} FMAs per load"
+        + (
+            f": each load feeds every row of the block that reads it, the {g.kernel_height} "
+            "weights of a column tap held as broadcasts)"
+            if rows > 1
+            else ": one row, one load per FMA)"
+        ),
+        f"  {padding_share(plan):.1%} of its multiply-adds are padding",
+        f"  packed channel: {g.stride_w} phase(s) x {depthwise.packed_rows(g, rows)} rows x "
+        f"{depthwise.phase_width(g, segment)} = {_size(packed * s)} per worker (every tap "
         "a contiguous load, zeros for the padding)",
         f"  memory-bound: {_size(moved)} compulsory (input, filters, output) for "
         f"{g.flops / 2 / 1e6:.2f} M multiply-adds, {g.flops / moved:.2f} FLOP per byte",
@@ -221,7 +231,7 @@ def _explain_depthwise(plan) -> str:
         "Choice",
         f"  depthwise: modelled cost {traffic.cost:.3g} per (channel, image) against the best "
         f"dense plan's {dense_cost:.3g} ({dense.filters_per_tile}x{dense.windows_per_tile} "
-        f"{dense.schedule}); {traffic.kernel_calls} kernel calls, "
+        f"{dense.schedule}); {traffic.kernel_calls} kernel calls, {traffic.tap_loads} loads, "
         f"{traffic.packed_input_elements} elements packed per job; busiest thread "
         f"{traffic.imbalance:.3f}x an even share",
         "",
@@ -231,20 +241,11 @@ def _explain_depthwise(plan) -> str:
         "    pack the channel's phases",
         f"    for k in its {g.filters_per_group} output channel(s)",
     ]
-    if spans:
-        run = depthwise.spanned_outputs(g, segment)
-        lines += [
-            f"      for i0 in {ceil_div(run, segment)} segment(s) of {segment} spanning the rows "
-            f"(a run of {run}: row width {depthwise.phase_width(g, segment, True)})",
-            f"        tap kernel: scratch[i0:i0+{segment}] = bias + sum of {taps} taps",
-            f"      copy each row's {g.out_width} outputs to y",
-        ]
-    else:
-        lines += [
-            f"      for p in {g.out_height} output rows",
-            f"        for q0 in {ceil_div(g.out_width, segment)} segment(s) of {segment}",
-            f"          tap kernel: y[k, p, q0:q0+{segment}] = bias + sum of {taps} taps",
-        ]
+    lines += [
+        f"      for p0 in {ceil_div(g.out_height, rows)} block(s) of {rows} output row(s)",
+        f"        for q0 in {ceil_div(g.out_width, segment)} segment(s) of {segment}",
+        f"          tap kernel: y[k, p0:p0+{rows}, q0:q0+{segment}] = bias + sum of {taps} taps",
+    ]
     return "\n".join(lines)
 
 

@@ -60,12 +60,12 @@ class Plan:
         The algorithm family: ``"dense"`` (the fields above describe its
         outer-product tiles) or ``"depthwise"`` (one input channel per
         group: ``windows_per_tile`` is the tap kernel's row segment, ``Nv``
-        vectors of ``vector_lanes``; the dense tiles are 1).
-    segments_span_rows : bool
-        Depthwise only: a tap-kernel segment runs on from one output row into
-        the next (stride 1 down the rows), into a scratch plane whose rows
-        are then copied out, instead of one row at a time: small planes
-        fill their vectors.
+        vectors of ``vector_lanes``, and ``rows_per_call`` its rows; the
+        dense tiles are 1).
+    rows_per_call : int
+        Depthwise only: output rows one tap-kernel call holds in registers,
+        each input vector it loads feeding every row that reads it
+        (:mod:`cso.microkernels.taps`); 1 for the one-row kernel.
     pack_channels_outer : bool
         The input panels are packed a block of tiles at a time, channel by
         channel (the other 1x1, stride-1, unpadded plans:
@@ -118,7 +118,7 @@ class Plan:
     batch_folded: bool = False
     pack_channels_outer: bool = False
     algorithm: Algorithm = Algorithm.DENSE
-    segments_span_rows: bool = False
+    rows_per_call: int = 1
 
     def __post_init__(self):
         # A plan whose fields the code cannot run must not exist: the loop
@@ -162,7 +162,7 @@ class Plan:
             "batch_folded": self.batch_folded,
             "pack_channels_outer": self.pack_channels_outer,
             "algorithm": self.algorithm,
-            "segments_span_rows": self.segments_span_rows,
+            "rows_per_call": self.rows_per_call,
         }
 
     @staticmethod
@@ -192,7 +192,7 @@ class Plan:
             batch_folded=bool(fields.get("batch_folded", False)),
             pack_channels_outer=bool(fields.get("pack_channels_outer", False)),
             algorithm=Algorithm(fields.get("algorithm", "dense")),
-            segments_span_rows=bool(fields.get("segments_span_rows", False)),
+            rows_per_call=int(fields.get("rows_per_call", 1)),
         )
 
     def matches(self, geometry: ConvGeometry, dtype) -> bool:

@@ -32,13 +32,13 @@ _INT_FIELDS = (
     "vector_lanes",
     "threads",
     "window_parts",
+    "rows_per_call",
 )
 _BOOL_FIELDS = (
     "input_in_place",
     "filters_prepacked",
     "batch_folded",
     "pack_channels_outer",
-    "segments_span_rows",
 )
 
 
@@ -142,6 +142,13 @@ def _check_kernel(plan) -> None:
                 f"a depthwise plan's row segment is 1 x (1..{tiles.MAX_SEGMENT_VECTORS}) vectors "
                 f"of {lanes} lanes, got filters_per_tile={nf}, windows_per_tile={nwin}"
             )
+        height = plan.geometry.kernel_height if plan.rows_per_call > 1 else 1
+        most = tiles.max_rows_per_call(nwin // lanes, height, hardware.vector_registers)
+        if plan.rows_per_call > 1 and plan.rows_per_call > most:
+            raise ValueError(
+                f"Plan.rows_per_call ({plan.rows_per_call}) x {nwin // lanes} vectors exceeds "
+                f"the registers: at most {most} rows"
+            )
         return
     if plan.vector_operand == VectorOperand.WINDOWS and nwin % lanes:
         raise ValueError(
@@ -202,10 +209,13 @@ def _check_layout(plan) -> None:
     g = plan.geometry
     if plan.algorithm == Algorithm.DEPTHWISE and g.channels_per_group != 1:
         raise ValueError(f"a depthwise plan needs one input channel per group: got {g}")
-    if plan.segments_span_rows and not (
-        plan.algorithm == Algorithm.DEPTHWISE and g.stride_h == 1
+    if plan.rows_per_call > 1 and not (
+        plan.algorithm == Algorithm.DEPTHWISE and tiles.offers_row_blocks(g)
     ):
-        raise ValueError("segments_span_rows=True needs a depthwise plan with stride 1 down")
+        raise ValueError(
+            f"rows_per_call={plan.rows_per_call} needs a depthwise plan whose filters are 3, 5 "
+            "or 7 high, with stride 1 or 2 and no dilation down"
+        )
     pointwise = tiles.is_unstrided_unpadded_pointwise(
         g.kernel_height, g.kernel_width, g.stride_h, g.stride_w, g.padded
     )

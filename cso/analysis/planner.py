@@ -33,28 +33,13 @@ from .detect import detect_hardware
 from .hardware import Hardware
 from .plan import Plan
 from .plan_checks import whole_input_window
+from .ties import TIE_TOLERANCE, first_within  # noqa: F401 (TIE_TOLERANCE re-exported)
 
 _BLOCKS = {
     VectorOperand.WINDOWS: tiles.register_blocks,
     VectorOperand.FILTERS: tiles.filter_vector_blocks,
     VectorOperand.REDUCTION: tiles.dot_product_blocks,
 }
-
-
-# Modelled costs this close are a tie.  The weights are measured to a few
-# percent (two calibrations of one machine give single weights 5-30% apart),
-# and near-ties between kernel shapes flipped with them: 14 of ResNet-50's
-# and VGG-16's 70 plans at one and two threads between two calibrations.
-# Within it the planner takes the earliest candidate in a fixed order.
-TIE_TOLERANCE = 0.01
-
-
-def first_within(candidates, tolerance: float = TIE_TOLERANCE):
-    """The first item of ``[(cost, item)]`` (in order of preference) whose
-    cost is at most ``(1 + tolerance)`` times the least."""
-    candidates = list(candidates)
-    least = min(cost for cost, _ in candidates)
-    return next(item for cost, item in candidates if cost <= least * (1 + tolerance))
 
 
 def _check_tile_override(value, name):

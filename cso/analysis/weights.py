@@ -97,12 +97,17 @@ class CostWeights:
         crediting IS's streams too moved 3x3 layers at two threads to IS,
         0.90-0.95x.
     tap_call_cost : float
-        Fixed cost of one call of the depthwise tap kernel (a row segment:
-        its bias broadcast, loop entry and masked stores).  A scratch timing
-        of the kernel on L1-resident data (4 vectors, 9 taps) on an AMD
-        EPYC (Zen 4) ran 17.4 ns a call where its FMAs alone take 9.9 ns at
-        the peak: some 7.5 ns, about 1700 units (a float32 MAC is 4 units,
-        0.017 ns there).
+        Fixed cost of one call of the depthwise tap kernel (its bias
+        broadcast, loop entry and masked stores).
+    tap_load_cost : float
+        Cost of one input vector the depthwise tap kernel loads, beyond the
+        multiply-adds it feeds: the one-row kernel loads a vector per FMA
+        and runs at the loads' rate.  Both defaults are
+        ``python -m cso calibrate``'s figures on an AMD EPYC (Zen 4,
+        AVX-512, 117 GFLOP/s per core;
+        :func:`~cso.calibrate.kernel_probes.tap_seconds`): the one-row
+        kernel's time on L1-resident rows against its column taps, 0.49 ns
+        a call and 0.44 ns a load (a 16-lane FMA is 64 units, 0.27 ns).
     l1_conflict_cost : float
         Cost of one filter element a window-vectorised kernel reads in place
         from a row whose line its other rows evicted (more rows in one L1
@@ -134,7 +139,8 @@ class CostWeights:
     input_pack_cost: float = 80.0
     in_place_filter_cost: float = 6.0
     stream_overlap: float = 0.5
-    tap_call_cost: float = 1700.0
+    tap_call_cost: float = 110.0
+    tap_load_cost: float = 100.0
     l3_shared_cost: float = 6.0
     dram_shared_cost: float = 20.0
     l1_conflict_cost: float = 128.0

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
+from statistics import median
 
 from ..analysis.calibration import MeasuredRates
 from ..analysis.weights import DEFAULT_WEIGHTS
@@ -65,6 +66,12 @@ def _steps(hardware, quick: bool):
         )
         return state["kernels"]
 
+    def taps():
+        # A slope and an intercept: the median of several fits, each figure apart.
+        fits = [kernel_probes.tap_seconds(lanes, repeats=repeats) for _ in range(1 if quick else 5)]
+        state["taps"] = tuple(median(fit[i] for fit in fits) for i in range(2))
+        return state["taps"]
+
     def line_reload():
         seconds = kernel_probes.l2_line_reload_seconds(
             all_shapes, lanes, hardware.l1_bytes, hardware.l1_ways, hardware.line_bytes, repeats
@@ -104,8 +111,9 @@ def _steps(hardware, quick: bool):
              hardware.page_bytes, hardware.line_bytes, hardware.tlb_entries, repeats)),
         ("transposed_store_seconds", "filter-vectorised write-back, per element",
          lambda: kernel_probes.transposed_store_seconds(all_shapes, lanes, repeats)),
-        ("tap_call_seconds", "depthwise tap-kernel call",
-         lambda: kernel_probes.tap_call_seconds(lanes, state["fma_flops"], repeats=repeats)),
+        (None, "depthwise tap kernel, one row, against its column taps", taps),
+        ("tap_call_seconds", "depthwise tap-kernel call", lambda: state["taps"][0]),
+        ("tap_load_seconds", "depthwise tap-kernel input vector load", lambda: state["taps"][1]),
         ("kernel_call_seconds", "micro-kernel call in the loop nest",
          lambda: loop_probes.kernel_call_seconds(hardware, rounds)),
         ("input_pack_seconds", "input element packed into panels",

@@ -202,33 +202,45 @@ def l2_line_reload_seconds(shapes, lanes, l1_bytes, l1_ways, line_bytes, repeats
 
 
 @functools.lru_cache(maxsize=None)
-def _tap_runner(vectors, lanes):
-    kernel = build_tap_kernel(vectors, "float32", lanes)
+def _tap_runner(kernel_height, rows, vectors, lanes):
+    kernel = build_tap_kernel(kernel_height, 1, 1, rows, vectors, "float32", lanes)
 
     @njit(nogil=True)
-    def run(taps, weights, offsets, inputs, out, segment, calls, residual):
+    def run(columns, weights, offsets, inputs, width, out, segment, calls, residual):
         for call in range(calls):
-            kernel(taps, weights, 0, offsets, inputs, 0, out, 0, segment, np.float32(0.0),
-                   residual, 0, 0, False)  # fmt: skip
+            kernel(columns, weights, 0, offsets, inputs, 0, width, out, 0, segment, segment,
+                   rows, np.float32(0.0), residual, 0, 0, False)  # fmt: skip
 
     return run
 
 
-def tap_call_seconds(lanes, fma_flops, vectors=4, taps=9, repeats=5) -> float:
-    """Fixed seconds of one tap-kernel call: its time on L1-resident rows less
-    its ``taps * vectors`` vector FMAs at the peak."""
-    run = _tap_runner(vectors, lanes)
+def tap_call_seconds_by_columns(lanes, columns, kernel_height=1, rows=1, vectors=4, repeats=5):
+    """Seconds of one depthwise tap-kernel call on L1-resident rows, for
+    each count of column taps in ``columns``."""
+    run = _tap_runner(kernel_height, rows, vectors, lanes)
     segment = vectors * lanes
-    width = segment + 8
-    offsets = np.array([(t // 3) * width + t % 3 for t in range(taps)], dtype=np.intp)
-    weights, inputs = _operands(taps), _operands(4 * width)
-    out, residual = _operands(segment), _operands(segment)
-    args = (taps, weights, offsets, inputs, out, segment)
-    run(*args, 1, residual)
-    calls = 20000
-    seconds = best_seconds(lambda: run(*args, calls, residual), repeats) / calls
-    fmas = taps * vectors * lanes * 2 / fma_flops
-    return max(0.0, seconds - fmas)
+    width = segment + 32
+    height = rows + kernel_height - 1
+    seconds = []
+    for count in columns:
+        offsets = np.array([t % 24 for t in range(count)], dtype=np.intp)
+        weights, inputs = _operands(kernel_height * count), _operands(height * width)
+        out, residual = _operands(rows * segment), _operands(rows * segment)
+        args = (count, weights, offsets, inputs, width, out, segment)
+        run(*args, 1, residual)
+        calls = 20000
+        seconds.append(best_seconds(lambda: run(*args, calls, residual), repeats) / calls)
+    return seconds
+
+
+def tap_seconds(lanes, vectors=4, repeats=5) -> tuple:
+    """``(fixed seconds of a call, seconds per input vector loaded)`` of the
+    one-row tap kernel, which loads one vector per FMA: the intercept and
+    the slope (per vector) of its time against its column taps (1 to 18)."""
+    columns = (1, 3, 9, 18)
+    seconds = tap_call_seconds_by_columns(lanes, columns, vectors=vectors, repeats=repeats)
+    slope, intercept = slope_and_intercept(columns, seconds)
+    return max(0.0, intercept), max(0.0, slope / vectors)
 
 
 def kernel_rates(shapes, lanes, l1_bytes, l2_bytes, repeats=5, depth=256) -> dict:

@@ -57,11 +57,11 @@ DepthwiseBounds = namedtuple(
         "pad_left",
         "out_height",
         "out_width",  # P, Q
-        "segment",  # outputs per kernel call: Nv * VL
-        "rows",  # packed rows per channel: (P - 1) * stride_h + (R - 1) * dilation_h + 1
+        "segment",  # outputs per row of a kernel call: Nv * VL
+        "rows_per_call",  # output rows per kernel call
+        "columns",  # column taps the kernel loops over: S, or R*S for the one-row kernel
+        "rows",  # packed rows per channel: analysis.depthwise.packed_rows
         "phase_width",  # packed elements per row of each of the stride_w phases
-        "spans_rows",  # segments run on across output rows, into a scratch plane
-        "scratch_offset",  # where that plane starts in a worker's part
         "workspace_stride",  # elements of the workspace per worker
     ],
 )

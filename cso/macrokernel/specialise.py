@@ -148,24 +148,34 @@ def loop_module(
     return _specialised((key, patch), name, lambda: _module_source(key, patch))
 
 
-def depthwise_module(vectors: int, dtype_name: str, vector_lanes: int):
+def depthwise_module(
+    kernel_height: int,
+    stride_h: int,
+    dilation_h: int,
+    rows: int,
+    vectors: int,
+    dtype_name: str,
+    vector_lanes: int,
+):
     """The depthwise loop nest (:mod:`.depthwise`) bound to the tap kernel of
-    ``vectors`` accumulator vectors of ``vector_lanes`` ``dtype_name``
+    ``rows x vectors`` accumulators for filters ``kernel_height`` high at
+    ``stride_h`` and ``dilation_h`` down, of ``vector_lanes`` ``dtype_name``
     elements (:func:`~cso.microkernels.taps.build_tap_kernel`), memoised."""
-    key = ("depthwise", int(vectors), str(dtype_name), int(vector_lanes))
+    shape = tuple(int(n) for n in (kernel_height, stride_h, dilation_h, rows, vectors))
+    key = ("depthwise",) + shape + (str(dtype_name), int(vector_lanes))
 
     def source():
         template = pathlib.Path(depthwise_source.__file__).read_text()
+        arguments = ", ".join(str(n) for n in shape)
         return template + (
             "\n\n# ---- specialisation written by cso.macrokernel.specialise ----\n"
             "from cso.microkernels.taps import build_tap_kernel\n"
-            f"tap_kernel = build_tap_kernel({key[1]}, {key[2]!r}, {key[3]})\n"
-            f"VECTOR_TOKEN = (None,) * {key[3]}\n"
-            "from cso.microkernels.epilogue import build_epilogue_run\n"
-            f"epilogue_run = build_epilogue_run({key[2]!r}, {key[3]})\n"
+            f"tap_kernel = build_tap_kernel({arguments}, {dtype_name!r}, {int(vector_lanes)})\n"
+            f"VECTOR_TOKEN = (None,) * {int(vector_lanes)}\n"
         )
 
-    return _specialised(key, f"cso_depthwise_v{key[1]}_{key[2]}_l{key[3]}", source)
+    name = "cso_depthwise_r{}_s{}_d{}_b{}_v{}".format(*shape)
+    return _specialised(key, f"{name}_{dtype_name}_l{int(vector_lanes)}", source)
 
 
 def _specialised(key, name, source_of):

@@ -61,9 +61,9 @@ def test_depthwise_matches_the_reference(problem, seed):
     y = cso.conv2d(x, w, b, plan=plan, **params)
     assert y.dtype == dtype
     assert_matches_reference(y, x, w, b, **params)
-    if plan.geometry.stride_h == 1:
-        # Both ways of covering the rows, whichever the model preferred.
-        other = dataclasses.replace(plan, segments_span_rows=not plan.segments_span_rows)
+    if plan.rows_per_call > 1:
+        # The one-row kernel too, which the model weighed against the block.
+        other = dataclasses.replace(plan, rows_per_call=1)
         assert_matches_reference(cso.conv2d(x, w, b, plan=other, **params), x, w, b, **params)
 
 
@@ -125,16 +125,24 @@ def test_tuner_times_the_depthwise_plan_against_dense_ones(rng):
     assert_matches_reference(y, x, w, padding=1, groups=16)
 
 
-def test_segments_span_rows_only_down_stride_one():
-    plan = cso.plan_conv2d((1, 8, 7, 7), (8, 1, 3, 3), padding=1, groups=8, algorithm="depthwise")
-    strided = cso.plan_conv2d(
-        (1, 8, 7, 7), (8, 1, 3, 3), stride=(2, 1), padding=1, groups=8, algorithm="depthwise"
+def test_row_blocks_only_where_offered():
+    x_shape, w_shape = (1, 8, 28, 28), (8, 1, 3, 3)
+    plan = cso.plan_conv2d(
+        x_shape, w_shape, padding=1, groups=8, algorithm="depthwise", hardware=AVX512_CORE
     )
-    assert not strided.segments_span_rows
-    with pytest.raises(ValueError, match="segments_span_rows=True needs"):
-        dataclasses.replace(strided, segments_span_rows=True)
-    text = cso.explain(dataclasses.replace(plan, segments_span_rows=True))
-    assert "spanning the rows" in text
+    # A 3x3 layer holds a block of rows: each load feeds up to R of them.
+    assert plan.rows_per_call > 1
+    text = cso.explain(plan)
+    assert f"{plan.rows_per_call} output row(s)" in text and "each load feeds" in text
+    dilated = cso.plan_conv2d(
+        (1, 8, 28, 28), (8, 1, 3, 3), padding=2, dilation=2, groups=8, algorithm="depthwise"
+    )
+    assert dilated.rows_per_call == 1
+    with pytest.raises(ValueError, match="rows_per_call=4 needs a depthwise plan"):
+        dataclasses.replace(dilated, rows_per_call=4)
+    with pytest.raises(ValueError, match="exceeds the registers"):
+        dataclasses.replace(plan, rows_per_call=30)
+    assert "one load per FMA" in cso.explain(dilated)
 
 
 def test_explain_tells_the_depthwise_story():

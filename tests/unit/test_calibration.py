@@ -31,6 +31,7 @@ RATES = dict(
     filter_pack_seconds=1.5e-9,
     in_place_filter_seconds=3e-11,
     tap_call_seconds=7.5e-9,
+    tap_load_seconds=4e-10,
 )
 UNIT = 5e-12
 
@@ -54,6 +55,7 @@ def test_each_weight_is_its_formula_of_the_rates():
         "filter_pack_cost": 1.5e-9 / UNIT,  # 300
         "in_place_filter_cost": 3e-11 / UNIT,  # 6
         "tap_call_cost": 7.5e-9 / UNIT,  # 1500
+        "tap_load_cost": 4e-10 / UNIT,  # 80 per input vector loaded
     }
     assert set(expected) == set(calibration.CALIBRATED_WEIGHTS)
     for name, value in expected.items():

@@ -594,11 +594,32 @@ def test_depthwise_tap_offsets_by_hand():
     rows, width = depthwise.packed_rows(g), depthwise.phase_width(g, segment)
     assert rows == (g.out_height - 1) * 2 + 2 + 1
     assert width == 16 + (2 * 3) // 2
-    offsets = depthwise.tap_offsets(g, segment)
+    offsets = depthwise.column_offsets(g, segment)
     for r in range(3):
         for s, (phase, index) in enumerate([(0, 0), (1, 1), (0, 3)]):
             assert offsets[r * 3 + s] == phase * rows * width + r * width + index
     assert depthwise.packed_channel_elements(g, segment) == 2 * rows * width
+    # The one-row kernel loads one vector per tap.
+    assert depthwise.kernel_loads(g, 1, segment, 16) == 9
+
+
+def test_depthwise_row_block_offsets_and_loads_by_hand():
+    from cso.analysis import depthwise
+    from cso.geometry import make_geometry
+
+    # 3x3, stride 2 both ways, 4 rows a call: the block reads rows 0..8.
+    g = make_geometry((1, 4, 21, 40), (4, 1, 3, 3), stride=2, padding=1, groups=4)
+    segment, rows_per_call = 32, 4
+    assert g.out_height == 11
+    # 3 blocks of 4 rows cover 12 output rows: 2 * 11 + 3 input rows.
+    assert depthwise.packed_rows(g, rows_per_call) == (12 - 1) * 2 + 3
+    rows, width = depthwise.packed_rows(g, rows_per_call), depthwise.phase_width(g, segment)
+    assert width == 32 + 1
+    # Only the column taps: phase s % 2 at index s // 2.
+    assert depthwise.column_offsets(g, segment, rows_per_call) == [0, rows * width, 1]
+    # (4 - 1) * 2 + 3 = 9 input rows x 3 columns x 2 vectors of 16.
+    assert depthwise.kernel_loads(g, rows_per_call, segment, 16) == 9 * 3 * 2
+    assert depthwise.kernel_columns(g, rows_per_call) == 3 and depthwise.kernel_columns(g, 1) == 9
 
 
 def test_depthwise_plan_is_validated():
