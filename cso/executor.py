@@ -263,7 +263,7 @@ def _depthwise_launch(plan: Plan, module) -> Launch:
     kernel's column offsets and workspace: one packed channel per worker."""
     g = plan.geometry
     segment, rows = plan.windows_per_tile, plan.rows_per_call
-    stride = worker_stride(depthwise.packed_channel_elements(g, segment, rows), plan.dtype)
+    stride = worker_stride(depthwise.packed_channel_elements(g, segment), plan.dtype)
     bounds = DepthwiseBounds(
         batch=g.batch,
         channels=g.channels,
@@ -281,7 +281,7 @@ def _depthwise_launch(plan: Plan, module) -> Launch:
         segment=segment,
         rows_per_call=rows,
         columns=depthwise.kernel_columns(g, rows),
-        rows=depthwise.packed_rows(g, rows),
+        rows=depthwise.packed_rows(g),
         phase_width=depthwise.phase_width(g, segment),
         workspace_stride=stride,
     )
@@ -294,6 +294,7 @@ def _depthwise_launch(plan: Plan, module) -> Launch:
             segment // plan.vector_lanes,
             plan.dtype,
             plan.vector_lanes,
+            depthwise.is_masked(g, segment),
         )
     offsets = np.array(depthwise.column_offsets(g, segment, rows), dtype=np.intp)
     return Launch(module.convolve_depthwise, bounds, plan.threads * stride, offsets)

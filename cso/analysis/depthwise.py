@@ -49,50 +49,54 @@ def even_split(extent: int, largest: int) -> int:
     return ceil_div(max(1, extent), blocks)
 
 
+def is_masked(geometry: ConvGeometry, segment: int) -> bool:
+    """Whether the tap kernel stores part of its vectors: only when a row is
+    narrower than one segment.  Otherwise a row's last segment starts early
+    enough to end at the edge, overlapping the one before
+    (:mod:`cso.microkernels.taps`)."""
+    return geometry.out_width < segment
+
+
 def kernel_options(geometry: ConvGeometry, lanes: int, vector_registers: int) -> list:
     """``[(rows_per_call, segment)]`` the analysis weighs for a depthwise layer.
 
-    Segments of ``v`` vectors for ``v`` up to :data:`MAX_SEGMENT_VECTORS`,
-    each split evenly across a row
-    (:func:`~cso.analysis.tiles.depthwise_segment_vectors`); for each, the
-    one-row kernel and, where :func:`offers_row_blocks`, a block of as many
-    rows as the registers allow, split evenly down the plane.
+    Segments of ``v`` vectors for ``v`` from 1 to :data:`MAX_SEGMENT_VECTORS`
+    and no wider than a row (one vector when a row is narrower than that);
+    for each, the one-row kernel and, where
+    :func:`~cso.analysis.tiles.offers_row_blocks`, a block of as many rows as
+    the registers allow, split evenly down the plane.
     """
     g = geometry
     options = []
-    for most in range(1, MAX_SEGMENT_VECTORS + 1):
-        vectors = tiles.depthwise_segment_vectors(g.out_width, lanes, most)
-        for rows in (1, 0) if tiles.offers_row_blocks(g) else (1,):
-            if rows == 0:
-                largest = tiles.max_rows_per_call(vectors, g.kernel_height, vector_registers)
-                rows = even_split(g.out_height, largest)
-            option = (rows, vectors * lanes)
-            if option not in options:
-                options.append(option)
+    for vectors in range(1, max(1, min(MAX_SEGMENT_VECTORS, g.out_width // lanes)) + 1):
+        options.append((1, vectors * lanes))
+        if tiles.offers_row_blocks(g):
+            largest = tiles.max_rows_per_call(vectors, g.kernel_height, vector_registers)
+            rows = even_split(g.out_height, largest)
+            if rows > 1:
+                options.append((rows, vectors * lanes))
     return options
 
 
-def packed_rows(geometry: ConvGeometry, rows_per_call: int = 1) -> int:
-    """Input rows one packed channel holds: those of ``ceil(P / rows) * rows``
-    output rows, ``(ceil(P / rows) * rows - 1) * stride_h + (R - 1) * dilation_h
-    + 1``, so that the last block's loads are in bounds (zeros past the input)."""
+def packed_rows(geometry: ConvGeometry) -> int:
+    """Input rows one packed channel holds: ``(P - 1) * stride_h + (R - 1) * dilation_h + 1``
+    (the last block of rows starts early enough to end at the last row)."""
     g = geometry
-    covered = ceil_div(g.out_height, rows_per_call) * rows_per_call
-    return (covered - 1) * g.stride_h + (g.kernel_height - 1) * g.dilation_h + 1
+    return (g.out_height - 1) * g.stride_h + (g.kernel_height - 1) * g.dilation_h + 1
 
 
 def phase_width(geometry: ConvGeometry, segment: int) -> int:
-    """Elements per packed row of each phase: ``ceil(Q / seg) * seg + ((S-1) * dw) // sw``,
-    so that every load of a row's last, padded segment is inside the packed row."""
+    """Elements per packed row of each phase: ``max(Q, seg) + ((S-1) * dw) // sw``,
+    so that every load of a row's segments is inside the packed row."""
     g = geometry
     reach = (g.kernel_width - 1) * g.dilation_w // g.stride_w
-    return ceil_div(g.out_width, segment) * segment + reach
+    return max(g.out_width, segment) + reach
 
 
-def packed_channel_elements(geometry: ConvGeometry, segment: int, rows_per_call: int = 1) -> int:
+def packed_channel_elements(geometry: ConvGeometry, segment: int) -> int:
     """One packed channel: ``stride_w`` phases of ``rows x phase_width``."""
     g = geometry
-    return g.stride_w * packed_rows(g, rows_per_call) * phase_width(g, segment)
+    return g.stride_w * packed_rows(g) * phase_width(g, segment)
 
 
 def column_offsets(geometry: ConvGeometry, segment: int, rows_per_call: int = 1) -> list:
@@ -101,7 +105,7 @@ def column_offsets(geometry: ConvGeometry, segment: int, rows_per_call: int = 1)
     for ``s < S``, and for the one-row kernel, tap ``t = r*S + s`` at that
     plus ``r * dilation_h * width``."""
     g = geometry
-    rows, width = packed_rows(g, rows_per_call), phase_width(g, segment)
+    rows, width = packed_rows(g), phase_width(g, segment)
     columns = [
         (s * g.dilation_w % g.stride_w) * rows * width + s * g.dilation_w // g.stride_w
         for s in range(g.kernel_width)
@@ -177,7 +181,7 @@ def depthwise_traffic(
         kernel_calls=calls,
         l1_spill=0,
         padded_macs=calls * rows_per_call * segment * taps,
-        packed_input_elements=packed_channel_elements(g, segment, rows_per_call),
+        packed_input_elements=packed_channel_elements(g, segment),
         tap_loads=loads,
     )
     jobs = g.batch * g.groups

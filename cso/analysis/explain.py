@@ -192,7 +192,7 @@ def _explain_depthwise(plan) -> str:
     dense_cost = dense.cost_of(dense.schedule).cost
     rows = plan.rows_per_call
     vectors = segment // lanes
-    packed = depthwise.packed_channel_elements(g, segment, rows)
+    packed = depthwise.packed_channel_elements(g, segment)
     loads = depthwise.kernel_loads(g, rows, segment, lanes)
     fmas = rows * vectors * taps
     moved = (g.batch * g.channels * g.height * g.width + g.filters * taps) * s
@@ -221,8 +221,14 @@ def _explain_depthwise(plan) -> str:
             if rows > 1
             else ": one row, one load per FMA)"
         ),
-        f"  {padding_share(plan):.1%} of its multiply-adds are padding",
-        f"  packed channel: {g.stride_w} phase(s) x {depthwise.packed_rows(g, rows)} rows x "
+        f"  {padding_share(plan):.1%} of its multiply-adds are padding or computed twice ("
+        + (
+            "rows narrower than a segment: its stores are masked)"
+            if depthwise.is_masked(g, segment)
+            else "a row's last segment and a plane's last block start early enough to end at "
+            "the edge: every store is whole)"
+        ),
+        f"  packed channel: {g.stride_w} phase(s) x {depthwise.packed_rows(g)} rows x "
         f"{depthwise.phase_width(g, segment)} = {_size(packed * s)} per worker (every tap "
         "a contiguous load, zeros for the padding)",
         f"  memory-bound: {_size(moved)} compulsory (input, filters, output) for "
@@ -242,8 +248,10 @@ def _explain_depthwise(plan) -> str:
         f"    for k in its {g.filters_per_group} output channel(s)",
     ]
     lines += [
-        f"      for p0 in {ceil_div(g.out_height, rows)} block(s) of {rows} output row(s)",
-        f"        for q0 in {ceil_div(g.out_width, segment)} segment(s) of {segment}",
+        f"      for p0 in {ceil_div(g.out_height, rows)} block(s) of {rows} output row(s)"
+        " (the last ending at the last row)",
+        f"        for q0 in {ceil_div(g.out_width, segment)} segment(s) of {segment}"
+        " (the last ending at the row's end)",
         f"          tap kernel: y[k, p0:p0+{rows}, q0:q0+{segment}] = bias + sum of {taps} taps",
     ]
     return "\n".join(lines)

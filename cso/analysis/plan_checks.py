@@ -144,6 +144,16 @@ def _check_kernel(plan) -> None:
             )
         height = plan.geometry.kernel_height if plan.rows_per_call > 1 else 1
         most = tiles.max_rows_per_call(nwin // lanes, height, hardware.vector_registers)
+        if plan.rows_per_call > plan.geometry.out_height:
+            raise ValueError(
+                f"Plan.rows_per_call ({plan.rows_per_call}) exceeds the output's "
+                f"{plan.geometry.out_height} rows"
+            )
+        if nwin > max(lanes, plan.geometry.out_width):
+            raise ValueError(
+                f"a depthwise plan's row segment ({nwin}) is one vector or no wider than the "
+                f"output's {plan.geometry.out_width} columns"
+            )
         if plan.rows_per_call > 1 and plan.rows_per_call > most:
             raise ValueError(
                 f"Plan.rows_per_call ({plan.rows_per_call}) x {nwin // lanes} vectors exceeds "

@@ -209,7 +209,7 @@ def _tap_runner(kernel_height, rows, vectors, lanes):
     def run(columns, weights, offsets, inputs, width, out, segment, calls, residual):
         for call in range(calls):
             kernel(columns, weights, 0, offsets, inputs, 0, width, out, 0, segment, segment,
-                   rows, np.float32(0.0), residual, 0, 0, False)  # fmt: skip
+                   np.float32(0.0), residual, 0, 0, False)  # fmt: skip
 
     return run
 

@@ -19,10 +19,14 @@ Contracts relied on
 * ``residual``: ``y_flat``'s layout (a placeholder unless ``has_residual``).
   The epilogue ``y = act(y + residual)`` (``act`` numbered by
   ``activation``, 0: none) is the tap kernel's, in registers.
+* ``b.rows_per_call <= P``: a plane's last block of rows starts at ``P -
+  rows_per_call``, and a row's last segment at ``max(0, Q - segment)``, so
+  that every call's rows and, unless the kernel is masked (``Q <
+  segment``), its whole vectors are outputs; the overlapped outputs are
+  computed twice, alike.
 * ``workspace``: ``W`` parts of ``b.workspace_stride`` elements, one per
   worker, each holding one packed channel (:mod:`cso.packing.depthwise`)
-  of ``b.rows`` rows, enough for ``ceil(P / b.rows_per_call)`` whole
-  blocks.  Worker ``i`` of ``W`` takes jobs ``(image, channel)``
+  of ``b.rows`` rows of ``b.phase_width``.  Worker ``i`` of ``W`` takes jobs ``(image, channel)``
   ``[i*J//W, (i+1)*J//W)``.
 """
 
@@ -46,8 +50,8 @@ def convolve_depthwise(
      for job = (image, input channel c)                # the worker's share
        pack channel c's phases                          # once, ~ L1/L2
        for k in c's m output channels
-         for p0 in blocks of rows_per_call output rows
-           for q0 in segments of Nv*VL outputs
+         for p0 in blocks of rows_per_call output rows (the last ending at P)
+           for q0 in segments of Nv*VL outputs (the last ending at Q)
              tap kernel: y[k, p0:p0+rows, q0:] = bias + sum_t w[k, t] * IN[...]
     """
     segment = b.segment
@@ -57,6 +61,8 @@ def convolve_depthwise(
     jobs = b.batch * b.channels
     filters = b.channels * b.multiplier
     outputs = b.out_height * b.out_width
+    last_row = b.out_height - block
+    last_column = max(0, b.out_width - segment)
     workers = workspace.size // b.workspace_stride
     for worker in prange(workers):
         start = worker * b.workspace_stride
@@ -83,22 +89,23 @@ def convolve_depthwise(
                 bias_value = bias[k] if has_bias else bias[0] * 0
                 out_start = (image * filters + k) * outputs
                 for p0 in range(0, b.out_height, block):
-                    row_start = p0 * b.stride_h * b.phase_width
+                    p = min(p0, last_row)
+                    row_start = p * b.stride_h * b.phase_width
                     for q0 in range(0, b.out_width, segment):
-                        out_offset = out_start + p0 * b.out_width + q0
+                        q = min(q0, last_column)
+                        out_offset = out_start + p * b.out_width + q
                         tap_kernel(
                             b.columns,
                             w_flat,
                             k * taps,
                             offsets,
                             buffer,
-                            row_start + q0,
+                            row_start + q,
                             b.phase_width,
                             y_flat,
                             out_offset,
                             b.out_width,
-                            min(segment, b.out_width - q0),
-                            min(block, b.out_height - p0),
+                            min(segment, b.out_width - q),
                             bias_value,
                             residual,
                             out_offset,

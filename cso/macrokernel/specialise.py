@@ -156,13 +156,15 @@ def depthwise_module(
     vectors: int,
     dtype_name: str,
     vector_lanes: int,
+    masked: bool = False,
 ):
     """The depthwise loop nest (:mod:`.depthwise`) bound to the tap kernel of
     ``rows x vectors`` accumulators for filters ``kernel_height`` high at
     ``stride_h`` and ``dilation_h`` down, of ``vector_lanes`` ``dtype_name``
-    elements (:func:`~cso.microkernels.taps.build_tap_kernel`), memoised."""
+    elements, its stores ``masked`` or whole
+    (:func:`~cso.microkernels.taps.build_tap_kernel`), memoised."""
     shape = tuple(int(n) for n in (kernel_height, stride_h, dilation_h, rows, vectors))
-    key = ("depthwise",) + shape + (str(dtype_name), int(vector_lanes))
+    key = ("depthwise",) + shape + (str(dtype_name), int(vector_lanes), bool(masked))
 
     def source():
         template = pathlib.Path(depthwise_source.__file__).read_text()
@@ -170,12 +172,14 @@ def depthwise_module(
         return template + (
             "\n\n# ---- specialisation written by cso.macrokernel.specialise ----\n"
             "from cso.microkernels.taps import build_tap_kernel\n"
-            f"tap_kernel = build_tap_kernel({arguments}, {dtype_name!r}, {int(vector_lanes)})\n"
+            f"tap_kernel = build_tap_kernel({arguments}, {dtype_name!r}, {int(vector_lanes)}, "
+            f"{bool(masked)})\n"
             f"VECTOR_TOKEN = (None,) * {int(vector_lanes)}\n"
         )
 
     name = "cso_depthwise_r{}_s{}_d{}_b{}_v{}".format(*shape)
-    return _specialised(key, f"{name}_{dtype_name}_l{int(vector_lanes)}", source)
+    name += f"_{dtype_name}_l{int(vector_lanes)}" + ("_masked" if masked else "")
+    return _specialised(key, name, source)
 
 
 def _specialised(key, name, source_of):

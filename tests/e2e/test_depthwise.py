@@ -65,6 +65,10 @@ def test_depthwise_matches_the_reference(problem, seed):
         # The one-row kernel too, which the model weighed against the block.
         other = dataclasses.replace(plan, rows_per_call=1)
         assert_matches_reference(cso.conv2d(x, w, b, plan=other, **params), x, w, b, **params)
+    if plan.geometry.out_width >= 2 * plan.vector_lanes:
+        # Segments that overlap at the end of each row.
+        other = dataclasses.replace(plan, windows_per_tile=2 * plan.vector_lanes)
+        assert_matches_reference(cso.conv2d(x, w, b, plan=other, **params), x, w, b, **params)
 
 
 def test_the_model_chooses_the_cheaper_algorithm():
