@@ -263,7 +263,8 @@ def _depthwise_launch(plan: Plan, module) -> Launch:
     kernel's column offsets and workspace: one packed channel per worker."""
     g = plan.geometry
     segment, rows = plan.windows_per_tile, plan.rows_per_call
-    stride = worker_stride(depthwise.packed_channel_elements(g, segment), plan.dtype)
+    lanes = plan.vector_lanes
+    stride = worker_stride(depthwise.packed_channel_elements(g, segment, lanes), plan.dtype)
     bounds = DepthwiseBounds(
         batch=g.batch,
         channels=g.channels,
@@ -282,7 +283,7 @@ def _depthwise_launch(plan: Plan, module) -> Launch:
         rows_per_call=rows,
         columns=depthwise.kernel_columns(g, rows),
         rows=depthwise.packed_rows(g),
-        phase_width=depthwise.phase_width(g, segment),
+        phase_width=depthwise.phase_width(g, segment, lanes),
         workspace_stride=stride,
     )
     if module is None:
@@ -294,9 +295,9 @@ def _depthwise_launch(plan: Plan, module) -> Launch:
             segment // plan.vector_lanes,
             plan.dtype,
             plan.vector_lanes,
-            depthwise.is_masked(g, segment),
+            depthwise.masked_rows(g, segment, rows),
         )
-    offsets = np.array(depthwise.column_offsets(g, segment, rows), dtype=np.intp)
+    offsets = np.array(depthwise.column_offsets(g, segment, lanes, rows), dtype=np.intp)
     return Launch(module.convolve_depthwise, bounds, plan.threads * stride, offsets)
 
 

@@ -49,12 +49,17 @@ def even_split(extent: int, largest: int) -> int:
     return ceil_div(max(1, extent), blocks)
 
 
-def is_masked(geometry: ConvGeometry, segment: int) -> bool:
-    """Whether the tap kernel stores part of its vectors: only when a row is
-    narrower than one segment.  Otherwise a row's last segment starts early
-    enough to end at the edge, overlapping the one before
-    (:mod:`cso.microkernels.taps`)."""
-    return geometry.out_width < segment
+def masked_rows(geometry: ConvGeometry, segment: int, rows_per_call: int) -> int:
+    """The tap kernel's last rows that store part of their vectors: none when
+    a row is at least one segment wide (a row's last segment then starts
+    early enough to end at the edge, overlapping the one before); else
+    ``min(rows, ceil((seg - Q) / Q))``, the rows whose whole vectors could
+    run on past the plane (the others run on into the rows after them,
+    stored later: :mod:`cso.microkernels.taps`)."""
+    q = geometry.out_width
+    if q >= segment:
+        return 0
+    return min(rows_per_call, ceil_div(segment - q, q))
 
 
 def kernel_options(geometry: ConvGeometry, lanes: int, vector_registers: int) -> list:
@@ -85,27 +90,31 @@ def packed_rows(geometry: ConvGeometry) -> int:
     return (g.out_height - 1) * g.stride_h + (g.kernel_height - 1) * g.dilation_h + 1
 
 
-def phase_width(geometry: ConvGeometry, segment: int) -> int:
+def phase_width(geometry: ConvGeometry, segment: int, lanes: int) -> int:
     """Elements per packed row of each phase: ``max(Q, seg) + ((S-1) * dw) // sw``,
-    so that every load of a row's segments is inside the packed row."""
+    so that every load of a row's segments is inside the packed row, rounded
+    up to whole vectors of ``lanes``, so that the packing stores no partial
+    vector (the rows take as many stores either way)."""
     g = geometry
     reach = (g.kernel_width - 1) * g.dilation_w // g.stride_w
-    return max(g.out_width, segment) + reach
+    return ceil_div(max(g.out_width, segment) + reach, lanes) * lanes
 
 
-def packed_channel_elements(geometry: ConvGeometry, segment: int) -> int:
+def packed_channel_elements(geometry: ConvGeometry, segment: int, lanes: int) -> int:
     """One packed channel: ``stride_w`` phases of ``rows x phase_width``."""
     g = geometry
-    return g.stride_w * packed_rows(g) * phase_width(g, segment)
+    return g.stride_w * packed_rows(g) * phase_width(g, segment, lanes)
 
 
-def column_offsets(geometry: ConvGeometry, segment: int, rows_per_call: int = 1) -> list:
+def column_offsets(
+    geometry: ConvGeometry, segment: int, lanes: int, rows_per_call: int = 1
+) -> list:
     """Where each column tap of the kernel starts in the packed channel,
     relative to its output's row: ``phase(s) * rows * width + (s * dw) // sw``
     for ``s < S``, and for the one-row kernel, tap ``t = r*S + s`` at that
     plus ``r * dilation_h * width``."""
     g = geometry
-    rows, width = packed_rows(g), phase_width(g, segment)
+    rows, width = packed_rows(g), phase_width(g, segment, lanes)
     columns = [
         (s * g.dilation_w % g.stride_w) * rows * width + s * g.dilation_w // g.stride_w
         for s in range(g.kernel_width)
@@ -181,7 +190,7 @@ def depthwise_traffic(
         kernel_calls=calls,
         l1_spill=0,
         padded_macs=calls * rows_per_call * segment * taps,
-        packed_input_elements=packed_channel_elements(g, segment),
+        packed_input_elements=packed_channel_elements(g, segment, lanes),
         tap_loads=loads,
     )
     jobs = g.batch * g.groups

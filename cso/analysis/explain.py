@@ -192,7 +192,7 @@ def _explain_depthwise(plan) -> str:
     dense_cost = dense.cost_of(dense.schedule).cost
     rows = plan.rows_per_call
     vectors = segment // lanes
-    packed = depthwise.packed_channel_elements(g, segment)
+    packed = depthwise.packed_channel_elements(g, segment, lanes)
     loads = depthwise.kernel_loads(g, rows, segment, lanes)
     fmas = rows * vectors * taps
     moved = (g.batch * g.channels * g.height * g.width + g.filters * taps) * s
@@ -223,13 +223,15 @@ def _explain_depthwise(plan) -> str:
         ),
         f"  {padding_share(plan):.1%} of its multiply-adds are padding or computed twice ("
         + (
-            "rows narrower than a segment: its stores are masked)"
-            if depthwise.is_masked(g, segment)
+            f"rows narrower than a vector: all but the last "
+            f"{depthwise.masked_rows(g, segment, rows)} row(s) store whole vectors that run on "
+            "into the rows after them)"
+            if depthwise.masked_rows(g, segment, rows)
             else "a row's last segment and a plane's last block start early enough to end at "
             "the edge: every store is whole)"
         ),
         f"  packed channel: {g.stride_w} phase(s) x {depthwise.packed_rows(g)} rows x "
-        f"{depthwise.phase_width(g, segment)} = {_size(packed * s)} per worker (every tap "
+        f"{depthwise.phase_width(g, segment, lanes)} = {_size(packed * s)} per worker (every tap "
         "a contiguous load, zeros for the padding)",
         f"  memory-bound: {_size(moved)} compulsory (input, filters, output) for "
         f"{g.flops / 2 / 1e6:.2f} M multiply-adds, {g.flops / moved:.2f} FLOP per byte",

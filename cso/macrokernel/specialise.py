@@ -156,15 +156,15 @@ def depthwise_module(
     vectors: int,
     dtype_name: str,
     vector_lanes: int,
-    masked: bool = False,
+    masked_rows: int = 0,
 ):
     """The depthwise loop nest (:mod:`.depthwise`) bound to the tap kernel of
     ``rows x vectors`` accumulators for filters ``kernel_height`` high at
     ``stride_h`` and ``dilation_h`` down, of ``vector_lanes`` ``dtype_name``
-    elements, its stores ``masked`` or whole
+    elements, its last ``masked_rows`` rows' stores masked
     (:func:`~cso.microkernels.taps.build_tap_kernel`), memoised."""
     shape = tuple(int(n) for n in (kernel_height, stride_h, dilation_h, rows, vectors))
-    key = ("depthwise",) + shape + (str(dtype_name), int(vector_lanes), bool(masked))
+    key = ("depthwise",) + shape + (str(dtype_name), int(vector_lanes), int(masked_rows))
 
     def source():
         template = pathlib.Path(depthwise_source.__file__).read_text()
@@ -173,12 +173,12 @@ def depthwise_module(
             "\n\n# ---- specialisation written by cso.macrokernel.specialise ----\n"
             "from cso.microkernels.taps import build_tap_kernel\n"
             f"tap_kernel = build_tap_kernel({arguments}, {dtype_name!r}, {int(vector_lanes)}, "
-            f"{bool(masked)})\n"
+            f"{int(masked_rows)})\n"
             f"VECTOR_TOKEN = (None,) * {int(vector_lanes)}\n"
         )
 
     name = "cso_depthwise_r{}_s{}_d{}_b{}_v{}".format(*shape)
-    name += f"_{dtype_name}_l{int(vector_lanes)}" + ("_masked" if masked else "")
+    name += f"_{dtype_name}_l{int(vector_lanes)}" + (f"_m{int(masked_rows)}" if masked_rows else "")
     return _specialised(key, name, source)
 
 

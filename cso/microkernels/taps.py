@@ -25,19 +25,27 @@ One call computes ``rows x count`` outputs::
 for ``pb < rows`` and ``j < count``, then the fused epilogue in registers
 (:mod:`.epilogue`), the residual in the output's layout (``residual_offset
 + pb * out_pitch + j``).  ``R``, ``stride_h``, ``dilation_h``, ``rows``,
-``vectors`` and ``masked`` are the kernel's shape; ``S`` (``columns``), the
+``vectors`` and ``masked_rows`` are the kernel's shape; ``S`` (``columns``), the
 packed row pitch ``width`` and the column offsets are arguments.  The
 packing (:mod:`cso.packing.depthwise`) makes every load of ``rows`` rows and
 ``vectors * VL`` columns in bounds.
 
-Nothing branches on an edge.  An unmasked kernel stores whole vectors
-(``count`` is ``vectors * VL``): the loop nest starts a row's last segment
-and a plane's last block of rows early enough to end at the edge, so that
-they overlap the ones before and compute some outputs twice, alike.  A
-masked kernel (for rows narrower than one segment) stores ``count`` lanes
-of each vector.  Masked stores are slow where they are microcoded: on an
-AMD EPYC (Zen 4) a 3x3 layer of 144 channels at 56 x 64 ran 1.55x longer
-with its 14 stores a call masked than whole.
+Nothing branches on an edge, and stores are whole vectors where they can
+be: masked stores are slow where they are microcoded (on an AMD EPYC, Zen
+4, a 3x3 layer of 144 channels at 56 x 64 ran 1.55x longer with its 14
+stores a call masked than whole).
+
+* ``masked_rows = 0`` (rows at least one segment wide): every store is
+  whole, ``count`` is ``vectors * VL``.  The loop nest starts a row's last
+  segment and a plane's last block of rows early enough to end at the edge,
+  so that they overlap the ones before and compute some outputs twice, alike.
+* ``masked_rows = k > 0`` (one vector, rows of ``count < VL``, ``out_pitch
+  = count``): rows ``pb < rows - k`` store whole vectors, whose lanes past
+  ``count`` run on into the rows after them, which are stored later, in
+  order, with their own values (stores to one array are not reordered past
+  each other); the last ``k`` rows, whose lanes could run past the plane,
+  store ``count`` lanes.  The caller makes ``k`` at least ``ceil((VL -
+  count) / count)``, and calls block after block down the plane.
 
 The shape ``R = rows = 1`` serves every layer, whatever its filter height,
 stride and dilation: its ``columns`` are all ``R*S`` taps, and each tap's
@@ -85,7 +93,7 @@ def build_tap_kernel(
     vectors: int,
     dtype_name: str,
     vector_lanes: int,
-    masked: bool = False,
+    masked_rows: int = 0,
 ):
     """Return a Numba intrinsic computing ``rows x (vectors * VL)`` depthwise outputs.
 
@@ -100,8 +108,9 @@ def build_tap_kernel(
     dtype_name : {"float32", "float64"}
     vector_lanes : int
         ``VL``, elements per vector.
-    masked : bool
-        Store the first ``count`` lanes of each vector, else whole vectors.
+    masked_rows : int
+        The last rows, which store the first ``count`` lanes of each vector
+        (the others store whole vectors; see the module docstring).
 
     Returns
     -------
@@ -116,7 +125,7 @@ def build_tap_kernel(
     for label, value, top in (
         ("kernel_height", kernel_height, 16), ("stride_h", stride_h, 16),
         ("dilation_h", dilation_h, 16), ("rows", rows, 16), ("vectors", vectors, 16),
-        ("vector_lanes", vector_lanes, 64),
+        ("vector_lanes", vector_lanes, 64), ("masked_rows", masked_rows + 1, rows + 1),
     ):  # fmt: skip
         if not 1 <= value <= top:
             raise ValueError(f"{label} must be in [1, {top}], got {value}")
@@ -238,7 +247,7 @@ def build_tap_kernel(
             zeros_mask = ir.Constant(ir.VectorType(i32, lanes), [0] * lanes)
             masks = {}
             for pb, v in order:
-                if not masked:
+                if pb < rows - masked_rows:
                     masks[pb, v] = ir.Constant(mask_type, [1] * lanes)
                     continue
                 remaining = builder.sub(count_v, constant(v * lanes))
@@ -279,7 +288,7 @@ def build_tap_kernel(
             results = emit_epilogue(builder, results, residual_of, activation_v, has_residual_v)
             for key, value in zip(order, results):
                 address = vector_at(out_base, offsets[key])
-                if masked:
+                if key[0] >= rows - masked_rows:
                     builder.call(store, [value, address, ir.Constant(i32, align), masks[key]])
                 else:
                     builder.store(value, address, align=align)

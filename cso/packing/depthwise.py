@@ -33,25 +33,29 @@ def pack_channel_phases(
     """Write the phases of the channel plane at ``x_flat[plane_offset:]``
     (``height x width``) into ``buffer[buffer_offset:]`` (see the module contract)."""
     phase_stride = rows * phase_width
-    for row in range(rows):
-        input_row = row - pad_top
-        inside = 0 <= input_row < height
-        # Row `row` of every phase in one call: copy `phase` starts `phase`
-        # columns further on, each reading every stride_w-th column.
-        pack_row_runs(
-            buffer,
-            buffer_offset + row * phase_width,
-            phase_stride,
-            x_flat,
-            plane_offset + input_row * width if inside else 0,
-            -pad_left,
-            stride_w,
-            1,
-            stride_w,
-            phase_width,
-            width if inside else 0,
-            1,
-            0,
-            0,
-            vector,
-        )
+    # Three calls, not one per row: the rows above the input, the input's
+    # rows, the rows below, each a run of rows taken as pack_row_runs'
+    # "channels" (row after row, phase_width apart in the buffer and width
+    # apart in x).  Row `row` of every phase in one go: copy `phase` starts
+    # `phase` columns further on, each reading every stride_w-th column.
+    first = min(max(pad_top, 0), rows)
+    last = min(max(pad_top + height, first), rows)
+    for start, stop, inside in ((0, first, False), (first, last, True), (last, rows, False)):
+        if stop > start:
+            pack_row_runs(
+                buffer,
+                buffer_offset + start * phase_width,
+                phase_stride,
+                x_flat,
+                plane_offset + (start - pad_top) * width if inside else 0,
+                -pad_left,
+                stride_w,
+                1,
+                stride_w,
+                phase_width,
+                width if inside else 0,
+                stop - start,
+                phase_width,
+                width if inside else 0,
+                vector,
+            )

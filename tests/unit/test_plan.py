@@ -591,14 +591,16 @@ def test_depthwise_tap_offsets_by_hand():
         (1, 4, 20, 30), (4, 1, 3, 3), stride=2, padding=1, dilation=(1, 3), groups=4
     )
     segment = 16
-    rows, width = depthwise.packed_rows(g), depthwise.phase_width(g, segment)
+    rows, width = depthwise.packed_rows(g), depthwise.phase_width(g, segment, 16)
     assert rows == (g.out_height - 1) * 2 + 2 + 1
-    assert width == 16 + (2 * 3) // 2
-    offsets = depthwise.column_offsets(g, segment)
+    # One segment of 16 for 15 columns, reaching 3 on; rounded up to whole vectors.
+    assert g.out_width == 15 and width == 32
+    assert depthwise.phase_width(g, segment, 1) == 16 + (2 * 3) // 2
+    offsets = depthwise.column_offsets(g, segment, 16)
     for r in range(3):
         for s, (phase, index) in enumerate([(0, 0), (1, 1), (0, 3)]):
             assert offsets[r * 3 + s] == phase * rows * width + r * width + index
-    assert depthwise.packed_channel_elements(g, segment) == 2 * rows * width
+    assert depthwise.packed_channel_elements(g, segment, 16) == 2 * rows * width
     # The one-row kernel loads one vector per tap.
     assert depthwise.kernel_loads(g, 1, segment, 16) == 9
 
@@ -608,15 +610,19 @@ def test_depthwise_row_block_offsets_and_loads_by_hand():
     from cso.geometry import make_geometry
 
     # 3x3, stride 2 both ways, 4 rows a call: the block reads rows 0..8.
-    g = make_geometry((1, 4, 21, 40), (4, 1, 3, 3), stride=2, padding=1, groups=4)
+    g = make_geometry((1, 4, 21, 80), (4, 1, 3, 3), stride=2, padding=1, groups=4)
     segment, rows_per_call = 32, 4
-    assert g.out_height == 11
-    # 3 blocks of 4 rows cover 12 output rows: 2 * 11 + 3 input rows.
-    assert depthwise.packed_rows(g, rows_per_call) == (12 - 1) * 2 + 3
-    rows, width = depthwise.packed_rows(g, rows_per_call), depthwise.phase_width(g, segment)
-    assert width == 32 + 1
+    assert (g.out_height, g.out_width) == (11, 40)
+    # The last block starts at row 7 and ends at the last: 2 * 10 + 3 input rows.
+    assert depthwise.packed_rows(g) == (11 - 1) * 2 + 3
+    rows, width = depthwise.packed_rows(g), depthwise.phase_width(g, segment, 1)
+    # The last segment starts at column 8 and ends at the last: no column past it.
+    assert width == 40 + 1 and depthwise.masked_rows(g, segment, rows_per_call) == 0
+    # 7 columns, one vector of 16: its last 2 rows' lanes could run past the plane.
+    narrow = make_geometry((1, 4, 9, 7), (4, 1, 3, 3), padding=1, groups=4)
+    assert depthwise.masked_rows(narrow, 16, 9) == 2 and depthwise.masked_rows(narrow, 16, 1) == 1
     # Only the column taps: phase s % 2 at index s // 2.
-    assert depthwise.column_offsets(g, segment, rows_per_call) == [0, rows * width, 1]
+    assert depthwise.column_offsets(g, segment, 1, rows_per_call) == [0, rows * width, 1]
     # (4 - 1) * 2 + 3 = 9 input rows x 3 columns x 2 vectors of 16.
     assert depthwise.kernel_loads(g, rows_per_call, segment, 16) == 9 * 3 * 2
     assert depthwise.kernel_columns(g, rows_per_call) == 3 and depthwise.kernel_columns(g, 1) == 9
