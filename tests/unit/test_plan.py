@@ -593,8 +593,8 @@ def test_depthwise_tap_offsets_by_hand():
     segment = 16
     rows, width = depthwise.packed_rows(g), depthwise.phase_width(g, segment, 16)
     assert rows == (g.out_height - 1) * 2 + 2 + 1
-    # One segment of 16 for 15 columns, reaching 3 on; rounded up to whole vectors.
-    assert g.out_width == 15 and width == 32
+    # One segment of 16 for 13 columns, reaching 3 on; rounded up to whole vectors.
+    assert g.out_width == 13 and width == 32
     assert depthwise.phase_width(g, segment, 1) == 16 + (2 * 3) // 2
     offsets = depthwise.column_offsets(g, segment, 16)
     for r in range(3):
