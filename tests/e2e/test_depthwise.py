@@ -145,6 +145,8 @@ def test_row_blocks_only_where_offered():
     with pytest.raises(ValueError, match="rows_per_call=4 needs a depthwise plan"):
         dataclasses.replace(dilated, rows_per_call=4)
     with pytest.raises(ValueError, match="exceeds the registers"):
+        dataclasses.replace(plan, rows_per_call=20)
+    with pytest.raises(ValueError, match="exceeds the output's 28 rows"):
         dataclasses.replace(plan, rows_per_call=30)
     assert "one load per FMA" in cso.explain(dilated)
 
