@@ -72,9 +72,9 @@ class MeasuredRates:
         Extra write-back time per output element of a filter-vectorised
         kernel over a window-vectorised one of the same tile.
     input_pack_seconds : float
-        Time per input element written into panels (a layer's time less the
-        same loop nest that does not pack, per packed element; median over
-        layer kinds).
+        Time per input element written into panels (a layer's loop nest
+        with its micro-kernel a no-op, less the same nest that does not pack
+        either, per packed element; median over layer kinds).
     filter_pack_seconds : float
         Time per filter element packed for a filter-vectorised kernel.
     in_place_filter_seconds : float
