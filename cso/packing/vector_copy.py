@@ -343,31 +343,56 @@ def pack_row_runs(
             )
 
         def deinterleaved_load(source, row_start, start, read):
-            # Stride 2: two contiguous masked loads cover the 2*lanes columns
-            # from row_start + 2*start; the even ones are this vector's lanes.
-            # Columns outside the row load as zero, so lanes that read padding
-            # come out zero without a mask of their own.
+            # Stride 2: two contiguous loads cover the 2*lanes columns from
+            # row_start + 2*start; the even ones are this vector's lanes.
+            # Where the columns reach past the row, the loads are masked and
+            # the lanes outside load as zero, so lanes that read padding come
+            # out zero without a mask of their own; inside it (most vectors
+            # of a row), plain loads: the masks cost more than the copy.
             first = builder.add(row_start, builder.add(start, start))
-            columns = builder.add(pair_splat(first), pair_index)
-            inside = builder.and_(
-                builder.icmp_signed(">=", columns, pair_splat(zero)),
-                builder.icmp_signed("<", columns, pair_splat(width_v)),
+            inside_row = builder.and_(
+                builder.icmp_signed(">=", first, zero),
+                builder.icmp_signed(
+                    "<=", builder.add(first, ir.Constant(intp, 2 * lanes)), width_v
+                ),
             )
+            addresses = [
+                builder.bitcast(
+                    builder.gep(source, [builder.add(first, ir.Constant(intp, half * lanes))]),
+                    pointer,
+                )
+                for half in range(2)
+            ]
+            with builder.if_else(inside_row) as (plain, bordered):
+                with plain:
+                    plain_halves = [builder.load(a, align=element_bytes) for a in addresses]
+                    plain_block = builder.basic_block
+                with bordered:
+                    columns = builder.add(pair_splat(first), pair_index)
+                    inside = builder.and_(
+                        builder.icmp_signed(">=", columns, pair_splat(zero)),
+                        builder.icmp_signed("<", columns, pair_splat(width_v)),
+                    )
+                    masked_halves = []
+                    for half in range(2):
+                        mask = builder.shuffle_vector(
+                            inside,
+                            ir.Constant(inside.type, ir.Undefined),
+                            ir.Constant(
+                                ir.VectorType(i32, lanes),
+                                list(range(half * lanes, (half + 1) * lanes)),
+                            ),
+                        )
+                        masked_halves.append(
+                            builder.call(load, [addresses[half], align, mask, zero_vector])
+                        )
+                    bordered_block = builder.basic_block
             halves = []
             for half in range(2):
-                mask = builder.shuffle_vector(
-                    inside,
-                    ir.Constant(inside.type, ir.Undefined),
-                    ir.Constant(
-                        ir.VectorType(i32, lanes), list(range(half * lanes, (half + 1) * lanes))
-                    ),
-                )
-                address = builder.gep(source, [builder.add(first, ir.Constant(intp, half * lanes))])
-                halves.append(
-                    builder.call(
-                        load, [builder.bitcast(address, pointer), align, mask, zero_vector]
-                    )
-                )
+                phi = builder.phi(vector)
+                phi.add_incoming(plain_halves[half], plain_block)
+                phi.add_incoming(masked_halves[half], bordered_block)
+                halves.append(phi)
             return builder.shuffle_vector(halves[0], halves[1], even_lanes)
 
         work = builder.and_(
