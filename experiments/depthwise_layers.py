@@ -4,13 +4,16 @@
 
 Nine depthwise shapes of MobileNetV2/V3 and EfficientNet-B0 (3x3 and 5x5,
 strides 1 and 2, planes 112x112 to 7x7), batch 1, float32: GFLOP/s of
-``cso.conv2d`` (the analysis' plan, which must be the depthwise one), of the
-same layer forced through the dense outer-product path, and of torch when
-installed; results checked against the float64 reference; totals and the
-ratio to torch.
+``cso.conv2d`` (the analysis' plan, which must be the depthwise one), of
+that plan with the one-row tap kernel (one load per FMA) instead of its
+block of rows, of the same layer forced through the dense outer-product
+path, and of torch when installed; results checked against the float64
+reference; totals and the ratios.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import harness  # noqa: F401  (pins BLAS threads before NumPy loads)
 import numpy as np
@@ -43,8 +46,10 @@ def main():
         params = dict(stride=stride, padding=size // 2, groups=channels)
         plan = cso.plan_conv2d(x.shape, w.shape, threads=threads, **params)
         dense = cso.plan_conv2d(x.shape, w.shape, threads=threads, algorithm="dense", **params)
+        one_row = dataclasses.replace(plan, rows_per_call=1)
         programs = {
             "cso": lambda: cso.conv2d(x, w, threads=threads, **params),
+            "one-row": lambda: cso.conv2d(x, w, plan=one_row, **params),
             "dense": lambda: cso.conv2d(x, w, plan=dense, **params),
         }
         if torch_run is not None:
@@ -69,6 +74,7 @@ def main():
         cells = " ".join(f"{name} {flops / s / 1e9:6.1f}" for name, s in best.items())
         print(
             f"{channels:>5} {height}x{width} {size}x{size}/{stride} {plan.algorithm:<9} "
+            f"{plan.rows_per_call:>2}x{plan.windows_per_tile:<3} "
             f"GFLOP/s: {cells}  max error {error:.1e}"
         )
         for name, seconds in best.items():
@@ -77,7 +83,7 @@ def main():
         f"{threads} thread(s), totals: "
         + ", ".join(f"{n} {s * 1e3:.3f} ms" for n, s in totals.items())
     )
-    for name in ("dense", "torch"):
+    for name in ("one-row", "dense", "torch"):
         if name in totals:
             print(f"cso is {totals[name] / totals['cso']:.2f}x {name}'s speed")
 

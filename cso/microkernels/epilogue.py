@@ -23,7 +23,7 @@ The activations' arithmetic is :mod:`.activations`'s.
 :func:`build_epilogue_run` wraps the same arithmetic in a kernel of its own
 that applies the epilogue in place to a run of outputs: the loop nests call
 it for the outputs they write outside a micro-kernel (edge tiles copied out
-of scratch, and depthwise rows copied out of a scratch plane).
+of scratch).
 """
 
 from __future__ import annotations
