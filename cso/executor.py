@@ -66,7 +66,9 @@ def filter_operands(w, bias, plan: Plan) -> FilterOperands:
     from KCRS, a last, partial tile included (see :func:`_edge_filters`).
     A filter-vectorised kernel loads vectors along the filters, so every
     tile is packed, in the call unless packed ahead of time
-    (:func:`cso.pack_filters`, then :func:`prepacked_operands`).
+    (:func:`cso.pack_filters`, then :func:`prepacked_operands`); packed in
+    the call, the panels are the calling thread's kept filter buffer
+    (:func:`~cso.workspace.workspace`), valid until its next packing.
     """
     g = plan.geometry
     dtype = np.dtype(plan.dtype)
@@ -77,9 +79,11 @@ def filter_operands(w, bias, plan: Plan) -> FilterOperands:
     bias_panel = _bias_panel(bias, plan)
     if plan.vector_operand == VectorOperand.FILTERS:
         with numba_threads(plan.threads):
+            # Packed into the thread's kept buffer: fresh panels page-fault.
             panels = pack_filters_panels(
-                np.asarray(w), g.groups, plan.filters_per_tile, dtype, plan.vector_lanes
-            )
+                np.asarray(w), g.groups, plan.filters_per_tile, dtype, plan.vector_lanes,
+                scratch=lambda elements: workspace(elements, dtype, role="filters"),
+            )  # fmt: skip
         return FilterOperands(
             panels, panels[: plan.filters_per_tile], True, bias_panel, bias is not None
         )

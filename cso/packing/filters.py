@@ -54,16 +54,21 @@ def is_aligned(array: np.ndarray) -> bool:
 
 
 def pack_filters_panels(
-    w: np.ndarray, groups: int, filters_per_tile: int, dtype, vector_lanes: int
+    w: np.ndarray, groups: int, filters_per_tile: int, dtype, vector_lanes: int, scratch=None
 ) -> np.ndarray:
     """Pack ``w[K][C_g][R][S]`` into ``[G][T_f][C_g*R*S][Nf]`` (flattened), zero-padded,
-    transposing blocks of ``vector_lanes`` (the plan's vector width)."""
+    transposing blocks of ``vector_lanes`` (the plan's vector width).
+
+    ``scratch``, when given, is ``scratch(elements)``: a 64-byte aligned
+    array of at least that many ``dtype`` elements to pack into (a call's
+    kept buffer); else the panels get an array of their own."""
     filters, channels_per_group, height, width = w.shape
     filters_per_group = filters // groups
     tiles = ceil_div(filters_per_group, filters_per_tile)
     reduction = channels_per_group * height * width
     source = np.ascontiguousarray(w, dtype=dtype).reshape(-1)
-    packed = aligned_empty(groups * tiles * reduction * filters_per_tile, dtype)
+    elements = groups * tiles * reduction * filters_per_tile
+    packed = aligned_empty(elements, dtype) if scratch is None else scratch(elements)[:elements]
     transpose_into_panels(
         source,
         groups,
