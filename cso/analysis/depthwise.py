@@ -21,7 +21,7 @@ from .hardware import Hardware
 from .plan import Plan
 from .ties import first_within
 
-# Accumulator vectors of the tap kernel at most (tiles.depthwise_segment_vectors).
+# Accumulator vectors in one row of the tap kernel at most.
 MAX_SEGMENT_VECTORS = tiles.MAX_SEGMENT_VECTORS
 
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from ..geometry import ceil_div
 
-# Accumulator vectors of the depthwise tap kernel at most
-# (:func:`depthwise_segment_vectors`).
+# Accumulator vectors in one row of the depthwise tap kernel at most
+# (:func:`cso.analysis.depthwise.kernel_options`).
 MAX_SEGMENT_VECTORS = 4
 
 
@@ -270,22 +270,6 @@ def reads_input_in_place(
         and not padded
         and 2 * plane_bytes <= page_bytes
     )
-
-
-def depthwise_segment_vectors(out_width: int, lanes: int, max_vectors: int) -> int:
-    """Accumulator vectors of the depthwise tap kernel for rows of ``out_width``.
-
-    A row of ``V = ceil(Q / VL)`` vectors is covered by ``ceil(V / max)``
-    calls of ``ceil(V / calls)`` vectors each: as few calls as the register
-    file allows, split evenly so that the last is not a sliver (112 outputs
-    with 16 lanes: two calls of 4 vectors, not 4 + 3 of 4).  ``max_vectors``
-    is 4: with 9 taps, 4 vectors ran at 66 GFLOP/s on an AMD EPYC (Zen 4,
-    peak 116), 2 at 49 and 6 at 67 (a scratch timing of the kernel on
-    L1-resident data).
-    """
-    vectors = max(1, -(-out_width // lanes))
-    calls = -(-vectors // max_vectors)
-    return -(-vectors // calls)
 
 
 def offers_row_blocks(geometry) -> bool:

@@ -572,14 +572,24 @@ def test_folded_counts_are_per_image():
     assert folded.dram == by_image.dram == raw + outputs + filters // 4
 
 
-def test_depthwise_segment_vectors():
-    # As few calls as 4 vectors allow, split evenly.
-    assert tiles.depthwise_segment_vectors(112, 16, 4) == 4  # 7 vectors: 4 + 3 -> two of 4
-    assert tiles.depthwise_segment_vectors(56, 16, 4) == 4
-    assert tiles.depthwise_segment_vectors(28, 16, 4) == 2
-    assert tiles.depthwise_segment_vectors(7, 16, 4) == 1
-    assert tiles.depthwise_segment_vectors(150, 16, 4) == 4  # 10 vectors: 3 calls of 4
-    assert tiles.depthwise_segment_vectors(9 * 16, 16, 4) == 3  # 9 vectors: 3 calls of 3
+def test_depthwise_kernel_options():
+    from cso.analysis import depthwise
+    from cso.geometry import make_geometry
+
+    # Segments of 1-3 vectors (no wider than the 56 columns), each one-row and
+    # in the largest block of rows the 32 registers allow, split evenly:
+    # 16 accumulators of one vector -> 4 blocks of 14 rows; of two, 7 of 8;
+    # of three (5 rows at most), 12 blocks of 5 (the last overlapping).
+    g = make_geometry((1, 144, 56, 56), (144, 1, 3, 3), padding=1, groups=144)
+    assert depthwise.kernel_options(g, 16, 32) == [
+        (1, 16), (14, 16), (1, 32), (8, 32), (1, 48), (5, 48)
+    ]  # fmt: skip
+    # Rows narrower than a vector: one vector; the block is the whole plane.
+    small = make_geometry((1, 8, 7, 7), (8, 1, 3, 3), padding=1, groups=8)
+    assert depthwise.kernel_options(small, 16, 32) == [(1, 16), (7, 16)]
+    # Dilated down: the one-row kernel only.
+    dilated = make_geometry((1, 8, 30, 30), (8, 1, 3, 3), padding=2, dilation=2, groups=8)
+    assert depthwise.kernel_options(dilated, 16, 32) == [(1, 16)]
 
 
 def test_depthwise_tap_offsets_by_hand():
