@@ -292,9 +292,7 @@ def _depthwise_launch(plan: Plan, module) -> Launch:
     )
     if module is None:
         module = depthwise_module(
-            depthwise.kernel_height_of(g, rows),
-            g.stride_h if rows > 1 else 1,
-            g.dilation_h if rows > 1 else 1,
+            *depthwise.kernel_shape(g, rows),
             rows,
             segment // plan.vector_lanes,
             plan.dtype,

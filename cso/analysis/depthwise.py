@@ -30,16 +30,26 @@ def is_depthwise(geometry: ConvGeometry) -> bool:
     return geometry.channels_per_group == 1 and geometry.groups > 1
 
 
-def kernel_height_of(geometry: ConvGeometry, rows_per_call: int) -> int:
-    """The filter rows the tap kernel unrolls: ``R`` for a block of rows; 1 for
-    the one-row kernel, whose columns are then all ``R*S`` taps."""
-    return geometry.kernel_height if rows_per_call > 1 else 1
+def kernel_shape(geometry: ConvGeometry, rows_per_call: int) -> tuple:
+    """``(R, stride_h, dilation_h)`` the tap kernel unrolls: the layer's for a
+    block of rows; ``(1, 1, 1)`` for the one-row kernel, whose columns are
+    then all ``R*S`` taps (each tap's row folded into its column offset)."""
+    g = geometry
+    if rows_per_call > 1:
+        return g.kernel_height, g.stride_h, g.dilation_h
+    return 1, 1, 1
 
 
 def kernel_columns(geometry: ConvGeometry, rows_per_call: int) -> int:
     """Column taps the tap kernel loops over: ``S``, or ``R*S`` for the one-row kernel."""
     g = geometry
-    return g.kernel_width * (g.kernel_height // kernel_height_of(g, rows_per_call))
+    return g.kernel_width * (g.kernel_height // kernel_shape(g, rows_per_call)[0])
+
+
+def rows_read(output_rows: int, kernel_height: int, stride_h: int, dilation_h: int) -> int:
+    """Input rows that ``output_rows`` consecutive output rows read:
+    ``(rows - 1) * stride_h + (R - 1) * dilation_h + 1``."""
+    return (output_rows - 1) * stride_h + (kernel_height - 1) * dilation_h + 1
 
 
 def even_split(extent: int, largest: int) -> int:
@@ -87,7 +97,7 @@ def packed_rows(geometry: ConvGeometry) -> int:
     """Input rows one packed channel holds: ``(P - 1) * stride_h + (R - 1) * dilation_h + 1``
     (the last block of rows starts early enough to end at the last row)."""
     g = geometry
-    return (g.out_height - 1) * g.stride_h + (g.kernel_height - 1) * g.dilation_h + 1
+    return rows_read(g.out_height, g.kernel_height, g.stride_h, g.dilation_h)
 
 
 def phase_width(geometry: ConvGeometry, segment: int, lanes: int) -> int:
@@ -128,8 +138,7 @@ def kernel_loads(geometry: ConvGeometry, rows_per_call: int, segment: int, lanes
     """Input vectors one call loads: its block's input rows (1 for the one-row
     kernel) times its columns times ``Nv``."""
     g = geometry
-    height = kernel_height_of(g, rows_per_call)
-    block_rows = (rows_per_call - 1) * g.stride_h + (height - 1) * g.dilation_h + 1
+    block_rows = rows_read(rows_per_call, *kernel_shape(g, rows_per_call))
     return block_rows * kernel_columns(g, rows_per_call) * (segment // lanes)
 
 

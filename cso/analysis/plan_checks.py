@@ -154,7 +154,7 @@ def _check_kernel(plan) -> None:
                 f"a depthwise plan's row segment ({nwin}) is one vector or no wider than the "
                 f"output's {plan.geometry.out_width} columns"
             )
-        if plan.rows_per_call > 1 and plan.rows_per_call > most:
+        if plan.rows_per_call > most:
             raise ValueError(
                 f"Plan.rows_per_call ({plan.rows_per_call}) x {nwin // lanes} vectors exceeds "
                 f"the registers: at most {most} rows"

@@ -202,8 +202,9 @@ def l2_line_reload_seconds(shapes, lanes, l1_bytes, l1_ways, line_bytes, repeats
 
 
 @functools.lru_cache(maxsize=None)
-def _tap_runner(kernel_height, rows, vectors, lanes):
-    kernel = build_tap_kernel(kernel_height, 1, 1, rows, vectors, "float32", lanes)
+def _tap_runner(vectors, lanes):
+    # The one-row kernel: R = rows = 1, every tap a column.
+    kernel = build_tap_kernel(1, 1, 1, 1, vectors, "float32", lanes)
 
     @njit(nogil=True)
     def run(columns, weights, offsets, inputs, width, out, segment, calls, residual):
@@ -214,18 +215,17 @@ def _tap_runner(kernel_height, rows, vectors, lanes):
     return run
 
 
-def tap_call_seconds_by_columns(lanes, columns, kernel_height=1, rows=1, vectors=4, repeats=5):
-    """Seconds of one depthwise tap-kernel call on L1-resident rows, for
-    each count of column taps in ``columns``."""
-    run = _tap_runner(kernel_height, rows, vectors, lanes)
+def tap_call_seconds_by_columns(lanes, columns, vectors=4, repeats=5):
+    """Seconds of one call of the one-row depthwise tap kernel on L1-resident
+    rows, for each count of column taps in ``columns``."""
+    run = _tap_runner(vectors, lanes)
     segment = vectors * lanes
     width = segment + 32
-    height = rows + kernel_height - 1
     seconds = []
     for count in columns:
         offsets = np.array([t % 24 for t in range(count)], dtype=np.intp)
-        weights, inputs = _operands(kernel_height * count), _operands(height * width)
-        out, residual = _operands(rows * segment), _operands(rows * segment)
+        weights, inputs = _operands(count), _operands(width)
+        out, residual = _operands(segment), _operands(segment)
         args = (count, weights, offsets, inputs, width, out, segment)
         run(*args, 1, residual)
         calls = 20000
