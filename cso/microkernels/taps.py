@@ -62,6 +62,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from ..analysis.depthwise import rows_read
 from .epilogue import emit_epilogue
 
 _LLVM_FLOAT = {"float32": ir.FloatType, "float64": ir.DoubleType}
@@ -69,15 +70,10 @@ _NUMBA_FLOAT = {"float32": types.float32, "float64": types.float64}
 _SUFFIX = {"float32": "f32", "float64": "f64"}
 
 
-def block_input_rows(rows: int, kernel_height: int, stride_h: int, dilation_h: int) -> int:
-    """Packed input rows one call reads: ``(rows - 1) * stride_h + (R - 1) * dilation_h + 1``."""
-    return (rows - 1) * stride_h + (kernel_height - 1) * dilation_h + 1
-
-
 def row_uses(rows: int, kernel_height: int, stride_h: int, dilation_h: int) -> list:
     """For each input row ``i`` of the block, the ``(pb, r)`` it feeds:
     ``pb * stride_h + r * dilation_h == i``."""
-    uses = [[] for _ in range(block_input_rows(rows, kernel_height, stride_h, dilation_h))]
+    uses = [[] for _ in range(rows_read(rows, kernel_height, stride_h, dilation_h))]
     for pb in range(rows):
         for r in range(kernel_height):
             uses[pb * stride_h + r * dilation_h].append((pb, r))
