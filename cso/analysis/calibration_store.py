@@ -41,16 +41,37 @@ class CalibrationWarning(UserWarning):
     measures this machine's."""
 
 
-def cpu_model() -> str:
-    """The CPU's model name (``/proc/cpuinfo``'s, or the platform's), or ``""``."""
+def cpu_model(cpuinfo="/proc/cpuinfo") -> str:
+    """The CPU's identity: ``/proc/cpuinfo``'s model name with its family,
+    model, stepping and widest vector instruction set, or the platform's
+    processor name, or ``""``.
+
+    The model name alone does not tell machines apart: an AMD EPYC of Zen 3
+    (AVX2) and one of Zen 4 (AVX-512) are both ``"AMD EPYC"`` in a KVM guest,
+    and a calibration or a hardware description from one must not be taken
+    for the other.
+    """
+    fields = {}
     try:
-        with open("/proc/cpuinfo") as handle:
+        with open(cpuinfo) as handle:
             for line in handle:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
+                if not line.strip():
+                    break  # the first processor's block is enough
+                name, _, value = line.partition(":")
+                fields.setdefault(name.strip(), value.strip())
     except OSError:
-        pass
-    return platform.processor() or ""
+        return platform.processor() or ""
+    model = fields.get("model name", "") or platform.processor() or ""
+    flags = set(fields.get("flags", "").split())
+    isa = next((f for f in ("avx512f", "avx2", "avx", "sse2", "asimd") if f in flags), "")
+    details = [
+        f"{label} {fields[name]}"
+        for label, name in (("family", "cpu family"), ("model", "model"), ("stepping", "stepping"))
+        if fields.get(name)
+    ]
+    if isa:
+        details.append(isa)
+    return f"{model} ({', '.join(details)})" if details else model
 
 
 def calibration_key(cores: int) -> str:

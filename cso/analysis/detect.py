@@ -146,8 +146,9 @@ def machine_key() -> str:
 
 
 # Raised when what probe() finds changes, so that stored descriptions are probed again
-# (2: /sys before py-cpuinfo, and the L1's ways).
-_STORE_VERSION = 2
+# (2: /sys before py-cpuinfo, and the L1's ways; 3: the CPU's family, model and
+# vector instruction set in the key).
+_STORE_VERSION = 3
 
 
 def _cores() -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import platform
 import warnings
 
 import pytest
@@ -205,3 +206,16 @@ def test_committed_calibrations_are_valid():
         record = json.loads(path.read_text())
         weights = derive_weights(calibration_store.rates_from_record(record))
         assert weights.origin == "calibrated"
+
+
+def test_cpu_identity_tells_apart_machines_with_one_model_name(tmp_path):
+    # Two KVM guests both called "AMD EPYC": Zen 3 (AVX2) and Zen 4 (AVX-512).
+    block = "processor\t: {n}\ncpu family\t: 25\nmodel\t\t: {model}\nmodel name\t: AMD EPYC\n"
+    zen3, zen4 = tmp_path / "zen3", tmp_path / "zen4"
+    zen3.write_text(
+        "".join(block.format(n=n, model=1) + "flags\t\t: fma avx2\n\n" for n in range(2))
+    )
+    zen4.write_text(block.format(n=0, model=17) + "flags\t\t: fma avx2 avx512f\n\n")
+    assert calibration_store.cpu_model(zen3) == "AMD EPYC (family 25, model 1, avx2)"
+    assert calibration_store.cpu_model(zen4) == "AMD EPYC (family 25, model 17, avx512f)"
+    assert calibration_store.cpu_model(tmp_path / "absent") == (platform.processor() or "")
