@@ -49,7 +49,12 @@ def main():
         hardware.append(replace(machine, weights=derive_weights(rates)))
     for field in fields(hardware[0].weights):
         a, b = (getattr(h.weights, field.name) for h in hardware)
-        if a != b:
+        if field.name == "kernel_mac_costs":
+            for shape in sorted(dict(a).keys() | dict(b).keys()):
+                costs = [dict(pairs).get(shape, float("nan")) for pairs in (a, b)]
+                if costs[0] != costs[1]:
+                    print(f"  {'mac_cost ' + shape:<24} {costs[0]:>10g} {costs[1]:>10g}")
+        elif a != b:
             print(f"  {field.name:<24} {a:>10g} {b:>10g}")
     same = total = 0
     for model in args.models.split(","):

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields, replace
 
-from .weights import DEFAULT_WEIGHTS, CostWeights
+from .weights import DEFAULT_WEIGHTS, CostWeights, shape_pairs
 
 # Significant figures the derived weights keep: the timings behind them
 # spread by a few percent between runs, and finer digits would make two
@@ -29,6 +29,13 @@ SIGNIFICANT_FIGURES = 2
 # is taken as 0.  Measured: the L2 stream's weight came out 0 and 0.0067 in
 # two calibrations of one machine, and that alone changed 28 of 70 plans.
 NOISE_FLOOR = 0.04
+# A micro-kernel shape gets a mac cost of its own only when its rate from L1
+# is this far from the shapes' median: closer, the difference is the probe's
+# noise.  Measured on an AMD EPYC (Zen 3): the 6 x 16 kernel came out at 94%
+# and 96.8% of the peak in two calibrations (4x16 and 4x24 at 97-98%), and
+# costs of their own then made 37 of 70 ResNet-50 and VGG-16 plans differ;
+# the 8 x 8 (85%) and 16 x 6 (86%) kernels are 10% off, in every run.
+SHAPE_RATE_TOLERANCE = 0.05
 
 
 @dataclass(frozen=True)
@@ -86,6 +93,11 @@ class MeasuredRates:
     tap_load_seconds : float
         Time per input vector the one-row tap kernel loads (one per FMA):
         that fit's slope over its vectors.
+    kernel_shape_flops : tuple of (str, float)
+        Each micro-kernel shape's float32 rate with every operand in L1,
+        FLOP/s, as ``(shape, rate)`` pairs (shapes named by
+        :func:`~cso.analysis.weights.kernel_shape_key`; a mapping is
+        accepted).  Empty in records made before it was measured.
     """
 
     fma_flops: float
@@ -105,9 +117,19 @@ class MeasuredRates:
     in_place_filter_seconds: float
     tap_call_seconds: float
     tap_load_seconds: float
+    kernel_shape_flops: tuple = ()
 
     def __post_init__(self):
+        object.__setattr__(
+            self,
+            "kernel_shape_flops",
+            shape_pairs(
+                self.kernel_shape_flops, "MeasuredRates.kernel_shape_flops", zero_allowed=False
+            ),
+        )
         for field in fields(self):
+            if field.name == "kernel_shape_flops":
+                continue
             value = getattr(self, field.name)
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise TypeError(f"MeasuredRates.{field.name} must be a number, got {value!r}")
@@ -119,7 +141,9 @@ class MeasuredRates:
                 raise ValueError(f"MeasuredRates.{field.name} must be positive, got 0")
 
     def to_dict(self) -> dict:
-        return {field.name: getattr(self, field.name) for field in fields(self)}
+        values = {field.name: getattr(self, field.name) for field in fields(self)}
+        values["kernel_shape_flops"] = dict(self.kernel_shape_flops)
+        return values
 
     @staticmethod
     def from_dict(values: dict) -> "MeasuredRates":
@@ -143,6 +167,18 @@ def mac_cost(rates: MeasuredRates) -> float:
     """``4 F / F_kernel``: a float32 multiply-add at the micro-kernels' rate
     (4 units at the peak, more as the kernels fall short of it)."""
     return 4.0 * rates.fma_flops / rates.kernel_flops
+
+
+def kernel_mac_costs(rates: MeasuredRates) -> tuple:
+    """``((shape, 4 F / F_shape), ...)``: :func:`mac_cost` at its own rate
+    from L1 of each measured micro-kernel shape whose rate differs from the
+    shapes' median ``F_kernel`` by more than :data:`SHAPE_RATE_TOLERANCE`
+    (each :func:`rounded`); the others cost ``mac_cost``."""
+    return tuple(
+        (shape, rounded(4.0 * rates.fma_flops / flops))
+        for shape, flops in rates.kernel_shape_flops
+        if abs(flops / rates.kernel_flops - 1.0) > SHAPE_RATE_TOLERANCE
+    )
 
 
 def l2_cost(rates: MeasuredRates) -> float:
@@ -252,7 +288,8 @@ CALIBRATED_WEIGHTS = tuple(FORMULAS)
 
 def derive_weights(rates: MeasuredRates) -> CostWeights:
     """The :class:`CostWeights` of ``rates``: each of :data:`FORMULAS`,
-    :func:`rounded`; ``origin`` is ``"calibrated"``.
+    :func:`rounded`, and each shape's :func:`kernel_mac_costs`; ``origin``
+    is ``"calibrated"``.
 
     ``sweep_fraction`` and ``stream_overlap`` keep their defaults: they are
     shares of the model's own counts (how much of a cache a swept block may
@@ -260,4 +297,6 @@ def derive_weights(rates: MeasuredRates) -> CostWeights:
     plans (``experiments/cost_weight.py``), not rates of the machine.
     """
     derived = {name: rounded(formula(rates)) for name, formula in FORMULAS.items()}
-    return replace(DEFAULT_WEIGHTS, **derived, origin="calibrated")
+    return replace(
+        DEFAULT_WEIGHTS, **derived, kernel_mac_costs=kernel_mac_costs(rates), origin="calibrated"
+    )

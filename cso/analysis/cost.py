@@ -71,6 +71,7 @@ from .counts import (
     thread_imbalance,
     largest_job_share,
 )
+from .weights import kernel_shape_key
 
 
 @dataclass(frozen=True)
@@ -116,7 +117,8 @@ def far_level_costs(weights, shared: bool) -> tuple:
 
 
 def hidden_stream_cost(
-    hardware, element_bytes, *, streamed_dram, streamed_l3, padded_macs, shared=False
+    hardware, element_bytes, *, streamed_dram, streamed_l3, padded_macs, shared=False,
+    mac_cost=None,
 ) -> float:
     """``stream_overlap * min(streamed_dram*c_dram + streamed_l3*c_l3,
     macs*c_mac*s/4)``: the cost of WS's filter stream that runs while the
@@ -129,11 +131,13 @@ def hidden_stream_cost(
     input) rather than its windows (each streaming all the filters), which
     measured 1.07-1.10x faster.  What packing reads and writes runs between
     the calls and is not hidden; IS's streams are not credited either
-    (measured: crediting them picked IS where WS ran faster).
+    (measured: crediting them picked IS where WS ran faster).  ``mac_cost``:
+    the micro-kernel shape's ``c_mac`` (default ``CostWeights.mac_cost``).
     """
     l3_cost, dram_cost = far_level_costs(hardware.weights, shared)
+    mac_cost = hardware.weights.mac_cost if mac_cost is None else mac_cost
     streams = streamed_dram * dram_cost + streamed_l3 * l3_cost
-    compute = padded_macs * hardware.weights.mac_cost * element_bytes / 4
+    compute = padded_macs * mac_cost * element_bytes / 4
     return hardware.weights.stream_overlap * min(streams, compute)
 
 
@@ -156,6 +160,7 @@ def weighted_cost(
     streamed_l3=0,
     streamed_dram=0,
     shared=False,
+    mac_cost=None,
 ):
     """``dram*c_dram + l3*c_l3 + l2*c_l2 + misses*c_tlb + calls*c_call
     + spill*c_spill + macs*c_mac*s/4 + stores*c_store + packed*c_pack
@@ -167,8 +172,11 @@ def weighted_cost(
     them whose line L1 associativity evicted (:func:`conflicting_filter_reads`), ``hidden`` the
     streams' overlap with the FMAs, :func:`hidden_stream_cost`).  The counts
     are named as :class:`Traffic`'s fields; ``shared`` prices L3 and DRAM
-    at their shared rates (:func:`far_level_costs`)."""
+    at their shared rates (:func:`far_level_costs`); ``mac_cost`` is the
+    micro-kernel shape's ``c_mac`` (``CostWeights.mac_cost_of``; default
+    ``CostWeights.mac_cost``)."""
     l3_cost, dram_cost = far_level_costs(hardware.weights, shared)
+    mac_cost = hardware.weights.mac_cost if mac_cost is None else mac_cost
     return (
         in_place_filter_reads * hardware.weights.in_place_filter_cost
         + conflicting_filter_reads * hardware.weights.l1_conflict_cost
@@ -181,7 +189,7 @@ def weighted_cost(
         + tlb_misses * hardware.weights.tlb_miss_cost
         + kernel_calls * hardware.weights.call_cost
         + l1_spill * hardware.weights.l1_miss_cost
-        + padded_macs * hardware.weights.mac_cost * element_bytes / 4
+        + padded_macs * mac_cost * element_bytes / 4
         - hidden_stream_cost(
             hardware,
             element_bytes,
@@ -189,6 +197,7 @@ def weighted_cost(
             streamed_l3=streamed_l3,
             padded_macs=padded_macs,
             shared=shared,
+            mac_cost=mac_cost,
         )
     )
 
@@ -348,6 +357,13 @@ def schedule_traffic(
         window_parts if schedule == Schedule.WS else 1,
         largest_job_share(schedule, window_tiles, filter_tiles, k3, window_parts),
     )
-    cost = imbalance * weighted_cost(hardware, s, **counts, shared=threads > 1) / images
+    mac_cost = hardware.weights.mac_cost_of(
+        kernel_shape_key(filters_per_tile, windows_per_tile, vector_operand)
+    )
+    cost = (
+        imbalance
+        * weighted_cost(hardware, s, **counts, shared=threads > 1, mac_cost=mac_cost)
+        / images
+    )
     counts = {name: count // images for name, count in counts.items()}
     return Traffic(cost=cost, imbalance=imbalance, **counts)

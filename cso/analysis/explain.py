@@ -10,6 +10,7 @@ from . import depthwise
 from .choices import Algorithm, Schedule, VectorOperand
 from .cost import hidden_stream_cost
 from .planner import plan_for_geometry
+from .weights import kernel_shape_key
 
 _LEVELS = ("dram", "l3", "l2")
 
@@ -103,6 +104,14 @@ def _hidden(traffic, plan) -> float:
         streamed_l3=traffic.streamed_l3,
         padded_macs=traffic.padded_macs,
         shared=plan.threads > 1,
+        mac_cost=kernel_mac_cost(plan),
+    )
+
+
+def kernel_mac_cost(plan) -> float:
+    """``c_mac`` of the plan's micro-kernel shape (``CostWeights.mac_cost_of``)."""
+    return plan.hardware.weights.mac_cost_of(
+        kernel_shape_key(plan.filters_per_tile, plan.windows_per_tile, plan.vector_operand)
     )
 
 
@@ -166,6 +175,14 @@ def weights_origin(weights) -> str:
             "`python -m cso calibrate` to measure this one's)"
         )
     return f"cost weights: {weights.origin}"
+
+
+def _mac_cost_story(plan) -> str:
+    own = kernel_mac_cost(plan)
+    shape = kernel_shape_key(plan.filters_per_tile, plan.windows_per_tile, plan.vector_operand)
+    measured = any(name == shape for name, _ in plan.hardware.weights.kernel_mac_costs)
+    where = "this shape's, calibrated" if measured else "the weights' mac_cost"
+    return f"c_mac {own:.3g} ({where})"
 
 
 def padding_share(plan) -> float:
@@ -298,7 +315,8 @@ def explain(plan) -> str:
         f"({plan.filters_per_tile * plan.windows_per_tile // plan.vector_lanes} accumulator "
         f"vectors of {plan.vector_lanes} {plan.vector_operand}"
         + ("; needs the filters packed" if plan.vector_operand == VectorOperand.FILTERS else "")
-        + f"); {padding_share(plan):.1%} of its multiply-adds are padding",
+        + f"); {padding_share(plan):.1%} of its multiply-adds are padding; "
+        f"{_mac_cost_story(plan)}",
         f"  Nc = {nc} channels per tile; K2 = {plan.l2_tiles}; K3 = {plan.l3_tiles}; "
         f"planned for {plan.threads} thread(s)",
         "  windows: "

@@ -120,6 +120,16 @@ class CostWeights:
         L3 and the memory bandwidth are shared): what plans for more than
         one thread are priced with.  The defaults are the one-core figures;
         a calibration measures both.
+    kernel_mac_costs : tuple of (str, float)
+        ``mac_cost`` of each micro-kernel shape a calibration measured, as
+        ``(shape, cost)`` pairs (the shape as :func:`kernel_shape_key`
+        names it, e.g. ``"8x8w"``); a shape without one costs ``mac_cost``.
+        Shapes differ: on an AMD EPYC (Zen 3, AVX2) the 8 x 8 kernel, nine
+        loads per eight FMAs, ran at 80% of the FMA peak from L1 and the
+        6 x 16 at 97%, and with one ``mac_cost`` for both the model chose
+        8 x 8 for its lesser padding on 13 of ResNet-50's layers, which it
+        ran at 0.65-0.95x the 6 x 16's speed.  Empty by default (one rate
+        for every shape, as measured on the AVX-512 Xeon).
     origin : str
         Where the weights come from: ``"defaults"`` (these figures),
         ``"calibrated"`` (:func:`~cso.analysis.calibration.derive_weights`
@@ -144,13 +154,19 @@ class CostWeights:
     l3_shared_cost: float = 6.0
     dram_shared_cost: float = 20.0
     l1_conflict_cost: float = 128.0
+    kernel_mac_costs: tuple = ()
     origin: str = "defaults"
 
     def __post_init__(self):
         if not isinstance(self.origin, str):
             raise TypeError(f"CostWeights.origin must be a str, got {self.origin!r}")
+        object.__setattr__(
+            self,
+            "kernel_mac_costs",
+            shape_pairs(self.kernel_mac_costs, "CostWeights.kernel_mac_costs"),
+        )
         for field in fields(self):
-            if field.name == "origin":
+            if field.name in ("origin", "kernel_mac_costs"):
                 continue
             value = getattr(self, field.name)
             if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -169,6 +185,54 @@ class CostWeights:
             raise ValueError(
                 f"CostWeights.stream_overlap must be in [0, 1], got {self.stream_overlap!r}"
             )
+
+
+    def mac_cost_of(self, shape: str) -> float:
+        """``c_mac`` of the micro-kernel ``shape`` (:func:`kernel_shape_key`):
+        its own from ``kernel_mac_costs``, else ``mac_cost``."""
+        for name, value in self.kernel_mac_costs:
+            if name == shape:
+                return value
+        return self.mac_cost
+
+
+def kernel_shape_key(filters_per_tile: int, windows_per_tile: int, vector_operand) -> str:
+    """``"<Nf>x<Nwin><w|f|r>"``: a micro-kernel shape and the operand in its
+    vectors (windows, filters, reduction), as calibrations name it."""
+    operand = getattr(vector_operand, "value", vector_operand)
+    return f"{int(filters_per_tile)}x{int(windows_per_tile)}{str(operand)[:1]}"
+
+
+def shape_pairs(value, what: str, zero_allowed: bool = True) -> tuple:
+    """A per-shape table validated: sorted ``(shape, number)`` pairs, from
+    pairs or a mapping (as a JSON file holds them); ``what`` names it in
+    errors.
+
+    Raises
+    ------
+    TypeError, ValueError
+        When an entry is not a (str, number) pair, or its number is not
+        finite and non-negative (positive unless ``zero_allowed``).
+    """
+    pairs = value.items() if isinstance(value, dict) else value
+    try:
+        if isinstance(pairs, (str, bytes)):
+            raise TypeError
+        pairs = [tuple(pair) for pair in pairs]
+    except TypeError:
+        raise TypeError(f"{what} must be (shape, number) pairs, got {value!r}") from None
+    checked = {}
+    for pair in pairs:
+        if len(pair) != 2 or not isinstance(pair[0], str):
+            raise TypeError(f"{what}: {pair!r} is not a (shape, number) pair")
+        name, number = pair
+        if isinstance(number, bool) or not isinstance(number, (int, float)):
+            raise TypeError(f"{what}[{name!r}] must be a number, got {number!r}")
+        if not (0.0 <= number < float("inf")) or (number == 0 and not zero_allowed):
+            kind = "non-negative" if zero_allowed else "positive"
+            raise ValueError(f"{what}[{name!r}] must be finite and {kind}, got {number!r}")
+        checked[name] = float(number)
+    return tuple(sorted(checked.items()))
 
 
 # Weights that are shares, checked against their own ranges.

@@ -179,4 +179,6 @@ def measure_rates(hardware, *, quick: bool = False, progress=None, details=None)
                 progress(index, len(steps), description, field, shown, elapsed)
     if details is not None:
         details["kernels"] = state["kernels"]
+    # Each shape's own rate from L1 (its mac cost); --quick measures fewer shapes.
+    values["kernel_shape_flops"] = {name: rate[0] for name, rate in state["kernels"].items()}
     return MeasuredRates(**values)

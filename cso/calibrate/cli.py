@@ -49,12 +49,15 @@ def weights_table(weights) -> str:
     """The derived weights beside the defaults, one per line."""
     lines = [f"{'weight':<24} {'calibrated':>12} {'default':>12} {'ratio':>7}"]
     for field in fields(weights):
-        if field.name == "origin":
+        if field.name in ("origin", "kernel_mac_costs"):
             continue
         new, old = getattr(weights, field.name), getattr(DEFAULT_WEIGHTS, field.name)
         measured = "" if field.name in calibration.CALIBRATED_WEIGHTS else "  (a share, kept)"
         ratio = f"{new / old:7.2f}" if old else "      -"
         lines.append(f"{field.name:<24} {new:>12.4g} {old:>12.4g} {ratio}{measured}")
+    for shape, cost in weights.kernel_mac_costs:
+        old = DEFAULT_WEIGHTS.mac_cost
+        lines.append(f"{'mac_cost ' + shape:<24} {cost:>12.4g} {old:>12.4g} {cost / old:7.2f}")
     return "\n".join(lines)
 
 
@@ -94,7 +97,8 @@ def main(argv=None) -> int:
     record = calibration_store.calibration_record(rates, key, quick=args.quick, seconds=seconds)
     print(f"\nmeasured rates ({seconds:.1f} s)")
     for name, value in rates.to_dict().items():
-        print(f"  {name:<30} {_shown(name, value)}")
+        if name != "kernel_shape_flops":  # in the micro-kernels' table below
+            print(f"  {name:<30} {_shown(name, value)}")
     print("\nmicro-kernels: share of the FMA peak from L1; extra time per byte streamed")
     for name, (flops, from_l2, from_l3) in details["kernels"].items():
         print(

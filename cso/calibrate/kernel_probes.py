@@ -19,6 +19,7 @@ from numba import njit
 
 from ..analysis import tiles
 from ..analysis.choices import VectorOperand
+from ..analysis.weights import kernel_shape_key
 from ..microkernels.outer_product import build_outer_product_kernel
 from ..microkernels.taps import build_tap_kernel
 from ..packing.filters import aligned_empty
@@ -250,8 +251,9 @@ def kernel_rates(shapes, lanes, l1_bytes, l2_bytes, repeats=5, depth=256) -> dic
     same L1-resident call."""
     rates = {}
     for nf, nwin, operand in shapes:
-        resident = kernel_seconds(nf, nwin, operand, lanes, depth, repeats=repeats)
-        rates[f"{nf}x{nwin}{operand[0]}"] = (
+        # Three times the repeats: each shape's own rate sets its mac cost.
+        resident = kernel_seconds(nf, nwin, operand, lanes, depth, repeats=3 * repeats)
+        rates[kernel_shape_key(nf, nwin, operand)] = (
             2 * nf * nwin * depth / resident,
             stream_seconds_per_byte(
                 nf, nwin, operand, lanes, min(l2_bytes // 2, 4 * l1_bytes), resident, depth,

@@ -219,3 +219,52 @@ def test_cpu_identity_tells_apart_machines_with_one_model_name(tmp_path):
     assert calibration_store.cpu_model(zen3) == "AMD EPYC (family 25, model 1, avx2)"
     assert calibration_store.cpu_model(zen4) == "AMD EPYC (family 25, model 17, avx512f)"
     assert calibration_store.cpu_model(tmp_path / "absent") == (platform.processor() or "")
+
+
+def test_each_measured_shape_gets_its_own_mac_cost():
+    # The shapes' median (kernel_flops) is 80 GFLOP/s.
+    rates = MeasuredRates(**RATES, kernel_shape_flops={"6x16w": 83e9, "8x8w": 70e9, "16x6f": 50e9})
+    weights = derive_weights(rates)
+    # 4 F / F_shape, two significant figures, for the shapes more than 5% off the median.
+    assert weights.kernel_mac_costs == (("16x6f", 8.0), ("8x8w", 5.7))
+    assert weights.mac_cost_of("8x8w") == 5.7
+    assert weights.mac_cost_of("6x16w") == weights.mac_cost == 5.0  # within the probes' noise
+    assert weights.mac_cost_of("4x24w") == 5.0  # not measured
+    # A record round trip (JSON holds the table as a mapping) keeps it.
+    again = MeasuredRates.from_dict(json.loads(json.dumps(rates.to_dict())))
+    assert again == rates
+    # A record from before the table was measured still reads: one cost for every shape.
+    assert derive_weights(MeasuredRates(**RATES)).kernel_mac_costs == ()
+
+
+@pytest.mark.parametrize(
+    "table, error, match",
+    [
+        ({"8x8w": 0.0}, ValueError, "positive"),
+        ({"8x8w": math.inf}, ValueError, "finite"),
+        ({"8x8w": "fast"}, TypeError, "must be a number"),
+        ([("8x8w",)], TypeError, "not a \\(shape, number\\) pair"),
+        ("8x8w", TypeError, "pairs"),
+    ],
+)
+def test_bad_shape_rates_are_refused_by_name(table, error, match):
+    with pytest.raises(error, match=match):
+        MeasuredRates(**RATES, kernel_shape_flops=table)
+    with pytest.raises((TypeError, ValueError), match="kernel_mac_costs"):
+        cso.CostWeights(kernel_mac_costs=table if table != {"8x8w": 0.0} else {"8x8w": -1.0})
+
+
+def test_a_slow_shape_costs_its_own_rate_in_the_plan():
+    # 49 windows: 8-window tiles pad 14%, 16-window ones 31%.  With one mac cost
+    # the model takes 8 x 8; priced at its own, slower rate it takes 6 x 16.
+    weights = derive_weights(MeasuredRates(**RATES))
+    avx2 = cso.Hardware(vector_bytes=32, vector_registers=16, cores=1, weights=weights)
+    shapes = dict(x_shape=(1, 512, 7, 7), w_shape=(512, 512, 3, 3), padding=1, threads=1)
+    one_rate = cso.plan_conv2d(hardware=avx2, **shapes)
+    assert (one_rate.filters_per_tile, one_rate.windows_per_tile) == (8, 8)
+    own_rates = avx2.with_changes(kernel_mac_costs={"8x8w": 5.0, "6x16w": 4.1})
+    chosen = cso.plan_conv2d(hardware=own_rates, **shapes)
+    assert (chosen.filters_per_tile, chosen.windows_per_tile) == (6, 16)
+    assert "c_mac 4.1 (this shape's, calibrated)" in cso.explain(chosen)
+    # Through the hardware's JSON form, as a stored description holds it.
+    assert cso.Hardware.from_dict(json.loads(json.dumps(own_rates.to_dict()))) == own_rates
