@@ -349,46 +349,30 @@ class _Emitter:
             # llvm.prefetch(address, read, keep in all levels, data cache)
             builder.call(self.prefetch, [address, _i32(0), _i32(3), _i32(1)])
 
-    def emit(self, vector_operand, broadcasts, vectors, prefetch_distance, transposed_store=True):
-        """The loop over the reduction, accumulators as phis so that LLVM keeps
-        them in registers throughout, then the write-back of the tile."""
+    def _loop(self, loop, before, scalar_stride, vector_operand, broadcasts, vectors,
+              prefetch_distance, done):  # fmt: skip
+        """The reduction loop in block ``loop`` (entered from ``before``), the
+        broadcast row ``a`` at ``a * scalar_stride``; ``(last block, updated
+        accumulators)`` for the phis after it, in ``done``."""
         builder = self.builder
         windows = vectors * self.lanes if vector_operand == VectorOperand.WINDOWS else broadcasts
-        input_ahead = builder.mul(self.constant(prefetch_distance), self.inputs_stride)
-        filter_ahead = builder.mul(self.constant(prefetch_distance), self.filters_k_stride)
-        rows = broadcasts if vector_operand == VectorOperand.WINDOWS else vectors * self.lanes
-        with builder.if_then(self.has_residual):
-            # The residual tile is read once, after the reduction: fetched now,
-            # its misses overlap the reduction instead of stalling the
-            # write-back (a 1x1 layer of 16 channels took twice as long with a
-            # residual from memory, and 1.1x with this).
-            for i in range(rows):
-                row = builder.gep(self.residual, [builder.mul(self.constant(i), self.out_stride)])
-                self._prefetch_ahead(row, self.constant(0), windows)
-        entry = builder.basic_block
-        loop = builder.append_basic_block("outer_product.loop")
-        done = builder.append_basic_block("outer_product.done")
-        builder.cbranch(builder.icmp_signed(">", self.depth, self.constant(0)), loop, done)
-
         builder.position_at_end(loop)
         k = builder.phi(self.intp, name="k")
-        k.add_incoming(self.constant(0), entry)
+        k.add_incoming(self.constant(0), before)
         accumulators = []
         for a in range(broadcasts):
             row = []
             for v in range(vectors):
                 phi = builder.phi(self.vector_type, name=f"acc_{a}_{v}")
-                phi.add_incoming(self.zero, entry)
+                phi.add_incoming(self.zero, before)
                 row.append(phi)
             accumulators.append(row)
         filter_row = builder.gep(self.filters, [builder.mul(k, self.filters_k_stride)])
         input_row = builder.gep(self.inputs, [builder.mul(k, self.inputs_stride)])
         if vector_operand == VectorOperand.WINDOWS:
-            vector_row, scalar_row, scalar_stride = input_row, filter_row, self.filters_i_stride
+            vector_row, scalar_row = input_row, filter_row
         else:
-            # Filter i of the row is at i * filters_i_stride, and the contract
-            # makes that stride 1 here: the row is Nf contiguous elements.
-            vector_row, scalar_row, scalar_stride = filter_row, input_row, self.constant(1)
+            vector_row, scalar_row = filter_row, input_row
         if prefetch_distance:
             # Software prefetch of the row prefetch_distance steps ahead, one
             # per cache line: the panels stream from L2, and the hardware
@@ -398,11 +382,13 @@ class _Emitter:
             # kernel); in-place KCRS filters are Nf strided streams, and
             # prefetching them too (one row per step, in turn) made ResNet-50
             # 3.5% slower.  Past the tile's depth a packed panel runs on into
-            # the next call's panel, worth fetching.  Limiting the input read in place to the depth
-            # (1x1 layers) cost more in the loop than it saved.
+            # the next call's panel, worth fetching.  Limiting the input read
+            # in place to the depth (1x1 layers) cost more in the loop than it saved.
+            input_ahead = builder.mul(self.constant(prefetch_distance), self.inputs_stride)
             if vector_operand == VectorOperand.WINDOWS:
                 self._prefetch_ahead(input_row, input_ahead, windows)
             else:
+                filter_ahead = builder.mul(self.constant(prefetch_distance), self.filters_k_stride)
                 self._prefetch_ahead(filter_row, filter_ahead, vectors * self.lanes)
                 self._prefetch_ahead(input_row, input_ahead, windows)
         loaded = [self.load_vector(vector_row, v * self.lanes) for v in range(vectors)]
@@ -423,6 +409,48 @@ class _Emitter:
             for v in range(vectors):
                 accumulators[a][v].add_incoming(updated[a][v], loop_end)
         builder.cbranch(builder.icmp_signed("<", next_k, self.depth), loop, done)
+        return loop_end, updated
+
+    def emit(self, vector_operand, broadcasts, vectors, prefetch_distance, transposed_store=True):
+        """The loop over the reduction, accumulators as phis so that LLVM keeps
+        them in registers throughout, then the write-back of the tile."""
+        builder = self.builder
+        windows = vectors * self.lanes if vector_operand == VectorOperand.WINDOWS else broadcasts
+        rows = broadcasts if vector_operand == VectorOperand.WINDOWS else vectors * self.lanes
+        with builder.if_then(self.has_residual):
+            # The residual tile is read once, after the reduction: fetched now,
+            # its misses overlap the reduction instead of stalling the
+            # write-back (a 1x1 layer of 16 channels took twice as long with a
+            # residual from memory, and 1.1x with this).
+            for i in range(rows):
+                row = builder.gep(self.residual, [builder.mul(self.constant(i), self.out_stride)])
+                self._prefetch_ahead(row, self.constant(0), windows)
+        entry = builder.basic_block
+        done = builder.append_basic_block("outer_product.done")
+        loop_args = (vector_operand, broadcasts, vectors, prefetch_distance, done)
+        if vector_operand == VectorOperand.WINDOWS:
+            # Two copies of the loop: filters packed (row i at i, a constant
+            # offset in the load) and read in place (row i at i * stride).
+            # Given only the runtime stride, LLVM walked the rows by adding it
+            # to one pointer, Nf dependent adds a step, which bounded the AVX2
+            # kernels (8 x 8: 40 GFLOP/s, 16 broadcasts and 16 adds per 16 FMAs).
+            check = builder.append_basic_block("outer_product.stride")
+            builder.cbranch(builder.icmp_signed(">", self.depth, self.constant(0)), check, done)
+            builder.position_at_end(check)
+            packed = builder.append_basic_block("outer_product.packed")
+            strided = builder.append_basic_block("outer_product.strided")
+            unit = builder.icmp_signed("==", self.filters_i_stride, self.constant(1))
+            builder.cbranch(unit, packed, strided)
+            ends = [
+                self._loop(packed, check, self.constant(1), *loop_args),
+                self._loop(strided, check, self.filters_i_stride, *loop_args),
+            ]
+        else:
+            loop = builder.append_basic_block("outer_product.loop")
+            builder.cbranch(builder.icmp_signed(">", self.depth, self.constant(0)), loop, done)
+            # Filter i of the row is at i * filters_i_stride, and the contract
+            # makes that stride 1 here: the row is Nf contiguous elements.
+            ends = [self._loop(loop, entry, self.constant(1), *loop_args)]
 
         builder.position_at_end(done)
         finals = []
@@ -431,7 +459,8 @@ class _Emitter:
             for v in range(vectors):
                 phi = builder.phi(self.vector_type, name=f"final_{a}_{v}")
                 phi.add_incoming(self.zero, entry)
-                phi.add_incoming(updated[a][v], loop_end)
+                for loop_end, updated in ends:
+                    phi.add_incoming(updated[a][v], loop_end)
                 row.append(phi)
             finals.append(row)
         if vector_operand == VectorOperand.WINDOWS:
