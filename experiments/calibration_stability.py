@@ -49,7 +49,7 @@ def main():
         hardware.append(replace(machine, weights=derive_weights(rates)))
     for field in fields(hardware[0].weights):
         a, b = (getattr(h.weights, field.name) for h in hardware)
-        if field.name == "kernel_mac_costs":
+        if field.name in ("kernel_mac_costs", "kernel_in_place_costs"):
             for shape in sorted(dict(a).keys() | dict(b).keys()):
                 costs = [dict(pairs).get(shape, float("nan")) for pairs in (a, b)]
                 if costs[0] != costs[1]:

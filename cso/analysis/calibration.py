@@ -98,6 +98,9 @@ class MeasuredRates:
         FLOP/s, as ``(shape, rate)`` pairs (shapes named by
         :func:`~cso.analysis.weights.kernel_shape_key`; a mapping is
         accepted).  Empty in records made before it was measured.
+    in_place_shape_seconds : tuple of (str, float)
+        ``in_place_filter_seconds`` measured with each window-vectorised
+        shape, as ``(shape, seconds)`` pairs (the scalar is their median).
     """
 
     fma_flops: float
@@ -118,6 +121,7 @@ class MeasuredRates:
     tap_call_seconds: float
     tap_load_seconds: float
     kernel_shape_flops: tuple = ()
+    in_place_shape_seconds: tuple = ()
 
     def __post_init__(self):
         object.__setattr__(
@@ -127,8 +131,13 @@ class MeasuredRates:
                 self.kernel_shape_flops, "MeasuredRates.kernel_shape_flops", zero_allowed=False
             ),
         )
+        object.__setattr__(
+            self,
+            "in_place_shape_seconds",
+            shape_pairs(self.in_place_shape_seconds, "MeasuredRates.in_place_shape_seconds"),
+        )
         for field in fields(self):
-            if field.name == "kernel_shape_flops":
+            if field.name in _SHAPE_RATES:
                 continue
             value = getattr(self, field.name)
             if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -142,7 +151,8 @@ class MeasuredRates:
 
     def to_dict(self) -> dict:
         values = {field.name: getattr(self, field.name) for field in fields(self)}
-        values["kernel_shape_flops"] = dict(self.kernel_shape_flops)
+        for name in _SHAPE_RATES:
+            values[name] = dict(values[name])
         return values
 
     @staticmethod
@@ -151,6 +161,10 @@ class MeasuredRates:
         if not isinstance(values, dict):
             raise TypeError(f"measured rates must be a mapping, got {type(values).__name__}")
         return MeasuredRates(**values)
+
+
+# The per-shape tables of MeasuredRates.
+_SHAPE_RATES = ("kernel_shape_flops", "in_place_shape_seconds")
 
 
 def unit_seconds(fma_flops: float) -> float:
@@ -178,6 +192,23 @@ def kernel_mac_costs(rates: MeasuredRates) -> tuple:
         (shape, rounded(4.0 * rates.fma_flops / flops))
         for shape, flops in rates.kernel_shape_flops
         if abs(flops / rates.kernel_flops - 1.0) > SHAPE_RATE_TOLERANCE
+    )
+
+
+def kernel_in_place_costs(rates: MeasuredRates) -> tuple:
+    """``((shape, t_in_place,shape / u), ...)``: :func:`in_place_filter_cost`
+    of each measured shape (each :func:`rounded`), for the shapes whose cost
+    differs from the median's by more than :data:`SHAPE_RATE_TOLERANCE` of
+    the larger of the two."""
+    median_cost = rounded(in_place_filter_cost(rates))
+    costs = (
+        (shape, rounded(weight_of(seconds, rates.fma_flops)))
+        for shape, seconds in rates.in_place_shape_seconds
+    )
+    return tuple(
+        (shape, cost)
+        for shape, cost in costs
+        if abs(cost - median_cost) > SHAPE_RATE_TOLERANCE * max(cost, median_cost)
     )
 
 
@@ -288,8 +319,8 @@ CALIBRATED_WEIGHTS = tuple(FORMULAS)
 
 def derive_weights(rates: MeasuredRates) -> CostWeights:
     """The :class:`CostWeights` of ``rates``: each of :data:`FORMULAS`,
-    :func:`rounded`, and each shape's :func:`kernel_mac_costs`; ``origin``
-    is ``"calibrated"``.
+    :func:`rounded`, and each shape's :func:`kernel_mac_costs` and
+    :func:`kernel_in_place_costs`; ``origin`` is ``"calibrated"``.
 
     ``sweep_fraction`` and ``stream_overlap`` keep their defaults: they are
     shares of the model's own counts (how much of a cache a swept block may
@@ -298,5 +329,9 @@ def derive_weights(rates: MeasuredRates) -> CostWeights:
     """
     derived = {name: rounded(formula(rates)) for name, formula in FORMULAS.items()}
     return replace(
-        DEFAULT_WEIGHTS, **derived, kernel_mac_costs=kernel_mac_costs(rates), origin="calibrated"
+        DEFAULT_WEIGHTS,
+        **derived,
+        kernel_mac_costs=kernel_mac_costs(rates),
+        kernel_in_place_costs=kernel_in_place_costs(rates),
+        origin="calibrated",
     )

@@ -161,6 +161,7 @@ def weighted_cost(
     streamed_dram=0,
     shared=False,
     mac_cost=None,
+    in_place_cost=None,
 ):
     """``dram*c_dram + l3*c_l3 + l2*c_l2 + misses*c_tlb + calls*c_call
     + spill*c_spill + macs*c_mac*s/4 + stores*c_store + packed*c_pack
@@ -174,11 +175,14 @@ def weighted_cost(
     are named as :class:`Traffic`'s fields; ``shared`` prices L3 and DRAM
     at their shared rates (:func:`far_level_costs`); ``mac_cost`` is the
     micro-kernel shape's ``c_mac`` (``CostWeights.mac_cost_of``; default
-    ``CostWeights.mac_cost``)."""
+    ``CostWeights.mac_cost``), ``in_place_cost`` its ``c_in_place``
+    (``CostWeights.in_place_cost_of``; default ``in_place_filter_cost``)."""
     l3_cost, dram_cost = far_level_costs(hardware.weights, shared)
     mac_cost = hardware.weights.mac_cost if mac_cost is None else mac_cost
+    if in_place_cost is None:
+        in_place_cost = hardware.weights.in_place_filter_cost
     return (
-        in_place_filter_reads * hardware.weights.in_place_filter_cost
+        in_place_filter_reads * in_place_cost
         + conflicting_filter_reads * hardware.weights.l1_conflict_cost
         + transposed_stores * hardware.weights.transposed_store_cost
         + packed_filter_elements * hardware.weights.filter_pack_cost
@@ -357,13 +361,13 @@ def schedule_traffic(
         window_parts if schedule == Schedule.WS else 1,
         largest_job_share(schedule, window_tiles, filter_tiles, k3, window_parts),
     )
-    mac_cost = hardware.weights.mac_cost_of(
-        kernel_shape_key(filters_per_tile, windows_per_tile, vector_operand)
+    shape = kernel_shape_key(filters_per_tile, windows_per_tile, vector_operand)
+    shape_costs = dict(
+        mac_cost=hardware.weights.mac_cost_of(shape),
+        in_place_cost=hardware.weights.in_place_cost_of(shape),
     )
     cost = (
-        imbalance
-        * weighted_cost(hardware, s, **counts, shared=threads > 1, mac_cost=mac_cost)
-        / images
+        imbalance * weighted_cost(hardware, s, **counts, shared=threads > 1, **shape_costs) / images
     )
     counts = {name: count // images for name, count in counts.items()}
     return Traffic(cost=cost, imbalance=imbalance, **counts)

@@ -130,6 +130,15 @@ class CostWeights:
         8 x 8 for its lesser padding on 13 of ResNet-50's layers, which it
         ran at 0.65-0.95x the 6 x 16's speed.  Empty by default (one rate
         for every shape, as measured on the AVX-512 Xeon).
+    kernel_in_place_costs : tuple of (str, float)
+        ``in_place_filter_cost`` of each window-vectorised shape a
+        calibration measured, as ``(shape, cost)`` pairs; a shape without
+        one costs ``in_place_filter_cost``.  The extra time of a filter read
+        in place depends on the shape: on an AMD EPYC (Zen 3, AVX2), with the
+        filters packed ahead the kernels read each row at a constant offset,
+        in place at a multiple of a runtime stride, which cost the 8 x 8
+        kernel (one vector per broadcast) 35-50%, the two-vector 4 x 16 and
+        6 x 16 ones 0-14% and the three-vector 4 x 24 nothing.
     origin : str
         Where the weights come from: ``"defaults"`` (these figures),
         ``"calibrated"`` (:func:`~cso.analysis.calibration.derive_weights`
@@ -155,6 +164,7 @@ class CostWeights:
     dram_shared_cost: float = 20.0
     l1_conflict_cost: float = 128.0
     kernel_mac_costs: tuple = ()
+    kernel_in_place_costs: tuple = ()
     origin: str = "defaults"
 
     def __post_init__(self):
@@ -165,8 +175,13 @@ class CostWeights:
             "kernel_mac_costs",
             shape_pairs(self.kernel_mac_costs, "CostWeights.kernel_mac_costs"),
         )
+        object.__setattr__(
+            self,
+            "kernel_in_place_costs",
+            shape_pairs(self.kernel_in_place_costs, "CostWeights.kernel_in_place_costs"),
+        )
         for field in fields(self):
-            if field.name in ("origin", "kernel_mac_costs"):
+            if field.name in ("origin",) + SHAPE_TABLES:
                 continue
             value = getattr(self, field.name)
             if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -190,10 +205,12 @@ class CostWeights:
     def mac_cost_of(self, shape: str) -> float:
         """``c_mac`` of the micro-kernel ``shape`` (:func:`kernel_shape_key`):
         its own from ``kernel_mac_costs``, else ``mac_cost``."""
-        for name, value in self.kernel_mac_costs:
-            if name == shape:
-                return value
-        return self.mac_cost
+        return dict(self.kernel_mac_costs).get(shape, self.mac_cost)
+
+    def in_place_cost_of(self, shape: str) -> float:
+        """``c_in_place`` of the micro-kernel ``shape``: its own from
+        ``kernel_in_place_costs``, else ``in_place_filter_cost``."""
+        return dict(self.kernel_in_place_costs).get(shape, self.in_place_filter_cost)
 
 
 def kernel_shape_key(filters_per_tile: int, windows_per_tile: int, vector_operand) -> str:
@@ -234,6 +251,9 @@ def shape_pairs(value, what: str, zero_allowed: bool = True) -> tuple:
         checked[name] = float(number)
     return tuple(sorted(checked.items()))
 
+
+# The per-shape tables: (shape, weight) pairs overriding one weight each.
+SHAPE_TABLES = ("kernel_mac_costs", "kernel_in_place_costs")
 
 # Weights that are shares, checked against their own ranges.
 _FRACTIONS = ("sweep_fraction", "stream_overlap")

@@ -15,7 +15,7 @@ from dataclasses import replace
 from statistics import median
 
 from ..analysis.calibration import MeasuredRates
-from ..analysis.weights import DEFAULT_WEIGHTS
+from ..analysis.weights import DEFAULT_WEIGHTS, kernel_shape_key
 from ..microkernels.peak import fma_peak_gflops
 from ..openmp import kept_openmp_threads
 from . import kernel_probes, loop_probes, memory_probes
@@ -39,15 +39,15 @@ REPEATED = frozenset(
         "kernel_call_seconds",
         "input_pack_seconds",
         "filter_pack_seconds",
-        "in_place_filter_seconds",
     )
 )
 
 
 # Differences of times that may be nothing at all: 0 unless they stand out
 # of their spread (in-place filter reads measured 0.2 and 1.3 units in two
-# calibrations, and moved plans; a figure is not noise).
-SMALL_DIFFERENCES = frozenset(("in_place_filter_seconds", "l1_spill_seconds_per_byte"))
+# calibrations, and moved plans; a figure is not noise).  The in-place reads
+# are measured per shape, each such a median (_steps).
+SMALL_DIFFERENCES = frozenset(("l1_spill_seconds_per_byte",))
 
 
 def _steps(hardware, quick: bool):
@@ -74,6 +74,18 @@ def _steps(hardware, quick: bool):
         fits = [kernel_probes.tap_seconds(lanes, repeats=repeats) for _ in range(1 if quick else 5)]
         state["taps"] = tuple(median(fit[i] for fit in fits) for i in range(2))
         return state["taps"]
+
+    def in_place():
+        # Per shape, the median of several differences (0 unless it stands out).
+        state["in_place"] = {
+            kernel_shape_key(nf, nwin, "windows"): median_of(
+                lambda: loop_probes.in_place_filter_seconds(hardware, (nf, nwin), rounds),
+                1 if quick else 5,
+                difference=True,
+            )()
+            for nf, nwin in loop_probes.in_place_shapes(hardware)
+        }
+        return state["in_place"]
 
     def line_reload():
         seconds = kernel_probes.l2_line_reload_seconds(
@@ -125,8 +137,9 @@ def _steps(hardware, quick: bool):
              rounds)),
         ("filter_pack_seconds", "filter element packed",
          lambda: loop_probes.filter_pack_seconds(hardware, rounds)),
-        ("in_place_filter_seconds", "filter element read in place",
-         lambda: loop_probes.in_place_filter_seconds(hardware, rounds)),
+        (None, "filter elements read in place, per window-vectorised shape", in_place),
+        ("in_place_filter_seconds", "filter element read in place (median over the shapes)",
+         lambda: median(state["in_place"].values())),
     ], state  # fmt: skip
 
 
@@ -181,4 +194,5 @@ def measure_rates(hardware, *, quick: bool = False, progress=None, details=None)
         details["kernels"] = state["kernels"]
     # Each shape's own rate from L1 (its mac cost); --quick measures fewer shapes.
     values["kernel_shape_flops"] = {name: rate[0] for name, rate in state["kernels"].items()}
+    values["in_place_shape_seconds"] = state["in_place"]
     return MeasuredRates(**values)

@@ -18,7 +18,7 @@ from dataclasses import fields
 
 from ..analysis import calibration, calibration_store
 from ..analysis.detect import stored_or_probed
-from ..analysis.weights import DEFAULT_WEIGHTS
+from ..analysis.weights import DEFAULT_WEIGHTS, SHAPE_TABLES
 from . import measure_rates
 
 _UNITS = {
@@ -49,15 +49,18 @@ def weights_table(weights) -> str:
     """The derived weights beside the defaults, one per line."""
     lines = [f"{'weight':<24} {'calibrated':>12} {'default':>12} {'ratio':>7}"]
     for field in fields(weights):
-        if field.name in ("origin", "kernel_mac_costs"):
+        if field.name == "origin" or field.name in SHAPE_TABLES:
             continue
         new, old = getattr(weights, field.name), getattr(DEFAULT_WEIGHTS, field.name)
         measured = "" if field.name in calibration.CALIBRATED_WEIGHTS else "  (a share, kept)"
         ratio = f"{new / old:7.2f}" if old else "      -"
         lines.append(f"{field.name:<24} {new:>12.4g} {old:>12.4g} {ratio}{measured}")
-    for shape, cost in weights.kernel_mac_costs:
-        old = DEFAULT_WEIGHTS.mac_cost
-        lines.append(f"{'mac_cost ' + shape:<24} {cost:>12.4g} {old:>12.4g} {cost / old:7.2f}")
+    for table, weight in (("kernel_mac_costs", "mac_cost"),
+                          ("kernel_in_place_costs", "in_place_filter_cost")):  # fmt: skip
+        old = getattr(DEFAULT_WEIGHTS, weight)
+        for shape, cost in getattr(weights, table):
+            ratio = f"{cost / old:7.2f}" if old else "      -"
+            lines.append(f"{weight + ' ' + shape:<24} {cost:>12.4g} {old:>12.4g} {ratio}")
     return "\n".join(lines)
 
 
@@ -97,7 +100,10 @@ def main(argv=None) -> int:
     record = calibration_store.calibration_record(rates, key, quick=args.quick, seconds=seconds)
     print(f"\nmeasured rates ({seconds:.1f} s)")
     for name, value in rates.to_dict().items():
-        if name != "kernel_shape_flops":  # in the micro-kernels' table below
+        if name == "in_place_shape_seconds":
+            for shape, seconds in value.items():
+                print(f"  {'  in place, ' + shape:<30} {_shown(name, seconds)}")
+        elif name != "kernel_shape_flops":  # in the micro-kernels' table below
             print(f"  {name:<30} {_shown(name, value)}")
     print("\nmicro-kernels: share of the FMA peak from L1; extra time per byte streamed")
     for name, (flops, from_l2, from_l3) in details["kernels"].items():

@@ -111,16 +111,20 @@ def filter_pack_seconds(hardware, rounds=5) -> float:
     return best["pack"] / max(1, elements)
 
 
-def in_place_filter_seconds(hardware, rounds=5) -> float:
-    """Per filter element: :data:`FILTER_LAYER` through a window-vectorised
-    plan whose rows share no L1 set, reading its filters in place, less the
-    same plan reading them packed ahead; 0 when the two differ by less than
-    :data:`RESOLUTION`."""
-    x, w = _operands(FILTER_LAYER)
-    # The offered window-vectorised shape with the most rows that fit one L1 set.
+def in_place_shapes(hardware) -> list:
+    """The offered window-vectorised shapes ``(Nf, Nwin)`` whose rows fit one
+    L1 set (their reads in place conflict in none), or the smallest."""
     shapes = tiles.register_blocks(hardware.vector_bytes, hardware.vector_registers, 4)
-    fitting = [shape for shape in shapes if shape[0] <= hardware.l1_ways] or [min(shapes)]
-    nf, nwin = max(fitting)
+    return [shape for shape in shapes if shape[0] <= hardware.l1_ways] or [min(shapes)]
+
+
+def in_place_filter_seconds(hardware, shape, rounds=5) -> float:
+    """Per filter element: :data:`FILTER_LAYER` through a window-vectorised
+    plan of ``shape`` (``(Nf, Nwin)``, :func:`in_place_shapes`), reading its
+    filters in place, less the same plan reading them packed ahead; 0 when
+    the two differ by less than :data:`RESOLUTION`."""
+    x, w = _operands(FILTER_LAYER)
+    nf, nwin = shape
     plan = _plan(
         FILTER_LAYER, hardware, vector_operand="windows", windows_per_tile=nwin, filters_per_tile=nf
     )

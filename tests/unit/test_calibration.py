@@ -268,3 +268,37 @@ def test_a_slow_shape_costs_its_own_rate_in_the_plan():
     assert "c_mac 4.1 (this shape's, calibrated)" in cso.explain(chosen)
     # Through the hardware's JSON form, as a stored description holds it.
     assert cso.Hardware.from_dict(json.loads(json.dumps(own_rates.to_dict()))) == own_rates
+
+
+def test_each_measured_shape_gets_its_own_in_place_cost():
+    # Per read: 8x8w 1.2e-10 s (24 units), 6x16w 3e-11 (6), 4x24w 0; the median is 6.
+    seconds = {"8x8w": 1.2e-10, "6x16w": 3e-11, "4x24w": 0.0}
+    rates = MeasuredRates(
+        **dict(RATES, in_place_filter_seconds=3e-11), in_place_shape_seconds=seconds
+    )
+    weights = derive_weights(rates)
+    assert weights.in_place_filter_cost == 6.0
+    assert weights.kernel_in_place_costs == (("4x24w", 0.0), ("8x8w", 24.0))
+    assert weights.in_place_cost_of("8x8w") == 24.0
+    assert weights.in_place_cost_of("6x16w") == 6.0  # the median's
+    assert weights.in_place_cost_of("4x24w") == 0.0
+    assert MeasuredRates.from_dict(json.loads(json.dumps(rates.to_dict()))) == rates
+    with pytest.raises(ValueError, match="in_place_shape_seconds"):
+        MeasuredRates(**RATES, in_place_shape_seconds={"8x8w": -1.0})
+
+
+def test_a_shape_slow_in_place_is_priced_so():
+    # The same plan problem priced with one in-place cost for every shape and
+    # with the 4x24w kernel's reads free: the cost of a 4x24w plan drops by its reads.
+    weights = derive_weights(MeasuredRates(**dict(RATES, in_place_filter_seconds=1.2e-10)))
+    avx2 = cso.Hardware(vector_bytes=32, vector_registers=16, cores=1, weights=weights)
+    free = avx2.with_changes(kernel_in_place_costs={"4x24w": 0.0})
+    shapes = dict(x_shape=(1, 128, 28, 28), w_shape=(128, 128, 3, 3), padding=1, threads=1)
+    forced = dict(filters_per_tile=4, windows_per_tile=24, vector_operand="windows")
+    charged = cso.plan_conv2d(hardware=avx2, **shapes, **forced)
+    spared = cso.plan_conv2d(hardware=free, **shapes, **forced)
+    traffic = charged.cost_of(charged.schedule)
+    assert traffic.in_place_filter_reads > 0
+    assert spared.cost_of(spared.schedule).cost == pytest.approx(
+        traffic.cost - traffic.in_place_filter_reads * weights.in_place_filter_cost, rel=1e-9
+    )
