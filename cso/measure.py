@@ -34,8 +34,6 @@ VARIANTS = {
     ),
     # The micro-kernel without its software prefetch.
     "no-prefetch": LoopPatch("no-prefetch", "", (("prefetch_distance", 0),)),
-    # Filters read in place with the row addresses LLVM derives (chained adds).
-    "chained-rows": LoopPatch("chained-rows", "", (("opaque_rows", False),)),
     # A filter-vectorised tile written back one element at a time.
     "element-stores": LoopPatch("element-stores", "", (("transposed_store", False),)),
     # 1x1 panels packed tile by tile, as other layers are, not channel by channel.

@@ -1,7 +1,7 @@
 """The loop nest as shipped against a variant of it: each layer, both ways.
 
-    python experiments/variants.py [--variant no-prefetch|outlined|tile-by-tile|element-stores|
-                                              chained-rows] [--model M] [--threads T] [--rounds R]
+    python experiments/variants.py [--variant no-prefetch|outlined|tile-by-tile|element-stores]
+                                   [--model M] [--threads T] [--rounds R]
 
 For every distinct layer of the model, the same plan and the same operands
 are run through two builds of its loop nest, timed interleaved in one
@@ -17,11 +17,7 @@ process (best of the rounds): as shipped, and the variant
   instead of channel by channel over the whole block of tiles;
 * ``element-stores``: a filter-vectorised micro-kernel writes its tile back
   one element at a time instead of transposing it in registers (layers
-  with windows in the vectors run the same code both ways);
-* ``chained-rows``: a window-vectorised micro-kernel reading its filters in
-  place lets LLVM derive the rows' addresses (it adds the row stride once
-  per row and step) instead of hiding them behind an empty ``asm``
-  (packed filters run the same code both ways).
+  with windows in the vectors run the same code both ways).
 
 Both per call (KCRS filters read in place) and with filters packed ahead
 (``cso.pack_filters``, where the analysis may take the filter-vectorised
@@ -66,7 +62,7 @@ def main():
     parser.add_argument(
         "--variant",
         default="no-prefetch",
-        choices=("no-prefetch", "outlined", "tile-by-tile", "element-stores", "chained-rows"),
+        choices=("no-prefetch", "outlined", "tile-by-tile", "element-stores"),
     )
     parser.add_argument("--model", default="resnet50", choices=sorted(MODELS))
     parser.add_argument("--threads", type=int, default=1)

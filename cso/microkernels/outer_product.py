@@ -101,7 +101,6 @@ def build_outer_product_kernel(
     vector_operand: str = "windows",
     prefetch_distance: int = 16,
     transposed_store: bool = True,
-    opaque_rows: bool = True,
 ):
     """Return a Numba intrinsic computing one ``Nf x Nwin`` output tile.
 
@@ -124,12 +123,6 @@ def build_outer_product_kernel(
         steps (1-2 KiB of a packed panel) measured best of 8, 16 and 32.
         A row shorter than a cache line is not prefetched
         (:func:`prefetches_rows`).
-    opaque_rows : bool
-        Windows orientation, filters read in place: hide each row's offset
-        and each step's from LLVM's loop strength reduction (True), or let it
-        derive them (False: it walks the rows by repeated adds of the
-        runtime stride; kept to measure the difference:
-        ``python experiments/variants.py --variant chained-rows``).
     transposed_store : bool
         Filters orientation only: write the tile back by transposing it in
         registers (True), or one element at a time (False, kept to measure
@@ -235,9 +228,7 @@ def build_outer_product_kernel(
             if vector_operand == VectorOperand.REDUCTION:
                 emitter.emit_dot_products(broadcasts, vectors)
             else:
-                emitter.emit(
-                    vector_operand, broadcasts, vectors, distance, transposed_store, opaque_rows
-                )
+                emitter.emit(vector_operand, broadcasts, vectors, distance, transposed_store)
             return context.get_dummy_value()
 
         return sig, codegen
@@ -347,12 +338,6 @@ class _Emitter:
             for v in range(vectors)
         ]
 
-    def _opaque(self, value):
-        """The same integer through an empty inline ``asm``: LLVM no longer
-        sees how it was computed (``freeze`` does not survive optimisation)."""
-        identity = ir.InlineAsm(ir.FunctionType(value.type, [value.type]), "", "=r,0")
-        return self.builder.call(identity, [value])
-
     def _prefetch_ahead(self, row, step, elements):
         """Prefetch into L1 the ``elements`` from ``row + step`` (``step``: elements)."""
         builder = self.builder
@@ -365,11 +350,10 @@ class _Emitter:
             builder.call(self.prefetch, [address, _i32(0), _i32(3), _i32(1)])
 
     def _loop(self, loop, before, scalar_stride, vector_operand, broadcasts, vectors,
-              prefetch_distance, done, row_offsets=None):  # fmt: skip
+              prefetch_distance, done):  # fmt: skip
         """The reduction loop in block ``loop`` (entered from ``before``), the
-        broadcast row ``a`` at ``a * scalar_stride`` (or at the opaque
-        ``row_offsets[a]``, the step's filter offset opaque too);
-        ``(last block, updated accumulators)`` for the phis after it, in ``done``."""
+        broadcast row ``a`` at ``a * scalar_stride``; ``(last block, updated
+        accumulators)`` for the phis after it, in ``done``."""
         builder = self.builder
         windows = vectors * self.lanes if vector_operand == VectorOperand.WINDOWS else broadcasts
         builder.position_at_end(loop)
@@ -383,10 +367,7 @@ class _Emitter:
                 phi.add_incoming(self.zero, before)
                 row.append(phi)
             accumulators.append(row)
-        step_offset = builder.mul(k, self.filters_k_stride)
-        if row_offsets is not None:
-            step_offset = self._opaque(step_offset)
-        filter_row = builder.gep(self.filters, [step_offset])
+        filter_row = builder.gep(self.filters, [builder.mul(k, self.filters_k_stride)])
         input_row = builder.gep(self.inputs, [builder.mul(k, self.inputs_stride)])
         if vector_operand == VectorOperand.WINDOWS:
             vector_row, scalar_row = input_row, filter_row
@@ -413,10 +394,7 @@ class _Emitter:
         loaded = [self.load_vector(vector_row, v * self.lanes) for v in range(vectors)]
         updated = []
         for a in range(broadcasts):
-            if row_offsets is None:
-                offset = builder.mul(self.constant(a), scalar_stride)
-            else:
-                offset = row_offsets[a]
+            offset = builder.mul(self.constant(a), scalar_stride)
             splat = self.broadcast(builder.load(builder.gep(scalar_row, [offset])))
             updated.append(
                 [
@@ -433,8 +411,7 @@ class _Emitter:
         builder.cbranch(builder.icmp_signed("<", next_k, self.depth), loop, done)
         return loop_end, updated
 
-    def emit(self, vector_operand, broadcasts, vectors, prefetch_distance, transposed_store=True,
-             opaque_rows=True):  # fmt: skip
+    def emit(self, vector_operand, broadcasts, vectors, prefetch_distance, transposed_store=True):
         """The loop over the reduction, accumulators as phis so that LLVM keeps
         them in registers throughout, then the write-back of the tile."""
         builder = self.builder
@@ -462,17 +439,11 @@ class _Emitter:
             builder.position_at_end(check)
             packed = builder.append_basic_block("outer_product.packed")
             strided = builder.append_basic_block("outer_product.strided")
-            # In place, each row's offset and each step's are made opaque to
-            # LLVM's loop strength reduction, which otherwise chains the rows.
-            row_offsets = [
-                self._opaque(builder.mul(self.constant(a), self.filters_i_stride))
-                for a in range(broadcasts)
-            ] if opaque_rows else None
             unit = builder.icmp_signed("==", self.filters_i_stride, self.constant(1))
             builder.cbranch(unit, packed, strided)
             ends = [
                 self._loop(packed, check, self.constant(1), *loop_args),
-                self._loop(strided, check, self.filters_i_stride, *loop_args, row_offsets),
+                self._loop(strided, check, self.filters_i_stride, *loop_args),
             ]
         else:
             loop = builder.append_basic_block("outer_product.loop")
