@@ -33,6 +33,10 @@ def decisions(plan) -> str:
     return f"{plan.algorithm.value} {describe(plan)}"
 
 
+# Each per-shape table and the weight it overrides.
+SHAPE_WEIGHTS = {"kernel_mac_costs": "mac_cost", "kernel_in_place_costs": "in_place_filter_cost"}
+
+
 def main():
     parser = harness.parser(__doc__)
     parser.add_argument("first")
@@ -49,11 +53,12 @@ def main():
         hardware.append(replace(machine, weights=derive_weights(rates)))
     for field in fields(hardware[0].weights):
         a, b = (getattr(h.weights, field.name) for h in hardware)
-        if field.name in ("kernel_mac_costs", "kernel_in_place_costs"):
+        if field.name in SHAPE_WEIGHTS:
+            weight = SHAPE_WEIGHTS[field.name]
             for shape in sorted(dict(a).keys() | dict(b).keys()):
                 costs = [dict(pairs).get(shape, float("nan")) for pairs in (a, b)]
                 if costs[0] != costs[1]:
-                    print(f"  {'mac_cost ' + shape:<24} {costs[0]:>10g} {costs[1]:>10g}")
+                    print(f"  {weight + ' ' + shape:<24} {costs[0]:>10g} {costs[1]:>10g}")
         elif a != b:
             print(f"  {field.name:<24} {a:>10g} {b:>10g}")
     same = total = 0
