@@ -52,6 +52,14 @@ VARIANTS = {
         "_pack_tile = njit(nogil=True)(_pack_tile.py_func)\n",
     ),
 }
+# The micro-kernel handed arrays, not their data addresses: each tile then
+# picks among arrays, and Numba updates their reference counts every tile.
+VARIANTS["array-operands"] = LoopPatch(
+    "array-operands",
+    '\n@njit(nogil=True, inline="always")\n'
+    "def _addresses(operands):\n"
+    "    return operands[0], operands[1], operands[2], operands[4], operands[5], operands[6]\n",
+)
 VARIANTS["skeleton"] = LoopPatch(
     "skeleton", VARIANTS["no-kernel"].source + VARIANTS["no-pack"].source
 )

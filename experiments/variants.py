@@ -1,7 +1,7 @@
 """The loop nest as shipped against a variant of it: each layer, both ways.
 
-    python experiments/variants.py [--variant no-prefetch|outlined|tile-by-tile|element-stores]
-                                   [--model M] [--threads T] [--rounds R]
+    python experiments/variants.py [--variant no-prefetch|outlined|tile-by-tile|element-stores|
+                                             array-operands] [--model M] [--threads T] [--rounds R]
 
 For every distinct layer of the model, the same plan and the same operands
 are run through two builds of its loop nest, timed interleaved in one
@@ -17,14 +17,17 @@ process (best of the rounds): as shipped, and the variant
   instead of channel by channel over the whole block of tiles;
 * ``element-stores``: a filter-vectorised micro-kernel writes its tile back
   one element at a time instead of transposing it in registers (layers
-  with windows in the vectors run the same code both ways).
+  with windows in the vectors run the same code both ways);
+* ``array-operands``: the micro-kernel's filters, inputs and output handed
+  to it as arrays, picked per tile, instead of as their data addresses
+  (Numba then updates the picked arrays' reference counts on every tile).
 
 Both per call (KCRS filters read in place) and with filters packed ahead
 (``cso.pack_filters``, where the analysis may take the filter-vectorised
 kernel).  The results must be identical bit for bit: neither variant
 changes any arithmetic.  Prints each layer's speedup of the shipped build
 over the variant (time with the variant / time as shipped) and the model
-totals.
+totals (the dense layers' only: depthwise plans run their own nest).
 """
 
 from __future__ import annotations
@@ -51,6 +54,8 @@ def _programs(x, w, kwargs, threads, packed_ahead, variant):
         plan = cso.plan_conv2d(x.shape, w.shape, threads=threads, **kwargs)
         if plan.vector_operand == "reduction" and variant == "no-prefetch":
             return plan, None
+    if plan.algorithm != "dense":
+        return plan, None  # the variants patch the dense loop nests only
     return plan, {
         "on": plan_program(plan, x, w, prepacked=packed),
         "off": plan_program(plan, x, w, variant=variant, prepacked=packed),
@@ -62,7 +67,7 @@ def main():
     parser.add_argument(
         "--variant",
         default="no-prefetch",
-        choices=("no-prefetch", "outlined", "tile-by-tile", "element-stores"),
+        choices=("no-prefetch", "outlined", "tile-by-tile", "element-stores", "array-operands"),
     )
     parser.add_argument("--model", default="resnet50", choices=sorted(MODELS))
     parser.add_argument("--threads", type=int, default=1)
@@ -79,7 +84,8 @@ def main():
         for mode in ("per call", "packed"):
             plan, programs = _programs(x, w, kwargs, args.threads, mode == "packed", args.variant)
             if programs is None:
-                cells.append(f"{'(dot product)':>16}")
+                shown = "(dot product)" if plan.algorithm == "dense" else f"({plan.algorithm})"
+                cells.append(f"{shown:>16}")
                 continue
             results = {name: program().copy() for name, program in programs.items()}
             if not np.array_equal(results["on"], results["off"]):
