@@ -183,7 +183,7 @@ class Launch(NamedTuple):
     """What a plan's loop nest is called with, besides the operands."""
 
     loop_nest: object
-    bounds: tuple
+    bounds: tuple  # the LoopBounds or DepthwiseBounds fields, as a plain tuple
     workspace_elements: int
     offsets: np.ndarray = None  # the depthwise nest's tap offsets; None for dense nests
 
@@ -259,7 +259,7 @@ def _make_launch(plan: Plan, filters_packed: bool, module) -> Launch:
         if plan.schedule == Schedule.IS
         else module.convolve_weight_stationary
     )
-    return Launch(loop_nest, bounds, plan.threads * stride)
+    return Launch(loop_nest, tuple(bounds), plan.threads * stride)
 
 
 def _depthwise_launch(plan: Plan, module) -> Launch:
@@ -300,7 +300,7 @@ def _depthwise_launch(plan: Plan, module) -> Launch:
             depthwise.masked_rows(g, segment, rows),
         )
     offsets = np.array(depthwise.column_offsets(g, segment, lanes, rows), dtype=np.intp)
-    return Launch(module.convolve_depthwise, bounds, plan.threads * stride, offsets)
+    return Launch(module.convolve_depthwise, tuple(bounds), plan.threads * stride, offsets)
 
 
 def loop_module_for(plan: Plan, patch: LoopPatch = None):
@@ -353,7 +353,7 @@ def run(
     # Numba's OpenMP layer changes the process's OpenMP thread count as it
     # launches: it is set back after, for torch and any other OpenMP user.
     with kept_openmp_threads():
-        if numba.get_num_threads() >= plan.threads:
+        if plan.threads == 1 or numba.get_num_threads() >= plan.threads:
             launch.loop_nest(*arguments)
         else:
             with numba_threads(plan.threads):

@@ -24,6 +24,8 @@ Contracts relied on
   that every call's rows and, unless the kernel is masked (``Q <
   segment``), its whole vectors are outputs; the overlapped outputs are
   computed twice, alike.
+* ``bounds``: the :class:`~cso.macrokernel.bounds.DepthwiseBounds` fields
+  as a plain tuple (typed faster by Numba's dispatcher than a namedtuple).
 * ``workspace``: ``W`` parts of ``b.workspace_stride`` elements, one per
   worker, each holding one packed channel (:mod:`cso.packing.depthwise`)
   of ``b.rows`` rows of ``b.phase_width``.  Worker ``i`` of ``W`` takes jobs ``(image, channel)``
@@ -31,6 +33,8 @@ Contracts relied on
 """
 
 from numba import njit, prange
+
+from cso.macrokernel.bounds import DepthwiseBounds
 
 from cso.packing.depthwise import pack_channel_phases
 
@@ -42,7 +46,7 @@ VECTOR_TOKEN = None
 @njit(nogil=True, parallel=True, cache=True)
 def convolve_depthwise(
     x_flat, w_flat, bias, has_bias, residual, activation, has_residual, y_flat, workspace,
-    offsets, b
+    offsets, bounds
 ):
     """::
 
@@ -54,6 +58,7 @@ def convolve_depthwise(
            for q0 in segments of Nv*VL outputs (the last ending at Q)
              tap kernel: y[k, p0:p0+rows, q0:] = bias + sum_t w[k, t] * IN[...]
     """
+    b = DepthwiseBounds(*bounds)
     segment = b.segment
     block = b.rows_per_call
     taps = b.kernel_height * b.kernel_width
