@@ -35,7 +35,6 @@ Contracts relied on
 from numba import njit, prange
 
 from cso.macrokernel.bounds import DepthwiseBounds
-
 from cso.packing.depthwise import pack_channel_phases
 
 # Bound by cso.macrokernel.specialise in each generated specialisation.

@@ -77,7 +77,6 @@ Contracts relied on
 from numba import njit, prange
 
 from cso.macrokernel.bounds import LoopBounds
-
 from cso.packing.filters import filter_panel_offset
 from cso.packing.inputs import pack_input_panel, pack_pointwise_panels
 from cso.packing.vector_copy import copy_run
@@ -391,8 +390,9 @@ def _tile(
     images) are computed into ``scratch`` and only their valid part is
     copied, so the kernel itself never sees an edge.  ``operands`` is
     ``(x_flat, filters, edge_filters, bias, y_flat, panels, scratch, residual)``
-    and ``addresses`` the first seven's data addresses (:func:`_addresses`):
-    the kernel's operands are picked among those (see the contract).
+    and ``addresses`` the data addresses of all but the bias and residual
+    (:func:`_addresses`): the kernel's operands are picked among those (see
+    the contract).
     """
     bias, y_flat, scratch, residual = operands[3], operands[4], operands[6], operands[7]
     x_at, filters_at, edge_filters_at, y_at, panels_at, scratch_at = addresses
