@@ -45,7 +45,8 @@ def main():
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     names = args.layers or DEFAULT_LAYERS
-    peak = fma_peak_gflops("float32", 16) * args.threads
+    lanes = max(1, cso.detect_hardware().vector_bytes // 4)  # this machine's float32 vectors
+    peak = fma_peak_gflops("float32", lanes) * args.threads
     print(
         f"{args.model}, batch {args.batch}, {args.threads} thread(s), float32; "
         f"FMA peak {peak:.1f} GFLOP/s; shares of each layer's time"
