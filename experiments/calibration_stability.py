@@ -24,6 +24,7 @@ import cso  # noqa: E402
 from cso.analysis.calibration import derive_weights  # noqa: E402
 from cso.analysis.calibration_store import rates_from_record  # noqa: E402
 from cso.analysis.detect import stored_or_probed  # noqa: E402
+from cso.analysis.weights import TABLE_WEIGHTS  # noqa: E402
 from cso.models import MODELS  # noqa: E402
 from forced_shapes import describe  # noqa: E402
 
@@ -33,8 +34,8 @@ def decisions(plan) -> str:
     return f"{plan.algorithm.value} {describe(plan)}"
 
 
-# Each per-shape table and the weight it overrides.
-SHAPE_WEIGHTS = {"kernel_mac_costs": "mac_cost", "kernel_in_place_costs": "in_place_filter_cost"}
+# Each per-shape (or per-kind) table and the weight it overrides.
+SHAPE_WEIGHTS = TABLE_WEIGHTS
 
 
 def main():

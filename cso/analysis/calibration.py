@@ -101,6 +101,11 @@ class MeasuredRates:
     in_place_shape_seconds : tuple of (str, float)
         ``in_place_filter_seconds`` measured with each window-vectorised
         shape, as ``(shape, seconds)`` pairs (the scalar is their median).
+    input_pack_kind_seconds : tuple of (str, float)
+        ``input_pack_seconds`` measured for each kind of input packing
+        (:func:`~cso.analysis.counts.input_pack_kind`), as ``(kind,
+        seconds)`` pairs (the scalar is their median).  Empty in records made
+        before it was measured.
     """
 
     fma_flops: float
@@ -122,20 +127,19 @@ class MeasuredRates:
     tap_load_seconds: float
     kernel_shape_flops: tuple = ()
     in_place_shape_seconds: tuple = ()
+    input_pack_kind_seconds: tuple = ()
 
     def __post_init__(self):
-        object.__setattr__(
-            self,
-            "kernel_shape_flops",
-            shape_pairs(
-                self.kernel_shape_flops, "MeasuredRates.kernel_shape_flops", zero_allowed=False
-            ),
-        )
-        object.__setattr__(
-            self,
-            "in_place_shape_seconds",
-            shape_pairs(self.in_place_shape_seconds, "MeasuredRates.in_place_shape_seconds"),
-        )
+        for name in _SHAPE_RATES:
+            object.__setattr__(
+                self,
+                name,
+                shape_pairs(
+                    getattr(self, name),
+                    f"MeasuredRates.{name}",
+                    zero_allowed=name != "kernel_shape_flops",
+                ),
+            )
         for field in fields(self):
             if field.name in _SHAPE_RATES:
                 continue
@@ -164,7 +168,7 @@ class MeasuredRates:
 
 
 # The per-shape tables of MeasuredRates.
-_SHAPE_RATES = ("kernel_shape_flops", "in_place_shape_seconds")
+_SHAPE_RATES = ("kernel_shape_flops", "in_place_shape_seconds", "input_pack_kind_seconds")
 
 
 def unit_seconds(fma_flops: float) -> float:
@@ -267,6 +271,17 @@ def input_pack_cost(rates: MeasuredRates) -> float:
     return weight_of(rates.input_pack_seconds, rates.fma_flops)
 
 
+def input_pack_costs(rates: MeasuredRates) -> tuple:
+    """``((kind, t_input,kind / u), ...)``: :func:`input_pack_cost` of each
+    measured kind of input packing (each :func:`rounded`), every kind kept:
+    a kind's figure moves less between calibrations than the median over
+    kinds, which jumps from one kind's figure to another's."""
+    return tuple(
+        (kind, rounded(weight_of(seconds, rates.fma_flops)))
+        for kind, seconds in rates.input_pack_kind_seconds
+    )
+
+
 def filter_pack_cost(rates: MeasuredRates) -> float:
     """``t_filter / u``, per packed filter element."""
     return weight_of(rates.filter_pack_seconds, rates.fma_flops)
@@ -319,8 +334,9 @@ CALIBRATED_WEIGHTS = tuple(FORMULAS)
 
 def derive_weights(rates: MeasuredRates) -> CostWeights:
     """The :class:`CostWeights` of ``rates``: each of :data:`FORMULAS`,
-    :func:`rounded`, and each shape's :func:`kernel_mac_costs` and
-    :func:`kernel_in_place_costs`; ``origin`` is ``"calibrated"``.
+    :func:`rounded`, each shape's :func:`kernel_mac_costs` and
+    :func:`kernel_in_place_costs`, and each packing kind's
+    :func:`input_pack_costs`; ``origin`` is ``"calibrated"``.
 
     ``sweep_fraction`` and ``stream_overlap`` keep their defaults: they are
     shares of the model's own counts (how much of a cache a swept block may
@@ -333,5 +349,6 @@ def derive_weights(rates: MeasuredRates) -> CostWeights:
         **derived,
         kernel_mac_costs=kernel_mac_costs(rates),
         kernel_in_place_costs=kernel_in_place_costs(rates),
+        input_pack_costs=input_pack_costs(rates),
         origin="calibrated",
     )

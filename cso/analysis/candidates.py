@@ -13,7 +13,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..geometry import ConvGeometry, ceil_div
-from . import cost, tiles
+from . import cost, counts, tiles
 from .choices import Schedule, VectorOperand
 from .cost import Traffic
 from .hardware import Hardware
@@ -195,6 +195,7 @@ def traffic(problem: Problem, nf: int, nwin: int, choice: TileChoice) -> Traffic
         threads=problem.threads,
         outer_jobs=problem.space.outer_jobs,
         images=problem.space.images,
+        input_pack_kind=counts.input_pack_kind(g.kernel_height, g.kernel_width, g.stride_w),
     )
 
 

@@ -162,6 +162,7 @@ def weighted_cost(
     shared=False,
     mac_cost=None,
     in_place_cost=None,
+    input_pack_cost=None,
 ):
     """``dram*c_dram + l3*c_l3 + l2*c_l2 + misses*c_tlb + calls*c_call
     + spill*c_spill + macs*c_mac*s/4 + stores*c_store + packed*c_pack
@@ -176,17 +177,21 @@ def weighted_cost(
     at their shared rates (:func:`far_level_costs`); ``mac_cost`` is the
     micro-kernel shape's ``c_mac`` (``CostWeights.mac_cost_of``; default
     ``CostWeights.mac_cost``), ``in_place_cost`` its ``c_in_place``
-    (``CostWeights.in_place_cost_of``; default ``in_place_filter_cost``)."""
+    (``CostWeights.in_place_cost_of``; default ``in_place_filter_cost``),
+    ``input_pack_cost`` the layer's packing kind's ``c_input``
+    (``CostWeights.input_pack_cost_of``; default ``input_pack_cost``)."""
     l3_cost, dram_cost = far_level_costs(hardware.weights, shared)
     mac_cost = hardware.weights.mac_cost if mac_cost is None else mac_cost
     if in_place_cost is None:
         in_place_cost = hardware.weights.in_place_filter_cost
+    if input_pack_cost is None:
+        input_pack_cost = hardware.weights.input_pack_cost
     return (
         in_place_filter_reads * in_place_cost
         + conflicting_filter_reads * hardware.weights.l1_conflict_cost
         + transposed_stores * hardware.weights.transposed_store_cost
         + packed_filter_elements * hardware.weights.filter_pack_cost
-        + packed_input_elements * hardware.weights.input_pack_cost
+        + packed_input_elements * input_pack_cost
         + dram * dram_cost
         + l3 * l3_cost
         + l2 * hardware.weights.l2_cost
@@ -230,6 +235,7 @@ def schedule_traffic(
     threads: int = 1,
     outer_jobs: int = 1,
     images: int = 1,
+    input_pack_kind: str = None,
 ) -> Traffic:
     """Bytes per level and cost of one schedule, per (group, image).
 
@@ -244,6 +250,8 @@ def schedule_traffic(
     ``images``: the images whose windows make one window space (``N`` when
     the batch is folded into the windows, else 1; ``windows`` stays one
     image's ``P*Q``); the counts over that space are divided by it.
+    ``input_pack_kind`` (:func:`~cso.analysis.counts.input_pack_kind`)
+    picks the packed elements' weight (``CostWeights.input_pack_cost_of``).
     """
     l2_usable = int(hardware.l2_bytes * hardware.usable_fraction)
     l3_usable = int(hardware.l3_bytes * hardware.usable_fraction)
@@ -365,6 +373,7 @@ def schedule_traffic(
     shape_costs = dict(
         mac_cost=hardware.weights.mac_cost_of(shape),
         in_place_cost=hardware.weights.in_place_cost_of(shape),
+        input_pack_cost=hardware.weights.input_pack_cost_of(input_pack_kind),
     )
     cost = (
         imbalance * weighted_cost(hardware, s, **counts, shared=threads > 1, **shape_costs) / images

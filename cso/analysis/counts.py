@@ -153,6 +153,29 @@ def packed_filter_elements(
     return ceil_div(filter_tiles * filter_all // element_bytes, max(1, batch))
 
 
+# The kinds of input packing, each with its own cost per element written.
+INPUT_PACK_KINDS = ("shifted", "strided", "pointwise", "pointwise_strided")
+
+
+def input_pack_kind(kernel_height: int, kernel_width: int, stride_w: int) -> str:
+    """How a layer's input panels are written (:mod:`cso.packing.inputs`),
+    which sets what an element written costs in reads:
+
+    * ``"shifted"``: ``R*S > 1``, ``stride_w = 1``: the ``S`` rows of a
+      kernel row are one input segment shifted, read once and copied from
+      registers (each input element is written about ``R*S`` times);
+    * ``"strided"``: ``R*S > 1``, ``stride_w > 1``: every row a gather (or
+      a deinterleaved pair of loads at stride 2);
+    * ``"pointwise"``: 1x1, ``stride_w = 1``: each channel's pixels copied
+      once, in runs (every element read from memory once);
+    * ``"pointwise_strided"``: 1x1, ``stride_w > 1``: each pixel gathered
+      once, so that every element written is a fresh read.
+    """
+    if kernel_height * kernel_width > 1:
+        return "shifted" if stride_w == 1 else "strided"
+    return "pointwise" if stride_w == 1 else "pointwise_strided"
+
+
 def packed_input_elements(
     schedule: str,
     input_in_place: bool,

@@ -5,8 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..geometry import ceil_div
-from . import tiles
-from . import depthwise
+from . import counts, depthwise, tiles
 from .choices import Algorithm, Schedule, VectorOperand
 from .cost import hidden_stream_cost
 from .planner import plan_for_geometry
@@ -130,7 +129,7 @@ def _why(plan) -> str:
         "micro-kernel calls": (rival.kernel_calls - chosen.kernel_calls) * hw.weights.call_cost,
         "L1 spill": (rival.l1_spill - chosen.l1_spill) * hw.weights.l1_miss_cost,
         "input packing": (rival.packed_input_elements - chosen.packed_input_elements)
-        * hw.weights.input_pack_cost,
+        * input_pack_cost(plan),
         "streams hidden behind the FMAs": _hidden(chosen, plan) - _hidden(rival, plan),
         "thread balance": (rival.imbalance - chosen.imbalance) * chosen.cost / chosen.imbalance,
     }
@@ -175,6 +174,21 @@ def weights_origin(weights) -> str:
             "`python -m cso calibrate` to measure this one's)"
         )
     return f"cost weights: {weights.origin}"
+
+
+def input_pack_cost(plan) -> float:
+    """``c_input`` of the plan's kind of input packing (``CostWeights.input_pack_cost_of``)."""
+    g = plan.geometry
+    kind = counts.input_pack_kind(g.kernel_height, g.kernel_width, g.stride_w)
+    return plan.hardware.weights.input_pack_cost_of(kind)
+
+
+def _input_pack_story(plan) -> str:
+    g = plan.geometry
+    kind = counts.input_pack_kind(g.kernel_height, g.kernel_width, g.stride_w)
+    measured = any(name == kind for name, _ in plan.hardware.weights.input_pack_costs)
+    where = "this kind's, calibrated" if measured else "the weights' input_pack_cost"
+    return f"input packing: {kind}, c_input {input_pack_cost(plan):.3g} per element ({where})"
 
 
 def _mac_cost_story(plan) -> str:
@@ -357,6 +371,7 @@ def explain(plan) -> str:
         "  (packed in: input elements written into panels; busiest: the busiest thread's "
         "work over an even share, which scales the cost)"
     )
+    lines.append("  " + _input_pack_story(plan))
     lines += ["", "Choice", "  " + _why(plan)]
     chosen = plan.cost_of(plan.schedule)
     if chosen.in_place_filter_reads:

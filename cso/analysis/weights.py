@@ -139,6 +139,18 @@ class CostWeights:
         in place at a multiple of a runtime stride, which cost the 8 x 8
         kernel (one vector per broadcast) 35-50%, the two-vector 4 x 16 and
         6 x 16 ones 0-14% and the three-vector 4 x 24 nothing.
+    input_pack_costs : tuple of (str, float)
+        ``input_pack_cost`` of each kind of input packing a calibration
+        measured, as ``(kind, cost)`` pairs (the kinds of
+        :func:`~cso.analysis.counts.input_pack_kind`: ``"shifted"``,
+        ``"strided"``, ``"pointwise"``, ``"pointwise_strided"``); a kind
+        without one costs ``input_pack_cost``.  The kinds differ by what an
+        element written costs in reads: on an AMD EPYC (Zen 3) shifted copies
+        cost 46-58 units an element, gathers 98 and a 1x1 layer's strided
+        pixels 138-144, and one median weight for all three moved from one
+        kind's figure to the next between calibrations minutes apart (99
+        and 180), so that two calibrations planned only 71% of ResNet-50's
+        and VGG-16's layers alike.  Empty by default.
     origin : str
         Where the weights come from: ``"defaults"`` (these figures),
         ``"calibrated"`` (:func:`~cso.analysis.calibration.derive_weights`
@@ -165,21 +177,16 @@ class CostWeights:
     l1_conflict_cost: float = 128.0
     kernel_mac_costs: tuple = ()
     kernel_in_place_costs: tuple = ()
+    input_pack_costs: tuple = ()
     origin: str = "defaults"
 
     def __post_init__(self):
         if not isinstance(self.origin, str):
             raise TypeError(f"CostWeights.origin must be a str, got {self.origin!r}")
-        object.__setattr__(
-            self,
-            "kernel_mac_costs",
-            shape_pairs(self.kernel_mac_costs, "CostWeights.kernel_mac_costs"),
-        )
-        object.__setattr__(
-            self,
-            "kernel_in_place_costs",
-            shape_pairs(self.kernel_in_place_costs, "CostWeights.kernel_in_place_costs"),
-        )
+        for table in SHAPE_TABLES:
+            object.__setattr__(
+                self, table, shape_pairs(getattr(self, table), f"CostWeights.{table}")
+            )
         for field in fields(self):
             if field.name in ("origin",) + SHAPE_TABLES:
                 continue
@@ -211,6 +218,12 @@ class CostWeights:
         """``c_in_place`` of the micro-kernel ``shape``: its own from
         ``kernel_in_place_costs``, else ``in_place_filter_cost``."""
         return dict(self.kernel_in_place_costs).get(shape, self.in_place_filter_cost)
+
+    def input_pack_cost_of(self, kind) -> float:
+        """``c_input`` of the input packing ``kind``
+        (:func:`~cso.analysis.counts.input_pack_kind`): its own from
+        ``input_pack_costs``, else ``input_pack_cost`` (also for ``None``)."""
+        return dict(self.input_pack_costs).get(kind, self.input_pack_cost)
 
 
 def kernel_shape_key(filters_per_tile: int, windows_per_tile: int, vector_operand) -> str:
@@ -252,8 +265,14 @@ def shape_pairs(value, what: str, zero_allowed: bool = True) -> tuple:
     return tuple(sorted(checked.items()))
 
 
-# The per-shape tables: (shape, weight) pairs overriding one weight each.
-SHAPE_TABLES = ("kernel_mac_costs", "kernel_in_place_costs")
+# The per-shape (and per-kind) tables, each (name, weight) pairs overriding
+# the weight it maps to here.
+TABLE_WEIGHTS = {
+    "kernel_mac_costs": "mac_cost",
+    "kernel_in_place_costs": "in_place_filter_cost",
+    "input_pack_costs": "input_pack_cost",
+}
+SHAPE_TABLES = tuple(TABLE_WEIGHTS)
 
 # Weights that are shares, checked against their own ranges.
 _FRACTIONS = ("sweep_fraction", "stream_overlap")

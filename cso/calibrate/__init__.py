@@ -37,7 +37,6 @@ REPEATED = frozenset(
         "tlb_miss_seconds",
         "transposed_store_seconds",
         "kernel_call_seconds",
-        "input_pack_seconds",
         "filter_pack_seconds",
     )
 )
@@ -87,6 +86,23 @@ def _steps(hardware, quick: bool):
         }
         return state["in_place"]
 
+    def input_packing():
+        # Per kind, the median of several differences: one median over the
+        # kinds moved from one kind's figure to another's between runs.
+        kinds = loop_probes.PACK_LAYERS
+        if quick:
+            kinds = {kind: kinds[kind] for kind in ("shifted",)}
+        measured = {
+            kind: median_of(
+                lambda layer=layer: loop_probes.input_pack_seconds(hardware, layer, rounds),
+                1 if quick else 5,
+            )()
+            for kind, layer in kinds.items()
+        }
+        # A kind whose layer packs nothing here keeps the median's weight.
+        state["input_pack"] = {k: v for k, v in measured.items() if v is not None}
+        return state["input_pack"]
+
     def line_reload():
         seconds = kernel_probes.l2_line_reload_seconds(
             all_shapes, lanes, hardware.l1_bytes, hardware.l1_ways, hardware.line_bytes, repeats
@@ -131,10 +147,10 @@ def _steps(hardware, quick: bool):
         ("tap_load_seconds", "depthwise tap-kernel input vector load", lambda: state["taps"][1]),
         ("kernel_call_seconds", "micro-kernel call in the loop nest",
          lambda: loop_probes.kernel_call_seconds(hardware, rounds)),
-        ("input_pack_seconds", "input element packed into panels",
-         lambda: loop_probes.input_pack_seconds(
-             hardware, loop_probes.PACK_LAYERS[:1] if quick else loop_probes.PACK_LAYERS,
-             rounds)),
+        (None, "input elements packed into panels, per kind of packing "
+               f"({', '.join(loop_probes.PACK_LAYERS)})", input_packing),
+        ("input_pack_seconds", "input element packed into panels (median over the kinds)",
+         lambda: median(state["input_pack"].values())),
         ("filter_pack_seconds", "filter element packed",
          lambda: loop_probes.filter_pack_seconds(hardware, rounds)),
         (None, "filter elements read in place, per window-vectorised shape", in_place),
@@ -195,4 +211,5 @@ def measure_rates(hardware, *, quick: bool = False, progress=None, details=None)
     # Each shape's own rate from L1 (its mac cost); --quick measures fewer shapes.
     values["kernel_shape_flops"] = {name: rate[0] for name, rate in state["kernels"].items()}
     values["in_place_shape_seconds"] = state["in_place"]
+    values["input_pack_kind_seconds"] = state["input_pack"]
     return MeasuredRates(**values)

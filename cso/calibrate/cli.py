@@ -18,7 +18,7 @@ from dataclasses import fields
 
 from ..analysis import calibration, calibration_store
 from ..analysis.detect import stored_or_probed
-from ..analysis.weights import DEFAULT_WEIGHTS, SHAPE_TABLES
+from ..analysis.weights import DEFAULT_WEIGHTS, SHAPE_TABLES, TABLE_WEIGHTS
 from . import measure_rates
 
 _UNITS = {
@@ -55,8 +55,7 @@ def weights_table(weights) -> str:
         measured = "" if field.name in calibration.CALIBRATED_WEIGHTS else "  (a share, kept)"
         ratio = f"{new / old:7.2f}" if old else "      -"
         lines.append(f"{field.name:<24} {new:>12.4g} {old:>12.4g} {ratio}{measured}")
-    for table, weight in (("kernel_mac_costs", "mac_cost"),
-                          ("kernel_in_place_costs", "in_place_filter_cost")):  # fmt: skip
+    for table, weight in TABLE_WEIGHTS.items():
         old = getattr(DEFAULT_WEIGHTS, weight)
         for shape, cost in getattr(weights, table):
             ratio = f"{cost / old:7.2f}" if old else "      -"
@@ -100,9 +99,10 @@ def main(argv=None) -> int:
     record = calibration_store.calibration_record(rates, key, quick=args.quick, seconds=seconds)
     print(f"\nmeasured rates ({seconds:.1f} s)")
     for name, value in rates.to_dict().items():
-        if name == "in_place_shape_seconds":
+        if name in ("in_place_shape_seconds", "input_pack_kind_seconds"):
+            what = "in place, " if name == "in_place_shape_seconds" else "packing, "
             for shape, seconds in value.items():
-                print(f"  {'  in place, ' + shape:<30} {_shown(name, seconds)}")
+                print(f"  {'  ' + what + shape:<30} {_shown(name, seconds)}")
         elif name != "kernel_shape_flops":  # in the micro-kernels' table below
             print(f"  {name:<30} {_shown(name, value)}")
     print("\nmicro-kernels: share of the FMA peak from L1; extra time per byte streamed")

@@ -11,8 +11,6 @@ time of exactly what it multiplies.
 
 from __future__ import annotations
 
-from statistics import median
-
 import numpy as np
 
 from .. import pack_filters, plan_conv2d
@@ -27,11 +25,13 @@ from .timing import slope_and_intercept
 # to where their fixed cost outweighs the multiply-adds, so the slope is
 # well above the timings' noise (on a layer of 128 channels it was not).
 CALL_LAYER = ((1, 16, 56, 56), (64, 16, 3, 3), 1, 1)
-PACK_LAYERS = (
-    ((1, 64, 56, 56), (64, 64, 3, 3), 1, 1),  # stride 1: shifted copies
-    ((1, 128, 56, 56), (128, 128, 3, 3), 2, 1),  # stride 2: gathers
-    ((1, 256, 56, 56), (512, 256, 1, 1), 2, 0),  # 1x1 stride 2: channel runs
-)
+# One layer per kind of input packing (cso.analysis.counts.input_pack_kind).
+PACK_LAYERS = {
+    "shifted": ((1, 64, 56, 56), (64, 64, 3, 3), 1, 1),
+    "strided": ((1, 128, 56, 56), (128, 128, 3, 3), 2, 1),
+    "pointwise": ((1, 256, 56, 56), (64, 256, 1, 1), 1, 0),
+    "pointwise_strided": ((1, 256, 56, 56), (512, 256, 1, 1), 2, 0),
+}
 FILTER_LAYER = ((1, 256, 14, 14), (256, 256, 3, 3), 1, 1)
 # Filters to pack: 2.4 million elements, about a millisecond, well above the
 # timer's and the allocator's noise (FILTER_LAYER's 0.6 million varied by 50%).
@@ -77,29 +77,28 @@ def kernel_call_seconds(hardware, rounds=5) -> float:
     return max(0.0, slope_and_intercept(calls, [best[i] for i in range(len(plans))])[0])
 
 
-def input_pack_seconds(hardware, layers=PACK_LAYERS, rounds=5) -> float:
-    """Median over ``layers`` of ``(t_no_kernel - t_skeleton) / packed input
-    elements``: the plan's loop nest with its micro-kernel a no-op, against
-    the same nest that does not pack either (:data:`cso.measure.VARIANTS`).
+def input_pack_seconds(hardware, layer, rounds=5):
+    """``(t_no_kernel - t_skeleton) / packed input elements`` of ``layer``
+    (one of :data:`PACK_LAYERS`): the plan's loop nest with its micro-kernel
+    a no-op, against the same nest that does not pack either
+    (:data:`cso.measure.VARIANTS`); None when the plan packs nothing (it
+    reads the input in place on this machine).
 
     Without the kernels the packing is most of what is timed: the whole
     layer less the nest that never packs differed by a few percent of the
     layer, and two calibrations of one machine measured 56 and 100 units.
     """
-    per_element = []
-    for layer in layers:
-        x, w = _operands(layer)
-        plan = _plan(layer, hardware)
-        packed = plan.cost_of(plan.schedule).packed_input_elements
-        if not packed:
-            continue
-        programs = {
-            "packing": plan_program(plan, x, w, variant="no-kernel"),
-            "neither": plan_program(plan, x, w, variant="skeleton"),
-        }
-        best = best_times(programs, rounds, MIN_SECONDS)
-        per_element.append(max(0.0, best["packing"] - best["neither"]) / packed)
-    return median(per_element) if per_element else 0.0
+    x, w = _operands(layer)
+    plan = _plan(layer, hardware)
+    packed = plan.cost_of(plan.schedule).packed_input_elements
+    if not packed:
+        return None
+    programs = {
+        "packing": plan_program(plan, x, w, variant="no-kernel"),
+        "neither": plan_program(plan, x, w, variant="skeleton"),
+    }
+    best = best_times(programs, rounds, MIN_SECONDS)
+    return max(0.0, best["packing"] - best["neither"]) / packed
 
 
 def filter_pack_seconds(hardware, rounds=5) -> float:

@@ -302,3 +302,56 @@ def test_a_shape_slow_in_place_is_priced_so():
     assert spared.cost_of(spared.schedule).cost == pytest.approx(
         traffic.cost - traffic.in_place_filter_reads * weights.in_place_filter_cost, rel=1e-9
     )
+
+
+def test_each_kind_of_input_packing_gets_its_own_cost():
+    # Per element: shifted copies 2.5e-10 s (50 units), gathers 5e-10 (100),
+    # a 1x1 layer's strided pixels 7e-10 (140); the scalar is their median.
+    seconds = {"shifted": 2.5e-10, "strided": 5e-10, "pointwise_strided": 7e-10}
+    rates = MeasuredRates(**RATES, input_pack_kind_seconds=seconds)
+    weights = derive_weights(rates)
+    assert weights.input_pack_costs == (
+        ("pointwise_strided", 140.0),
+        ("shifted", 50.0),
+        ("strided", 100.0),
+    )
+    assert weights.input_pack_cost_of("shifted") == 50.0
+    assert weights.input_pack_cost_of("pointwise") == weights.input_pack_cost  # not measured
+    assert weights.input_pack_cost_of(None) == weights.input_pack_cost
+    assert MeasuredRates.from_dict(json.loads(json.dumps(rates.to_dict()))) == rates
+    with pytest.raises(ValueError, match="input_pack_kind_seconds"):
+        MeasuredRates(**RATES, input_pack_kind_seconds={"shifted": -1.0})
+    # A record made before the kinds were measured still reads, as one weight for all.
+    assert derive_weights(MeasuredRates(**RATES)).input_pack_costs == ()
+
+
+@pytest.mark.parametrize(
+    "w_shape, stride, kind",
+    [
+        ((64, 64, 3, 3), 1, "shifted"),
+        ((64, 64, 3, 3), 2, "strided"),
+        ((64, 64, 1, 1), 1, "pointwise"),
+        ((64, 64, 1, 1), 2, "pointwise_strided"),
+    ],
+)
+def test_a_layer_is_charged_its_own_kind_of_packing(w_shape, stride, kind):
+    weights = derive_weights(MeasuredRates(**RATES))  # input_pack_cost 100 for every kind
+    hardware = cso.Hardware(vector_bytes=64, vector_registers=32, cores=1, weights=weights)
+    cheap = hardware.with_changes(input_pack_costs={kind: 10.0})
+    # Every other kind made dearer: this layer's cost must not see it.
+    others = {other: 1000.0 for other in ("shifted", "strided", "pointwise", "pointwise_strided")}
+    others.pop(kind)
+    dear_others = cheap.with_changes(input_pack_costs={kind: 10.0, **others})
+    problem = dict(x_shape=(1, 64, 56, 56), w_shape=w_shape, stride=stride,
+                   padding=w_shape[2] // 2, threads=1, schedule="IS",
+                   filters_per_tile=14, windows_per_tile=32, vector_operand="windows")  # fmt: skip
+    plans = [cso.plan_conv2d(hardware=h, **problem) for h in (hardware, cheap, dear_others)]
+    traffic = plans[0].cost_of(plans[0].schedule)
+    assert traffic.packed_input_elements > 0
+    assert plans[1].cost_of("IS").cost == pytest.approx(
+        traffic.cost - traffic.packed_input_elements * (100.0 - 10.0), rel=1e-9
+    )
+    assert plans[2].cost_of("IS").cost == pytest.approx(plans[1].cost_of("IS").cost, rel=1e-12)
+    assert f"input packing: {kind}, c_input 10 per element (this kind's, calibrated)" in (
+        cso.explain(plans[1])
+    )
