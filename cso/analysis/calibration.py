@@ -62,7 +62,7 @@ class MeasuredRates:
     l2_stream_seconds_per_byte : float
         Extra time per byte of a micro-kernel's streamed operand read from
         L2 instead of L1 (the same kernel, its streamed panels cycling
-        through more tiles than L1 holds).
+        through more tiles than L1 holds; the mean over the shapes).
     l3_bytes_per_second, dram_bytes_per_second : float
         Streaming read bandwidth of one core from a buffer resident in L3,
         and from one several times larger than L3.
@@ -90,7 +90,8 @@ class MeasuredRates:
     input_pack_seconds : float
         Time per input element written into panels (a layer's loop nest
         with its micro-kernel a no-op, less the same nest that does not pack
-        either, per packed element; median over layer kinds).
+        either, per packed element; the median over the kinds of packing,
+        each also kept in ``input_pack_kind_seconds``).
     filter_pack_seconds : float
         Time per filter element packed for a filter-vectorised kernel.
     in_place_filter_seconds : float

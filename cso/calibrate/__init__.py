@@ -120,7 +120,7 @@ def _steps(hardware, quick: bool):
                "rate from L1 and with L2 and L3 streams", kernels),
         ("kernel_flops", "micro-kernel rate from L1 (median)",
          lambda: kernel_probes.summary(state["kernels"])[0]),
-        ("l2_stream_seconds_per_byte", "extra time per byte streamed from L2 (median)",
+        ("l2_stream_seconds_per_byte", "extra time per byte streamed from L2 (mean)",
          lambda: kernel_probes.summary(state["kernels"])[1]),
         ("l3_bytes_per_second", "L3 read bandwidth, one core",
          lambda: memory_probes.read_bandwidth(l3_size, repeats, passes=4)),
