@@ -85,6 +85,15 @@ def _steps(hardware, quick: bool):
         }
         return state["in_place"]
 
+    def loop_shapes():
+        # Per shape, the median of several timings in the loop nest.
+        runs = [
+            loop_probes.loop_shape_seconds(hardware, shapes, rounds)
+            for _ in range(1 if quick else 3)
+        ]
+        state["loop_shapes"] = {key: median(run[key] for run in runs) for key in runs[0]}
+        return state["loop_shapes"]
+
     def input_packing():
         # Per kind, the median of several differences: one median over the
         # kinds moved from one kind's figure to another's between runs.
@@ -121,6 +130,7 @@ def _steps(hardware, quick: bool):
          lambda: kernel_probes.summary(state["kernels"])[0]),
         ("l2_stream_seconds_per_byte", "extra time per byte streamed from L2 (mean)",
          lambda: kernel_probes.summary(state["kernels"])[1]),
+        (None, "micro-kernels in the loop nest, per padded multiply-add", loop_shapes),
         ("l3_bytes_per_second", "L3 read bandwidth, one core",
          lambda: memory_probes.read_bandwidth(l3_size, repeats, passes=4)),
         ("dram_bytes_per_second", "DRAM read bandwidth, one core",
@@ -211,4 +221,5 @@ def measure_rates(hardware, *, quick: bool = False, progress=None, details=None)
     values["kernel_shape_flops"] = {name: rate[0] for name, rate in state["kernels"].items()}
     values["in_place_shape_seconds"] = state["in_place"]
     values["input_pack_kind_seconds"] = state["input_pack"]
+    values["loop_shape_seconds"] = state["loop_shapes"]
     return MeasuredRates(**values)

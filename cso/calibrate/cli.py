@@ -99,8 +99,12 @@ def main(argv=None) -> int:
     record = calibration_store.calibration_record(rates, key, quick=args.quick, seconds=seconds)
     print(f"\nmeasured rates ({seconds:.1f} s)")
     for name, value in rates.to_dict().items():
-        if name in ("in_place_shape_seconds", "input_pack_kind_seconds"):
-            what = "in place, " if name == "in_place_shape_seconds" else "packing, "
+        if name in ("in_place_shape_seconds", "input_pack_kind_seconds", "loop_shape_seconds"):
+            what = {
+                "in_place_shape_seconds": "in place, ",
+                "input_pack_kind_seconds": "packing, ",
+                "loop_shape_seconds": "in the loop, ",
+            }[name]
             for shape, seconds in value.items():
                 print(f"  {'  ' + what + shape:<30} {_shown(name, seconds)}")
         elif name != "kernel_shape_flops":  # in the micro-kernels' table below

@@ -14,7 +14,8 @@ from __future__ import annotations
 import numpy as np
 
 from .. import pack_filters, plan_conv2d
-from ..analysis import tiles
+from ..analysis import counts, tiles
+from ..analysis.weights import kernel_shape_key
 from ..analysis.planner import with_tiles
 from ..measure import best_times, filter_program, plan_program
 from .timing import slope_and_intercept
@@ -33,6 +34,10 @@ PACK_LAYERS = {
     "pointwise_strided": ((1, 256, 56, 56), (512, 256, 1, 1), 2, 0),
 }
 FILTER_LAYER = ((1, 256, 14, 14), (256, 256, 3, 3), 1, 1)
+# Every micro-kernel shape is timed on this layer, inside the loop nest.  At
+# 14x14 the shapes' padding differs most (196 windows in tiles of 14 to 48),
+# which the rate per padded multiply-add takes out.
+SHAPE_LAYER = FILTER_LAYER
 # Filters to pack: 2.4 million elements, about a millisecond, well above the
 # timer's and the allocator's noise (FILTER_LAYER's 0.6 million varied by 50%).
 PACK_FILTER_LAYER = ((1, 512, 14, 14), (512, 512, 3, 3), 1, 1)
@@ -106,10 +111,25 @@ def filter_pack_seconds(hardware, rounds=5) -> float:
 
 
 def in_place_shapes(hardware) -> list:
-    """The offered window-vectorised shapes ``(Nf, Nwin)`` whose rows fit one
-    L1 set (their reads in place conflict in none), or the smallest."""
+    """The offered window-vectorised shapes ``(Nf, Nwin)`` whose filter rows,
+    as :data:`FILTER_LAYER` lays them out, overflow no L1 set (their reads
+    in place conflict in none: conflicts are priced apart), or the smallest.
+
+    Not "``Nf`` at most the L1's ways": the 16 x 16 kernel (16 rows, a
+    12-way L1) was then never measured and took the median's cost, where
+    its reads in place cost it a third of its speed on a Xeon."""
     shapes = tiles.register_blocks(hardware.vector_bytes, hardware.vector_registers, 4)
-    return [shape for shape in shapes if shape[0] <= hardware.l1_ways] or [min(shapes)]
+    _, (_, channels, kernel_height, kernel_width), _, _ = FILTER_LAYER
+    sets = hardware.l1_bytes // (hardware.line_bytes * hardware.l1_ways)
+    fitting = [
+        shape
+        for shape in shapes
+        if counts.rows_per_l1_set(
+            shape[0], channels * kernel_height * kernel_width * 4, hardware.line_bytes, sets
+        )
+        <= hardware.l1_ways
+    ]
+    return fitting or [min(shapes)]
 
 
 def in_place_filter_seconds(hardware, shape, rounds=5) -> float:
@@ -138,3 +158,28 @@ def in_place_filter_seconds(hardware, shape, rounds=5) -> float:
     best = best_times(programs, rounds, MIN_SECONDS)
     reads = plan.cost_of(plan.schedule).in_place_filter_reads
     return max(0.0, best["in place"] - best["packed"]) / max(1, reads)
+
+
+def loop_shape_seconds(hardware, shapes, rounds=5) -> dict:
+    """``{shape key: seconds per padded multiply-add}``: :data:`SHAPE_LAYER`
+    planned with each of ``shapes`` (``(Nf, Nwin, operand)``) forced and its
+    filters packed ahead (no filter packing, no in-place reads), the plans
+    timed whole in interleaved rounds, each over its padded multiply-adds."""
+    x, w = _operands(SHAPE_LAYER)
+    x_shape, _, stride, padding = SHAPE_LAYER
+    programs, macs = {}, {}
+    for nf, nwin, operand in shapes:
+        plan = _plan(
+            SHAPE_LAYER,
+            hardware,
+            filters_per_tile=nf,
+            windows_per_tile=nwin,
+            vector_operand=operand,
+            filters_prepacked=True,
+        )
+        panels = pack_filters(w, x_shape, stride=stride, padding=padding, plan=plan)
+        key = kernel_shape_key(nf, nwin, operand)
+        programs[key] = plan_program(plan, x, w, prepacked=panels)
+        macs[key] = plan.cost_of(plan.schedule).padded_macs
+    best = best_times(programs, rounds, MIN_SECONDS)
+    return {key: best[key] / macs[key] for key in programs}

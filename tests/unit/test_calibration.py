@@ -355,3 +355,22 @@ def test_a_layer_is_charged_its_own_kind_of_packing(w_shape, stride, kind):
     assert f"input packing: {kind}, c_input 10 per element (this kind's, calibrated)" in (
         cso.explain(plans[1])
     )
+
+
+def test_shapes_timed_in_the_loop_nest_set_their_own_mac_costs():
+    # mac_cost 5.0 (kernels at 80% of the peak from L1); per padded multiply-add
+    # in the loop nest 14x32w and 8x48w take 1.0e-11 s, 8x32w 1.05e-11 (5% off the
+    # median: within the tolerance) and 16x16w 1.5e-11: 5.0 * 1.5 = 7.5.
+    loop = {"14x32w": 1.0e-11, "8x48w": 1.0e-11, "8x32w": 1.05e-11, "16x16w": 1.5e-11}
+    # The rates from L1 would say otherwise (all alike): the loop nest's rule.
+    flat = {shape: 80e9 for shape in loop}
+    rates = MeasuredRates(**RATES, kernel_shape_flops=flat, loop_shape_seconds=loop)
+    weights = derive_weights(rates)
+    assert weights.mac_cost == 5.0
+    assert weights.kernel_mac_costs == (("16x16w", 7.5),)
+    assert weights.mac_cost_of("8x32w") == 5.0
+    assert MeasuredRates.from_dict(json.loads(json.dumps(rates.to_dict()))) == rates
+    # Without loop timings (older records), the rates from L1 decide.
+    assert derive_weights(MeasuredRates(**RATES, kernel_shape_flops=flat)).kernel_mac_costs == ()
+    with pytest.raises(ValueError, match="loop_shape_seconds"):
+        MeasuredRates(**RATES, loop_shape_seconds={"16x16w": 0.0})
