@@ -360,8 +360,12 @@ def test_a_layer_is_charged_its_own_kind_of_packing(w_shape, stride, kind):
 def test_shapes_timed_in_the_loop_nest_set_their_own_mac_costs():
     # mac_cost 5.0 (kernels at 80% of the peak from L1); per padded multiply-add
     # in the loop nest 14x32w and 8x48w take 1.0e-11 s, 8x32w 1.05e-11 (5% off the
-    # median: within the tolerance) and 16x16w 1.5e-11: 5.0 * 1.5 = 7.5.
-    loop = {"14x32w": 1.0e-11, "8x48w": 1.0e-11, "8x32w": 1.05e-11, "16x16w": 1.5e-11}
+    # median: within the tolerance), 32x14f 0.98e-11 and 16x16w 1.5e-11: the median
+    # is 1.0e-11 and 16x16w costs 5.0 * 1.5 = 7.5.
+    loop = {
+        "14x32w": 1.0e-11, "8x48w": 1.0e-11, "8x32w": 1.05e-11, "32x14f": 0.98e-11,
+        "16x16w": 1.5e-11,
+    }
     # The rates from L1 would say otherwise (all alike): the loop nest's rule.
     flat = {shape: 80e9 for shape in loop}
     rates = MeasuredRates(**RATES, kernel_shape_flops=flat, loop_shape_seconds=loop)
