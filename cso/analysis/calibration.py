@@ -63,7 +63,8 @@ class MeasuredRates:
     l2_stream_seconds_per_byte : float
         Extra time per byte of a micro-kernel's streamed operand read from
         L2 instead of L1 (the same kernel, its streamed panels cycling
-        through more tiles than L1 holds; the mean over the shapes).
+        through more tiles than L1 holds; the least over the shapes: what
+        each shape adds beyond it is in its ``loop_shape_seconds``).
     l3_bytes_per_second, dram_bytes_per_second : float
         Streaming read bandwidth of one core from a buffer resident in L3,
         and from one several times larger than L3.

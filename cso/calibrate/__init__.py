@@ -128,7 +128,7 @@ def _steps(hardware, quick: bool):
                "rate from L1 and with L2 and L3 streams", kernels),
         ("kernel_flops", "micro-kernel rate from L1 (median)",
          lambda: kernel_probes.summary(state["kernels"])[0]),
-        ("l2_stream_seconds_per_byte", "extra time per byte streamed from L2 (mean)",
+        ("l2_stream_seconds_per_byte", "extra time per byte streamed from L2 (least)",
          lambda: kernel_probes.summary(state["kernels"])[1]),
         (None, "micro-kernels in the loop nest, per padded multiply-add", loop_shapes),
         ("l3_bytes_per_second", "L3 read bandwidth, one core",
