@@ -23,7 +23,7 @@ import numba
 import numpy as np
 
 from .analysis import depthwise
-from .analysis.choices import Algorithm, Schedule, VectorOperand
+from .analysis.choices import TAP_ALGORITHMS, Schedule, VectorOperand
 from .analysis.plan import Plan
 from .geometry import ceil_div
 from .openmp import kept_openmp_threads
@@ -72,8 +72,8 @@ def filter_operands(w, bias, plan: Plan) -> FilterOperands:
     """
     g = plan.geometry
     dtype = np.dtype(plan.dtype)
-    if plan.algorithm == Algorithm.DEPTHWISE:
-        # The tap kernel reads each channel's R*S taps from KCRS in place.
+    if plan.algorithm in TAP_ALGORITHMS:
+        # The tap kernel reads each filter's taps from KCRS in place.
         w_flat = writeable(np.ascontiguousarray(w, dtype=dtype)).reshape(-1)
         return _depthwise_operands(w_flat, bias, plan)
     bias_panel = _bias_panel(bias, plan)
@@ -98,7 +98,7 @@ def prepacked_operands(panels: np.ndarray, bias, plan: Plan) -> FilterOperands:
     Dot-product panels are the KCRS rows, read in place with their last
     partial tile packed as rows; other panels are read whole.
     """
-    if plan.algorithm == Algorithm.DEPTHWISE:
+    if plan.algorithm in TAP_ALGORITHMS:
         return _depthwise_operands(panels, bias, plan)
     has_bias = bias is not None
     # Without a bias, the shared zeros of a full bias panel's size: the
@@ -215,7 +215,7 @@ def launch_for(plan: Plan, filters_packed: bool, module=None) -> Launch:
 
 
 def _make_launch(plan: Plan, filters_packed: bool, module) -> Launch:
-    if plan.algorithm == Algorithm.DEPTHWISE:
+    if plan.algorithm in TAP_ALGORITHMS:
         return _depthwise_launch(plan, module)
     g = plan.geometry
     panel_elements, scratch_elements = _worker_elements(plan)
@@ -263,15 +263,17 @@ def _make_launch(plan: Plan, filters_packed: bool, module) -> Launch:
 
 
 def _depthwise_launch(plan: Plan, module) -> Launch:
-    """The depthwise nest (:mod:`cso.macrokernel.depthwise`), its bounds, the
-    kernel's column offsets and workspace: one packed channel per worker."""
+    """The tap nest (:mod:`cso.macrokernel.depthwise`), its bounds, the
+    kernel's column offsets and workspace: one packed group per worker."""
     g = plan.geometry
     segment, rows = plan.windows_per_tile, plan.rows_per_call
     lanes = plan.vector_lanes
-    stride = worker_stride(depthwise.packed_channel_elements(g, segment, lanes), plan.dtype)
+    channel_stride = depthwise.packed_channel_elements(g, segment, lanes)
+    stride = worker_stride(g.channels_per_group * channel_stride, plan.dtype)
     bounds = DepthwiseBounds(
         batch=g.batch,
-        channels=g.channels,
+        groups=g.groups,
+        group_channels=g.channels_per_group,
         multiplier=g.filters_per_group,
         height=g.height,
         width=g.width,
@@ -288,6 +290,7 @@ def _depthwise_launch(plan: Plan, module) -> Launch:
         columns=depthwise.kernel_columns(g, rows),
         rows=depthwise.packed_rows(g),
         phase_width=depthwise.phase_width(g, segment, lanes),
+        channel_stride=channel_stride,
         workspace_stride=stride,
     )
     if module is None:
@@ -299,7 +302,7 @@ def _depthwise_launch(plan: Plan, module) -> Launch:
             plan.vector_lanes,
             depthwise.masked_rows(g, segment, rows),
         )
-    offsets = np.array(depthwise.column_offsets(g, segment, lanes, rows), dtype=np.intp)
+    offsets = np.array(depthwise.kernel_offsets(g, segment, lanes, rows), dtype=np.intp)
     return Launch(module.convolve_depthwise, tuple(bounds), plan.threads * stride, offsets)
 
 

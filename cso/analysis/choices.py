@@ -54,11 +54,18 @@ class Algorithm(_Choice):
     micro-kernel, under the IS or WS cache-tiling nest (groups one after
     another).  ``DEPTHWISE``: one input channel per group; each channel is
     packed once and its taps applied to row segments held in vector
-    registers (the tap micro-kernel).
+    registers (the tap micro-kernel).  ``GROUPED``: a few input channels
+    per group, run by the same tap kernel and nest, each call applying the
+    taps of all the group's channels (no ``R*S``-fold window expansion).
     """
 
     DENSE = "dense"
     DEPTHWISE = "depthwise"
+    GROUPED = "grouped"
+
+
+# The families the tap kernel and its nest (cso.macrokernel.depthwise) run.
+TAP_ALGORITHMS = frozenset((Algorithm.DEPTHWISE, Algorithm.GROUPED))
 
 
 class Activation(_Choice):

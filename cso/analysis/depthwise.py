@@ -1,4 +1,4 @@
-"""The depthwise algorithm family: its tiles, its cost terms and its plan.
+"""The tap algorithm families, depthwise and grouped: tiles, cost terms, plan.
 
 A depthwise convolution (one input channel per group, ``K = m * C``) has a
 reduction of only ``R*S`` taps: the dense outer-product kernel would spend
@@ -7,6 +7,13 @@ its registers on padding.  Instead each input channel is packed once
 (:mod:`cso.microkernels.taps`) keeps a row segment of ``Nv`` output vectors
 in registers while it applies every tap.  The layer is memory-bound: its
 cost is the bytes it moves beside its multiply-adds and calls.
+
+A grouped convolution with few channels per group (``C_g`` from 2 to
+:data:`MAX_GROUP_CHANNELS`) runs the same way: the group's ``C_g`` channels
+are packed once, one after another, and each call applies the ``C_g * R *
+S`` taps of one filter.  The dense kernel would pack every window ``R*S``
+times for only ``K_g`` filters to read (a 3x3 layer of 8 channels a group
+spent 62% of its time packing); here each input element is packed once.
 """
 
 from __future__ import annotations
@@ -25,9 +32,35 @@ from .ties import first_within
 MAX_SEGMENT_VECTORS = tiles.MAX_SEGMENT_VECTORS
 
 
+MAX_GROUP_CHANNELS = tiles.MAX_GROUP_CHANNELS
+
+
 def is_depthwise(geometry: ConvGeometry) -> bool:
     """One input channel per group, more than one group: ``groups == C``."""
     return geometry.channels_per_group == 1 and geometry.groups > 1
+
+
+def is_small_grouped(geometry: ConvGeometry) -> bool:
+    """More than one group of 2 to :data:`MAX_GROUP_CHANNELS` channels."""
+    return geometry.groups > 1 and 2 <= geometry.channels_per_group <= MAX_GROUP_CHANNELS
+
+
+def weighs_grouped(geometry: ConvGeometry) -> bool:
+    """Whether the planner weighs the grouped tap plan unforced: stride 1
+    only.  At stride 2 the group's column phases cost more than the model
+    prices them: on a Xeon, ResNeXt-50's strided grouped layers ran at
+    0.3-0.7x the dense kernel's speed with it (the model had one of them
+    cheaper), its stride-1 ones at 1.2-2.5x."""
+    return geometry.stride_h == 1 and geometry.stride_w == 1
+
+
+def tap_algorithm(geometry: ConvGeometry):
+    """The tap family that can run ``geometry``: ``DEPTHWISE``, ``GROUPED`` or None."""
+    if is_depthwise(geometry):
+        return Algorithm.DEPTHWISE
+    if is_small_grouped(geometry):
+        return Algorithm.GROUPED
+    return None
 
 
 def kernel_shape(geometry: ConvGeometry, rows_per_call: int) -> tuple:
@@ -41,9 +74,11 @@ def kernel_shape(geometry: ConvGeometry, rows_per_call: int) -> tuple:
 
 
 def kernel_columns(geometry: ConvGeometry, rows_per_call: int) -> int:
-    """Column taps the tap kernel loops over: ``S``, or ``R*S`` for the one-row kernel."""
+    """Column taps the tap kernel loops over: ``C_g * S``, or ``C_g * R*S``
+    for the one-row kernel (``C_g = 1`` when depthwise)."""
     g = geometry
-    return g.kernel_width * (g.kernel_height // kernel_shape(g, rows_per_call)[0])
+    rows = g.kernel_height // kernel_shape(g, rows_per_call)[0]
+    return g.channels_per_group * g.kernel_width * rows
 
 
 def rows_read(output_rows: int, kernel_height: int, stride_h: int, dilation_h: int) -> int:
@@ -119,19 +154,44 @@ def packed_channel_elements(geometry: ConvGeometry, segment: int, lanes: int) ->
 def column_offsets(
     geometry: ConvGeometry, segment: int, lanes: int, rows_per_call: int = 1
 ) -> list:
-    """Where each column tap of the kernel starts in the packed channel,
-    relative to its output's row: ``phase(s) * rows * width + (s * dw) // sw``
-    for ``s < S``, and for the one-row kernel, tap ``t = r*S + s`` at that
-    plus ``r * dilation_h * width``."""
+    """Where each column tap of the kernel starts in the packed group,
+    relative to its output's row: for channel ``c`` of the group and ``s <
+    S``, column ``t = c*S + s`` at ``c * E + phase(s) * rows * width + (s *
+    dw) // sw`` (``E`` = :func:`packed_channel_elements`); for the one-row
+    kernel, tap ``t = (r*C_g + c)*S + s`` at that plus ``r * dilation_h *
+    width``.  Each tap's weight is found by :func:`weight_offsets`."""
     g = geometry
     rows, width = packed_rows(g), phase_width(g, segment, lanes)
+    channel = packed_channel_elements(g, segment, lanes)
     columns = [
-        (s * g.dilation_w % g.stride_w) * rows * width + s * g.dilation_w // g.stride_w
+        c * channel
+        + (s * g.dilation_w % g.stride_w) * rows * width
+        + s * g.dilation_w // g.stride_w
+        for c in range(g.channels_per_group)
         for s in range(g.kernel_width)
     ]
     if rows_per_call > 1:
         return columns
     return [r * g.dilation_h * width + c for r in range(g.kernel_height) for c in columns]
+
+
+def weight_offsets(geometry: ConvGeometry, rows_per_call: int = 1) -> list:
+    """Where the kernel's weight for row ``r`` of its block and column tap
+    ``t`` (:func:`column_offsets`' order) is in a KCRS filter, at index
+    ``r*T + t``: ``c*R*S + r*S + s`` (for the one-row kernel, ``r`` is 0 and
+    the filter row is the tap's own: the same list either way, ``r``, ``c``,
+    ``s`` in order).  The filters are read in place."""
+    g = geometry
+    R, S, C = g.kernel_height, g.kernel_width, g.channels_per_group
+    return [c * R * S + r * S + s for r in range(R) for c in range(C) for s in range(S)]
+
+
+def kernel_offsets(geometry: ConvGeometry, segment: int, lanes: int, rows_per_call: int = 1):
+    """The tap kernel's ``column_offsets`` argument: :func:`column_offsets`
+    then :func:`weight_offsets`."""
+    return column_offsets(geometry, segment, lanes, rows_per_call) + weight_offsets(
+        geometry, rows_per_call
+    )
 
 
 def kernel_loads(geometry: ConvGeometry, rows_per_call: int, segment: int, lanes: int) -> int:
@@ -163,27 +223,30 @@ def depthwise_traffic(
     threads: int,
     rows_per_call: int = 1,
 ) -> Traffic:
-    """What one (channel, image) job of the depthwise nest costs, modelled.
+    """What one (group, image) job of the tap nest costs, modelled.
 
-    Counts per job: the compulsory bytes (its input plane, ``m`` filters and
-    ``m`` output planes) from the level the whole call's operands fit in;
-    the packed channel's elements; ``m * ceil(P / rows) * ceil(Q / seg)``
-    kernel calls of ``rows * seg * R * S`` multiply-adds and
+    Counts per job: the compulsory bytes (its ``C_g`` input planes, ``m``
+    filters and ``m`` output planes) from the level the whole call's
+    operands fit in; the ``C_g`` packed channels' elements; ``m * ceil(P /
+    rows) * ceil(Q / seg)`` kernel calls of ``rows * seg * C_g * R * S``
+    multiply-adds and
     :func:`kernel_loads` vector loads each.  The bytes and packing are
     weighted like the dense plans' (:func:`~cso.analysis.cost.weighted_cost`);
     a call costs ``tap_call_cost + max(macs * c_mac * s/4, loads *
     tap_load_cost)``: the kernel runs at its FMAs' rate or its loads',
     whichever is slower (:func:`tap_kernel_cost`).  All scaled by the
-    busiest thread's share of the ``N * C`` jobs.
+    busiest thread's share of the ``N * G`` jobs.
     """
     g = geometry
     s = element_bytes
     lanes = max(1, hardware.vector_bytes // s)
     multiplier = g.filters_per_group
-    taps = g.kernel_height * g.kernel_width
+    taps = g.channels_per_group * g.kernel_height * g.kernel_width
     calls = multiplier * ceil_div(g.out_height, rows_per_call) * ceil_div(g.out_width, segment)
     loads = calls * kernel_loads(g, rows_per_call, segment, lanes)
-    job_bytes = (g.height * g.width + multiplier * taps + multiplier * g.windows) * s
+    job_bytes = (
+        g.channels_per_group * g.height * g.width + multiplier * taps + multiplier * g.windows
+    ) * s
     call_bytes = job_bytes * g.groups * g.batch
     usable = hardware.usable_fraction
     level = counts.level_of(
@@ -199,7 +262,7 @@ def depthwise_traffic(
         kernel_calls=calls,
         l1_spill=0,
         padded_macs=calls * rows_per_call * segment * taps,
-        packed_input_elements=packed_channel_elements(g, segment, lanes),
+        packed_input_elements=g.channels_per_group * packed_channel_elements(g, segment, lanes),
         tap_loads=loads,
     )
     jobs = g.batch * g.groups
@@ -215,7 +278,8 @@ def depthwise_traffic(
 
 
 def plan_depthwise(geometry: ConvGeometry, dtype_name: str, hardware: Hardware, threads: int):
-    """The depthwise plan of ``geometry`` (which must be :func:`is_depthwise`)."""
+    """The tap plan of ``geometry`` (which must have a :func:`tap_algorithm`):
+    depthwise, or grouped with few channels per group."""
     element_bytes = np.dtype(dtype_name).itemsize
     lanes = max(1, hardware.vector_bytes // element_bytes)
     # Every (rows, segment) the kernel offers, priced; near-ties go to the
@@ -243,6 +307,6 @@ def plan_depthwise(geometry: ConvGeometry, dtype_name: str, hardware: Hardware, 
         geometry=geometry,
         hardware=hardware,
         vector_operand=VectorOperand.WINDOWS,
-        algorithm=Algorithm.DEPTHWISE,
+        algorithm=tap_algorithm(geometry),
         rows_per_call=rows,
     )

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..geometry import SUPPORTED_DTYPES, ConvGeometry, ceil_div, make_geometry
 from . import tiles
-from .choices import SCHEDULES, Algorithm, VectorOperand
+from .choices import SCHEDULES, TAP_ALGORITHMS, Algorithm, VectorOperand
 from .cost import Traffic
 from .hardware import Hardware
 
@@ -136,10 +136,10 @@ def _check_kernel(plan) -> None:
             f"Plan.threads ({plan.threads}) exceeds the machine's cores ({hardware.cores})"
         )
     nf, nwin = plan.filters_per_tile, plan.windows_per_tile
-    if plan.algorithm == Algorithm.DEPTHWISE:
+    if plan.algorithm in TAP_ALGORITHMS:
         if nf != 1 or nwin % lanes or nwin // lanes > tiles.MAX_SEGMENT_VECTORS:
             raise ValueError(
-                f"a depthwise plan's row segment is 1 x (1..{tiles.MAX_SEGMENT_VECTORS}) vectors "
+                f"a tap plan's row segment is 1 x (1..{tiles.MAX_SEGMENT_VECTORS}) vectors "
                 f"of {lanes} lanes, got filters_per_tile={nf}, windows_per_tile={nwin}"
             )
         height = plan.geometry.kernel_height if plan.rows_per_call > 1 else 1
@@ -151,7 +151,7 @@ def _check_kernel(plan) -> None:
             )
         if nwin > max(lanes, plan.geometry.out_width):
             raise ValueError(
-                f"a depthwise plan's row segment ({nwin}) is one vector or no wider than the "
+                f"a tap plan's row segment ({nwin}) is one vector or no wider than the "
                 f"output's {plan.geometry.out_width} columns"
             )
         if plan.rows_per_call > most:
@@ -219,11 +219,18 @@ def _check_layout(plan) -> None:
     g = plan.geometry
     if plan.algorithm == Algorithm.DEPTHWISE and g.channels_per_group != 1:
         raise ValueError(f"a depthwise plan needs one input channel per group: got {g}")
-    if plan.rows_per_call > 1 and not (
-        plan.algorithm == Algorithm.DEPTHWISE and tiles.offers_row_blocks(g)
+    if plan.algorithm == Algorithm.GROUPED and not (
+        g.groups > 1 and 2 <= g.channels_per_group <= tiles.MAX_GROUP_CHANNELS
     ):
         raise ValueError(
-            f"rows_per_call={plan.rows_per_call} needs a depthwise plan whose filters are 3, 5 "
+            f"a grouped plan needs more than one group of 2 to {tiles.MAX_GROUP_CHANNELS} "
+            f"channels: got {g}"
+        )
+    if plan.rows_per_call > 1 and not (
+        plan.algorithm in TAP_ALGORITHMS and tiles.offers_row_blocks(g)
+    ):
+        raise ValueError(
+            f"rows_per_call={plan.rows_per_call} needs a tap plan whose filters are 3, 5 "
             "or 7 high, with stride 1 or 2 and no dilation down"
         )
     pointwise = tiles.is_unstrided_unpadded_pointwise(

@@ -28,7 +28,7 @@ from .candidates import (
     ws_window_parts,
 )
 from .choices import SCHEDULES, Algorithm, Schedule, VectorOperand, parse_choice
-from .depthwise import is_depthwise, plan_depthwise
+from .depthwise import MAX_GROUP_CHANNELS, plan_depthwise, tap_algorithm, weighs_grouped
 from .detect import detect_hardware
 from .hardware import Hardware
 from .plan import Plan
@@ -101,9 +101,10 @@ def plan_conv2d(
         Force folding the batch into the windows (``True``) or computing
         image by image (``False``) instead of the model's choice (see
         :attr:`Plan.batch_folded`).
-    algorithm : {"dense", "depthwise"}, optional
+    algorithm : {"dense", "depthwise", "grouped"}, optional
         Force the algorithm family instead of the cost model's choice
-        (``"depthwise"`` needs ``groups == C``).
+        (``"depthwise"`` needs ``groups == C``, ``"grouped"`` more than one
+        group of 2 to 64 channels).
 
     Returns
     -------
@@ -159,16 +160,22 @@ def plan_for_geometry(
 
     The algorithm families are weighed by their modelled cost per (group,
     image): the dense outer-product plans (:func:`_plan_dense`) and, for a
-    depthwise layer, the depthwise plan (:mod:`.depthwise`).  Forcing any
+    depthwise or small-grouped layer, the tap plan (:mod:`.depthwise`).  Forcing any
     dense setting (a tile size, schedule, vector operand or folding) plans
     densely.
     """
-    if algorithm == Algorithm.DEPTHWISE:
-        if not is_depthwise(geometry):
-            raise ValueError(
-                "algorithm='depthwise' needs one input channel per group (groups == C > 1), "
-                f"got {geometry.groups} group(s) of {geometry.channels_per_group} channel(s)"
-            )
+    if algorithm == Algorithm.DEPTHWISE and tap_algorithm(geometry) != algorithm:
+        raise ValueError(
+            "algorithm='depthwise' needs one input channel per group (groups == C > 1), "
+            f"got {geometry.groups} group(s) of {geometry.channels_per_group} channel(s)"
+        )
+    if algorithm == Algorithm.GROUPED and tap_algorithm(geometry) != algorithm:
+        raise ValueError(
+            f"algorithm='grouped' needs more than one group of 2 to {MAX_GROUP_CHANNELS} "
+            f"channels, got {geometry.groups} group(s) of {geometry.channels_per_group} "
+            "channel(s)"
+        )
+    if algorithm in (Algorithm.DEPTHWISE, Algorithm.GROUPED):
         return plan_depthwise(geometry, dtype_name, hardware, threads)
     dense = _plan_dense(
         geometry,
@@ -186,7 +193,8 @@ def plan_for_geometry(
         setting is not None
         for setting in (filters_per_tile, windows_per_tile, schedule, vector_operand, fold_batch)
     )
-    if dense_forced or not is_depthwise(geometry):
+    tap = tap_algorithm(geometry)
+    if dense_forced or tap is None or (tap == Algorithm.GROUPED and not weighs_grouped(geometry)):
         return dense
     depthwise = plan_depthwise(geometry, dtype_name, hardware, threads)
     if depthwise.cost_of(depthwise.schedule).cost < dense.cost_of(dense.schedule).cost:

@@ -18,6 +18,10 @@ from ..geometry import ceil_div
 # Accumulator vectors in one row of the depthwise tap kernel at most
 # (:func:`cso.analysis.depthwise.kernel_options`).
 MAX_SEGMENT_VECTORS = 4
+# Channels per group the grouped tap plan is weighed for at most
+# (:func:`cso.analysis.depthwise.is_small_grouped`): beyond them the dense
+# kernel's panels serve enough filters to repay their packing.
+MAX_GROUP_CHANNELS = 64
 
 
 def register_blocks(vector_bytes: int, vector_registers: int, element_bytes: int) -> list:

@@ -236,7 +236,8 @@ def tap_call_seconds_by_columns(lanes, columns, vectors=4, repeats=5):
     width = segment + 32
     seconds = []
     for count in columns:
-        offsets = np.array([t % 24 for t in range(count)], dtype=np.intp)
+        # Column offsets, then the weights' (one row: each tap's own).
+        offsets = np.array([t % 24 for t in range(count)] + list(range(count)), dtype=np.intp)
         weights, inputs = _operands(count), _operands(width)
         out, residual = _operands(segment), _operands(segment)
         args = (count, weights, offsets, inputs, width, out, segment)

@@ -45,8 +45,9 @@ DepthwiseBounds = namedtuple(
     "DepthwiseBounds",
     [
         "batch",  # N
-        "channels",  # C (= groups)
-        "multiplier",  # m = K / C
+        "groups",  # G (= C when depthwise)
+        "group_channels",  # C_g = C / G, packed one after another per job
+        "multiplier",  # m = K / G, filters per group
         "height",
         "width",  # H, W of the input as given (unpadded)
         "kernel_height",
@@ -59,9 +60,10 @@ DepthwiseBounds = namedtuple(
         "out_width",  # P, Q
         "segment",  # outputs per row of a kernel call: Nv * VL
         "rows_per_call",  # output rows per kernel call
-        "columns",  # column taps the kernel loops over: S, or R*S for the one-row kernel
+        "columns",  # column taps per call: C_g*S, or C_g*R*S for the one-row kernel
         "rows",  # packed rows per channel: analysis.depthwise.packed_rows
         "phase_width",  # packed elements per row of each of the stride_w phases
+        "channel_stride",  # packed elements per channel: stride_w * rows * phase_width
         "workspace_stride",  # elements of the workspace per worker
     ],
 )

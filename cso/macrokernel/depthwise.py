@@ -1,4 +1,4 @@
-"""The depthwise loop nest: one input channel at a time, packed once, all its taps.
+"""The tap loop nest (depthwise and grouped): one group at a time, packed once, all its taps.
 
 This file is a template as well as a module: ``tap_kernel`` and
 ``VECTOR_TOKEN`` are bound per specialisation (the kernel's filter height,
@@ -7,14 +7,15 @@ stride and dilation down, rows and vectors, dtype, vector lanes) by
 
 Contracts relied on
 -------------------
-* ``x_flat``: the input ``[N][C][H][W]`` flattened, unpadded.  Groups are
-  the channels: output channel ``k`` reads input channel ``k // m``
-  (``m = K / C``, the channel multiplier), as in PyTorch.
-* ``w_flat``: the filters ``[K][1][R][S]`` flattened: channel ``k``'s ``T =
-  R*S`` taps from ``k * T``, row by row, as the kernel reads them.
-* ``offsets``: ``[b.columns]`` intp, where each of the kernel's column taps
-  starts in the packed channel relative to its output row
-  (:func:`cso.analysis.depthwise.column_offsets`).
+* ``x_flat``: the input ``[N][C][H][W]`` flattened, unpadded.  Group ``g``
+  is input channels ``[g*C_g, (g+1)*C_g)`` and output channels ``[g*m,
+  (g+1)*m)`` (``m = K / G``), as in PyTorch; depthwise, ``C_g = 1``.
+* ``w_flat``: the filters ``[K][C_g][R][S]`` flattened (KCRS): filter
+  ``k``'s ``T = C_g*R*S`` taps from ``k * T``.
+* ``offsets``: intp, the kernel's ``b.columns`` column offsets, where each
+  column tap starts in the packed group relative to its output row, then
+  the weight offsets of each (block row, column tap) in a KCRS filter
+  (:func:`cso.analysis.depthwise.kernel_offsets`).
 * ``y_flat``: the output ``[N][K][P][Q]`` flattened; every element is written.
 * ``residual``: ``y_flat``'s layout (a placeholder unless ``has_residual``).
   The epilogue ``y = act(y + residual)`` (``act`` numbered by
@@ -27,9 +28,10 @@ Contracts relied on
 * ``bounds``: the :class:`~cso.macrokernel.bounds.DepthwiseBounds` fields
   as a plain tuple (typed faster by Numba's dispatcher than a namedtuple).
 * ``workspace``: ``W`` parts of ``b.workspace_stride`` elements, one per
-  worker, each holding one packed channel (:mod:`cso.packing.depthwise`)
-  of ``b.rows`` rows of ``b.phase_width``.  Worker ``i`` of ``W`` takes jobs ``(image, channel)``
-  ``[i*J//W, (i+1)*J//W)``.
+  worker, each holding one packed group: its ``C_g`` channels
+  (:mod:`cso.packing.depthwise`) ``b.channel_stride`` apart, each
+  ``stride_w`` phases of ``b.rows`` rows of ``b.phase_width``.  Worker ``i``
+  of ``W`` takes jobs ``(image, group)`` ``[i*J//W, (i+1)*J//W)``.
 """
 
 from numba import njit, prange
@@ -50,9 +52,9 @@ def convolve_depthwise(
     """::
 
     for worker                                         # parallel
-     for job = (image, input channel c)                # the worker's share
-       pack channel c's phases                          # once, ~ L1/L2
-       for k in c's m output channels
+     for job = (image, group g)                        # the worker's share
+       pack g's C_g channels' phases                    # once, ~ L1/L2
+       for k in g's m output channels
          for p0 in blocks of rows_per_call output rows (the last ending at P)
            for q0 in segments of Nv*VL outputs (the last ending at Q)
              tap kernel: y[k, p0:p0+rows, q0:] = bias + sum_t w[k, t] * IN[...]
@@ -60,10 +62,10 @@ def convolve_depthwise(
     b = DepthwiseBounds(*bounds)
     segment = b.segment
     block = b.rows_per_call
-    taps = b.kernel_height * b.kernel_width
+    taps = b.group_channels * b.kernel_height * b.kernel_width
     plane = b.height * b.width
-    jobs = b.batch * b.channels
-    filters = b.channels * b.multiplier
+    jobs = b.batch * b.groups
+    filters = b.groups * b.multiplier
     outputs = b.out_height * b.out_width
     last_row = b.out_height - block
     last_column = max(0, b.out_width - segment)
@@ -72,24 +74,25 @@ def convolve_depthwise(
         start = worker * b.workspace_stride
         buffer = workspace[start : start + b.workspace_stride]
         for job in range(worker * jobs // workers, (worker + 1) * jobs // workers):
-            image = job // b.channels
-            channel = job % b.channels
-            pack_channel_phases(
-                x_flat,
-                job * plane,
-                b.height,
-                b.width,
-                b.pad_top,
-                b.pad_left,
-                b.stride_w,
-                b.rows,
-                b.phase_width,
-                buffer,
-                0,
-                VECTOR_TOKEN,
-            )
+            image = job // b.groups
+            group = job % b.groups
+            for c in range(b.group_channels):
+                pack_channel_phases(
+                    x_flat,
+                    (job * b.group_channels + c) * plane,
+                    b.height,
+                    b.width,
+                    b.pad_top,
+                    b.pad_left,
+                    b.stride_w,
+                    b.rows,
+                    b.phase_width,
+                    buffer,
+                    c * b.channel_stride,
+                    VECTOR_TOKEN,
+                )
             for j in range(b.multiplier):
-                k = channel * b.multiplier + j
+                k = group * b.multiplier + j
                 bias_value = bias[k] if has_bias else bias[0] * 0
                 out_start = (image * filters + k) * outputs
                 for p0 in range(0, b.out_height, block):

@@ -18,15 +18,19 @@ Packed-layout contract
 One call computes ``rows x count`` outputs::
 
     out[out_offset + pb * out_pitch + j]
-        = bias + sum_{r < R, s < S} weights[weights_offset + r * S + s]
+        = bias + sum_{r < R, t < T} weights[weights_offset + column_offsets[T + r*T + t]]
               * inputs[inputs_offset + (pb * stride_h + r * dilation_h) * width
-                       + column_offsets[s] + j]
+                       + column_offsets[t] + j]
 
 for ``pb < rows`` and ``j < count``, then the fused epilogue in registers
 (:mod:`.epilogue`), the residual in the output's layout (``residual_offset
 + pb * out_pitch + j``).  ``R``, ``stride_h``, ``dilation_h``, ``rows``,
-``vectors`` and ``masked_rows`` are the kernel's shape; ``S`` (``columns``), the
-packed row pitch ``width`` and the column offsets are arguments.  The
+``vectors`` and ``masked_rows`` are the kernel's shape; ``T`` (``columns``), the
+packed row pitch ``width`` and the offsets are arguments: ``column_offsets``
+holds ``T`` input offsets, then ``R * T`` weight offsets (so that the
+filters are read in place in any layout: a grouped layer's column taps run
+over its channels too, ``t = c*S + s``, and its KCRS weights are not ``r*T
++ t`` apart).  The
 packing (:mod:`cso.packing.depthwise`) makes every load of ``rows`` rows and
 ``vectors * VL`` columns in bounds.
 
@@ -181,6 +185,7 @@ def build_tap_kernel(
 
             weights_base = builder.gep(data(1, w_a), [w_off])
             column_base = data(3, c_a)
+            weight_offsets_base = builder.gep(column_base, [columns_v])
             inputs_base = builder.gep(data(4, in_a), [in_off])
             out_base = builder.gep(data(7, out_a), [out_off])
             residual_base = builder.gep(data(12, res_a), [res_off])
@@ -207,7 +212,14 @@ def build_tap_kernel(
                     builder.load(
                         builder.gep(
                             weights_base,
-                            [builder.add(builder.mul(constant(r), columns_v), column)],
+                            [
+                                builder.load(
+                                    builder.gep(
+                                        weight_offsets_base,
+                                        [builder.add(builder.mul(constant(r), columns_v), column)],
+                                    )
+                                )
+                            ],
                         )
                     )
                 )
