@@ -6,7 +6,7 @@ import numpy as np
 
 from ..geometry import ceil_div
 from . import counts, depthwise, tiles
-from .choices import Algorithm, Schedule, VectorOperand
+from .choices import TAP_ALGORITHMS, Algorithm, Schedule, VectorOperand
 from .cost import hidden_stream_cost
 from .planner import plan_for_geometry
 from .weights import kernel_shape_key
@@ -210,12 +210,13 @@ def padding_share(plan) -> float:
 
 
 def _explain_depthwise(plan) -> str:
-    """A depthwise plan's story: the tap kernel, the packed channel, the
-    memory it moves against its multiply-adds, and why not dense."""
+    """A tap plan's story (depthwise or grouped): the tap kernel, the packed
+    channels, the memory moved against the multiply-adds, and why not dense."""
     g, hw = plan.geometry, plan.hardware
     s = np.dtype(plan.dtype).itemsize
     segment, lanes = plan.windows_per_tile, plan.vector_lanes
-    taps = g.kernel_height * g.kernel_width
+    grouped = plan.algorithm == Algorithm.GROUPED
+    taps = g.channels_per_group * g.kernel_height * g.kernel_width
     traffic = plan.cost_of(plan.schedule)
     dense = plan_for_geometry(
         g, plan.dtype, hw, None, None, None, plan.threads, algorithm=Algorithm.DENSE
@@ -229,7 +230,7 @@ def _explain_depthwise(plan) -> str:
     moved = (g.batch * g.channels * g.height * g.width + g.filters * taps) * s
     moved += g.batch * g.filters * g.windows * s
     x_shape = (g.batch, g.channels, g.height, g.width)
-    w_shape = (g.filters, 1, g.kernel_height, g.kernel_width)
+    w_shape = (g.filters, g.channels_per_group, g.kernel_height, g.kernel_width)
     padding = ((g.pad_top, g.pad_bottom), (g.pad_left, g.pad_right))
     lines = [
         f"Hardware ({hw.source}): L1 {_size(hw.l1_bytes)}, L2 {_size(hw.l2_bytes)}, "
@@ -239,16 +240,27 @@ def _explain_depthwise(plan) -> str:
         "Problem",
         f"  x {x_shape}, w {w_shape} -> y {g.output_shape}, {plan.dtype}; stride "
         f"{(g.stride_h, g.stride_w)}, padding {padding}, "
-        f"dilation {(g.dilation_h, g.dilation_w)}, groups {g.groups} (depthwise, channel "
-        f"multiplier {g.filters_per_group}); {g.flops / 1e9:.4f} GFLOP",
+        f"dilation {(g.dilation_h, g.dilation_w)}, groups {g.groups} ("
+        + (
+            f"{g.channels_per_group} input and {g.filters_per_group} output channels a group"
+            if grouped
+            else f"depthwise, channel multiplier {g.filters_per_group}"
+        )
+        + f"); {g.flops / 1e9:.4f} GFLOP",
         "",
-        "Algorithm: depthwise",
+        "Algorithm: " + ("grouped" if grouped else "depthwise"),
         f"  tap kernel: {rows} output row(s) x {vectors} vector(s) of {lanes} outputs "
         f"({rows} x {segment}) in registers; {fmas} FMAs from {loads} input vector loads a "
         f"call ({fmas / loads:.2f} FMAs per load"
         + (
             f": each load feeds every row of the block that reads it, the {g.kernel_height} "
             "weights of a column tap held as broadcasts)"
+            + (
+                f"; its columns run over the group's {g.channels_per_group} channels: "
+                f"{taps} taps a filter, weights read in place from KCRS"
+                if grouped
+                else ""
+            )
             if rows > 1
             else ": one row, one load per FMA)"
         ),
@@ -262,22 +274,23 @@ def _explain_depthwise(plan) -> str:
             "the edge: every store is whole)"
         ),
         f"  packed channel: {g.stride_w} phase(s) x {depthwise.packed_rows(g)} rows x "
-        f"{depthwise.phase_width(g, segment, lanes)} = {_size(packed * s)} per worker (every tap "
-        "a contiguous load, zeros for the padding)",
-        f"  memory-bound: {_size(moved)} compulsory (input, filters, output) for "
+        f"{depthwise.phase_width(g, segment, lanes)} = {_size(packed * s)}, "
+        f"{g.channels_per_group} per worker (every tap a contiguous load, zeros for the "
+        "padding; each input element packed once, not once per tap as dense panels are)",
+        f"  compulsory traffic: {_size(moved)} (input, filters, output) for "
         f"{g.flops / 2 / 1e6:.2f} M multiply-adds, {g.flops / moved:.2f} FLOP per byte",
         "",
         "Choice",
-        f"  depthwise: modelled cost {traffic.cost:.3g} per (channel, image) against the best "
+        f"  {plan.algorithm}: modelled cost {traffic.cost:.3g} per (group, image) against the best "
         f"dense plan's {dense_cost:.3g} ({dense.filters_per_tile}x{dense.windows_per_tile} "
         f"{dense.schedule}); {traffic.kernel_calls} kernel calls, {traffic.tap_loads} loads, "
         f"{traffic.packed_input_elements} elements packed per job; busiest thread "
         f"{traffic.imbalance:.3f}x an even share",
         "",
         "Loop nest",
-        f"  for (image, input channel) in {g.batch} x {g.channels} jobs over {plan.threads} "
+        f"  for (image, group) in {g.batch} x {g.groups} jobs over {plan.threads} "
         "thread(s)",
-        "    pack the channel's phases",
+        f"    pack the group's {g.channels_per_group} channel(s)' phases",
         f"    for k in its {g.filters_per_group} output channel(s)",
     ]
     lines += [
@@ -292,7 +305,7 @@ def _explain_depthwise(plan) -> str:
 
 def explain(plan) -> str:
     """Everything the analysis decided for ``plan``, as text."""
-    if plan.algorithm == Algorithm.DEPTHWISE:
+    if plan.algorithm in TAP_ALGORITHMS:
         return _explain_depthwise(plan)
     g, hw = plan.geometry, plan.hardware
     weights = hw.weights
