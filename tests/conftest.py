@@ -1,11 +1,13 @@
 """Shared test helpers: the error bound every comparison with the reference uses."""
 
+import dataclasses
 import hashlib
 import json
 import math
 
 import numpy as np
 import pytest
+from hypothesis import strategies as st
 
 import cso
 from cso.geometry import make_geometry
@@ -108,3 +110,51 @@ def resign_packed_metadata(metadata, members) -> None:
         if f"{name}/bias" in members:
             digest.update(members[f"{name}/bias"].tobytes())
         entry["sha256"] = digest.hexdigest()
+
+
+@st.composite
+def tap_filter_params(draw):
+    """``(R, S, stride, dilation, padding)`` for the tap families' property
+    tests (depthwise and grouped): the common filter sizes, strides and
+    dilations up to 3, asymmetric padding, and "same" at stride 1."""
+    size = draw(st.sampled_from([1, 2, 3, 5, 7]))
+    R, S = size, draw(st.sampled_from([size, 3]))
+    stride = draw(st.one_of(st.integers(1, 3), st.tuples(st.integers(1, 3), st.integers(1, 3))))
+    dilation = draw(st.one_of(st.just(1), st.tuples(st.integers(1, 2), st.integers(1, 3))))
+    padding = draw(
+        st.one_of(
+            st.integers(0, 3),
+            st.tuples(
+                st.tuples(st.integers(0, 3), st.integers(0, 1)),
+                st.tuples(st.integers(0, 1), st.integers(0, 3)),
+            ),
+            st.just("same"),
+        )
+    )
+    if padding == "same":
+        stride = 1
+    return R, S, stride, dilation, padding
+
+
+def check_tap_plan(problem, seed, algorithm):
+    """Run ``problem`` (shapes, params, dtype, threads, whether a bias) through
+    a plan forced to the tap ``algorithm``, and its one-row kernel when the
+    plan holds a block of rows, against the reference; returns the operands
+    and the plan for further checks."""
+    x_shape, w_shape, params, dtype, threads, with_bias = problem
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(x_shape).astype(dtype)
+    w = rng.standard_normal(w_shape).astype(dtype)
+    b = rng.standard_normal(w_shape[0]).astype(dtype) if with_bias else None
+    plan = cso.plan_conv2d(
+        x_shape, w_shape, dtype=dtype, threads=threads, algorithm=algorithm, **params
+    )
+    assert plan.algorithm == algorithm
+    y = cso.conv2d(x, w, b, plan=plan, **params)
+    assert y.dtype == dtype
+    assert_matches_reference(y, x, w, b, **params)
+    if plan.rows_per_call > 1:
+        # The one-row kernel too, which the model weighed against the block.
+        other = dataclasses.replace(plan, rows_per_call=1)
+        assert_matches_reference(cso.conv2d(x, w, b, plan=other, **params), x, w, b, **params)
+    return x, w, b, plan

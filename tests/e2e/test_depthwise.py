@@ -4,7 +4,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-from conftest import AVX512_CORE, assert_matches_reference
+from conftest import AVX512_CORE, assert_matches_reference, check_tap_plan, tap_filter_params
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -16,22 +16,7 @@ from cso.geometry import make_geometry
 def depthwise_problems(draw):
     channels = draw(st.integers(2, 9))
     multiplier = draw(st.integers(1, 3))
-    size = draw(st.sampled_from([1, 2, 3, 5, 7]))
-    R, S = size, draw(st.sampled_from([size, 3]))
-    stride = draw(st.one_of(st.integers(1, 3), st.tuples(st.integers(1, 3), st.integers(1, 3))))
-    dilation = draw(st.one_of(st.just(1), st.tuples(st.integers(1, 2), st.integers(1, 3))))
-    padding = draw(
-        st.one_of(
-            st.integers(0, 3),
-            st.tuples(
-                st.tuples(st.integers(0, 3), st.integers(0, 1)),
-                st.tuples(st.integers(0, 1), st.integers(0, 3)),
-            ),
-            st.just("same"),
-        )
-    )
-    if padding == "same":
-        stride = 1
+    R, S, stride, dilation, padding = draw(tap_filter_params())
     H, W = draw(st.integers(1, 20)), draw(st.integers(1, 70))
     batch = draw(st.integers(1, 3))
     params = dict(stride=stride, padding=padding, dilation=dilation, groups=channels)
@@ -49,22 +34,8 @@ def depthwise_problems(draw):
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(depthwise_problems(), st.integers(0, 2**32 - 1))
 def test_depthwise_matches_the_reference(problem, seed):
-    x_shape, w_shape, params, dtype, threads, with_bias = problem
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal(x_shape).astype(dtype)
-    w = rng.standard_normal(w_shape).astype(dtype)
-    b = rng.standard_normal(w_shape[0]).astype(dtype) if with_bias else None
-    plan = cso.plan_conv2d(
-        x_shape, w_shape, dtype=dtype, threads=threads, algorithm="depthwise", **params
-    )
-    assert plan.algorithm == "depthwise"
-    y = cso.conv2d(x, w, b, plan=plan, **params)
-    assert y.dtype == dtype
-    assert_matches_reference(y, x, w, b, **params)
-    if plan.rows_per_call > 1:
-        # The one-row kernel too, which the model weighed against the block.
-        other = dataclasses.replace(plan, rows_per_call=1)
-        assert_matches_reference(cso.conv2d(x, w, b, plan=other, **params), x, w, b, **params)
+    x, w, b, plan = check_tap_plan(problem, seed, "depthwise")
+    params = problem[2]
     if plan.geometry.out_width >= 2 * plan.vector_lanes:
         # Segments that overlap at the end of each row.
         other = dataclasses.replace(plan, windows_per_tile=2 * plan.vector_lanes, rows_per_call=1)

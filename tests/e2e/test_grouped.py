@@ -5,7 +5,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-from conftest import AVX512_CORE, assert_matches_reference
+from conftest import AVX512_CORE, assert_matches_reference, check_tap_plan, tap_filter_params
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -19,22 +19,7 @@ def grouped_problems(draw):
     groups = draw(st.integers(2, 5))
     group_channels = draw(st.integers(2, 6))
     multiplier = draw(st.integers(1, 3))
-    size = draw(st.sampled_from([1, 2, 3, 5, 7]))
-    R, S = size, draw(st.sampled_from([size, 3]))
-    stride = draw(st.one_of(st.integers(1, 3), st.tuples(st.integers(1, 3), st.integers(1, 3))))
-    dilation = draw(st.one_of(st.just(1), st.tuples(st.integers(1, 2), st.integers(1, 3))))
-    padding = draw(
-        st.one_of(
-            st.integers(0, 3),
-            st.tuples(
-                st.tuples(st.integers(0, 3), st.integers(0, 1)),
-                st.tuples(st.integers(0, 1), st.integers(0, 3)),
-            ),
-            st.just("same"),
-        )
-    )
-    if padding == "same":
-        stride = 1
+    R, S, stride, dilation, padding = draw(tap_filter_params())
     H, W = draw(st.integers(1, 20)), draw(st.integers(1, 40))
     batch = draw(st.integers(1, 2))
     params = dict(stride=stride, padding=padding, dilation=dilation, groups=groups)
@@ -53,22 +38,8 @@ def grouped_problems(draw):
 @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(grouped_problems(), st.integers(0, 2**32 - 1))
 def test_grouped_matches_the_reference(problem, seed):
-    x_shape, w_shape, params, dtype, threads, with_bias = problem
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal(x_shape).astype(dtype)
-    w = rng.standard_normal(w_shape).astype(dtype)
-    b = rng.standard_normal(w_shape[0]).astype(dtype) if with_bias else None
-    plan = cso.plan_conv2d(
-        x_shape, w_shape, dtype=dtype, threads=threads, algorithm="grouped", **params
-    )
-    assert plan.algorithm == "grouped"
-    y = cso.conv2d(x, w, b, plan=plan, **params)
-    assert y.dtype == dtype
-    assert_matches_reference(y, x, w, b, **params)
-    if plan.rows_per_call > 1:
-        # The one-row kernel, whose columns run over every (row, channel, column) tap.
-        other = dataclasses.replace(plan, rows_per_call=1)
-        assert_matches_reference(cso.conv2d(x, w, b, plan=other, **params), x, w, b, **params)
+    # The one-row kernel's columns run over every (row, channel, column) tap.
+    check_tap_plan(problem, seed, "grouped")
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
