@@ -36,6 +36,7 @@ from cso.measure import best_times  # noqa: E402
 from cso.models import MODELS  # noqa: E402
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from forced_shapes import describe  # noqa: E402
 from sampled_shapes import DATA, load, shapes  # noqa: E402
 
 
@@ -101,8 +102,7 @@ def main():
         row = {
             "layer": name,
             "gflop": result.analysis.geometry.flops / 1e9,
-            "analysis_plan": f"{result.analysis.schedule} Nc={result.analysis.channel_tile} "
-            f"K2={result.analysis.l2_tiles} K3={result.analysis.l3_tiles}",
+            "analysis_plan": f"{result.analysis.algorithm} {describe(result.analysis)}",
             "tuned_plan": next(c.describe() for c in result.candidates if c.plan == result.best),
             "analysis_ms": best["analysis"] * 1e3,
             "tuned_ms": best["tuned"] * 1e3,
