@@ -268,8 +268,8 @@ def _depthwise_launch(plan: Plan, module) -> Launch:
     g = plan.geometry
     segment, rows = plan.windows_per_tile, plan.rows_per_call
     lanes = plan.vector_lanes
-    channel_stride = depthwise.packed_channel_elements(g, segment, lanes)
-    stride = worker_stride(g.channels_per_group * channel_stride, plan.dtype)
+    channel = depthwise.packed_channel_elements(g, segment, lanes)
+    stride = worker_stride(g.channels_per_group * channel, plan.dtype)
     bounds = DepthwiseBounds(
         batch=g.batch,
         groups=g.groups,
@@ -290,7 +290,6 @@ def _depthwise_launch(plan: Plan, module) -> Launch:
         columns=depthwise.kernel_columns(g, rows),
         rows=depthwise.packed_rows(g),
         phase_width=depthwise.phase_width(g, segment, lanes),
-        channel_stride=channel_stride,
         workspace_stride=stride,
     )
     if module is None:

@@ -158,3 +158,26 @@ def check_tap_plan(problem, seed, algorithm):
         other = dataclasses.replace(plan, rows_per_call=1)
         assert_matches_reference(cso.conv2d(x, w, b, plan=other, **params), x, w, b, **params)
     return x, w, b, plan
+
+
+def check_tap_round_trip(rng, tmp_path, dtype, x_shape, w_shape, params, algorithm):
+    """Filters packed ahead for a plan forced to the tap ``algorithm``: the
+    result against the reference and bit-identical to the per-call plan's,
+    another batch size on the same panels, and a save and load."""
+    x = rng.standard_normal(x_shape).astype(dtype)
+    w = rng.standard_normal(w_shape).astype(dtype)
+    b = rng.standard_normal(w_shape[0]).astype(dtype)
+    plan = cso.plan_conv2d(
+        x.shape, w.shape, dtype=dtype, algorithm=algorithm, filters_prepacked=True, **params
+    )
+    packed = cso.pack_filters(w, x.shape, bias=b, plan=plan, **params)
+    y = cso.conv2d(x, packed)
+    assert_matches_reference(y, x, w, b, **params)
+    assert np.array_equal(y, cso.conv2d(x, w, b, plan=plan, **params))
+    # Another batch size reads the same panels.
+    assert_matches_reference(cso.conv2d(x[:1], packed), x[:1], w, b, **params)
+    path = tmp_path / f"{algorithm}.npz"
+    cso.save_packed(path, {"layer": packed})
+    loaded = cso.load_packed(path)["layer"]
+    assert loaded.plan.algorithm == algorithm
+    assert np.array_equal(cso.conv2d(x, loaded), y)

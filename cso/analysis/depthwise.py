@@ -33,16 +33,12 @@ MAX_SEGMENT_VECTORS = tiles.MAX_SEGMENT_VECTORS
 
 
 MAX_GROUP_CHANNELS = tiles.MAX_GROUP_CHANNELS
+is_small_grouped = tiles.is_small_grouped
 
 
 def is_depthwise(geometry: ConvGeometry) -> bool:
     """One input channel per group, more than one group: ``groups == C``."""
     return geometry.channels_per_group == 1 and geometry.groups > 1
-
-
-def is_small_grouped(geometry: ConvGeometry) -> bool:
-    """More than one group of 2 to :data:`MAX_GROUP_CHANNELS` channels."""
-    return geometry.groups > 1 and 2 <= geometry.channels_per_group <= MAX_GROUP_CHANNELS
 
 
 def weighs_grouped(geometry: ConvGeometry) -> bool:
@@ -175,12 +171,12 @@ def column_offsets(
     return [r * g.dilation_h * width + c for r in range(g.kernel_height) for c in columns]
 
 
-def weight_offsets(geometry: ConvGeometry, rows_per_call: int = 1) -> list:
+def weight_offsets(geometry: ConvGeometry) -> list:
     """Where the kernel's weight for row ``r`` of its block and column tap
     ``t`` (:func:`column_offsets`' order) is in a KCRS filter, at index
     ``r*T + t``: ``c*R*S + r*S + s`` (for the one-row kernel, ``r`` is 0 and
-    the filter row is the tap's own: the same list either way, ``r``, ``c``,
-    ``s`` in order).  The filters are read in place."""
+    the filter row is the tap's own: the same list for every block height,
+    ``r``, ``c``, ``s`` in order).  The filters are read in place."""
     g = geometry
     R, S, C = g.kernel_height, g.kernel_width, g.channels_per_group
     return [c * R * S + r * S + s for r in range(R) for c in range(C) for s in range(S)]
@@ -189,9 +185,7 @@ def weight_offsets(geometry: ConvGeometry, rows_per_call: int = 1) -> list:
 def kernel_offsets(geometry: ConvGeometry, segment: int, lanes: int, rows_per_call: int = 1):
     """The tap kernel's ``column_offsets`` argument: :func:`column_offsets`
     then :func:`weight_offsets`."""
-    return column_offsets(geometry, segment, lanes, rows_per_call) + weight_offsets(
-        geometry, rows_per_call
-    )
+    return column_offsets(geometry, segment, lanes, rows_per_call) + weight_offsets(geometry)
 
 
 def kernel_loads(geometry: ConvGeometry, rows_per_call: int, segment: int, lanes: int) -> int:

@@ -176,16 +176,18 @@ def weights_origin(weights) -> str:
     return f"cost weights: {weights.origin}"
 
 
+def _input_pack_kind(plan) -> str:
+    g = plan.geometry
+    return counts.input_pack_kind(g.kernel_height, g.kernel_width, g.stride_w)
+
+
 def input_pack_cost(plan) -> float:
     """``c_input`` of the plan's kind of input packing (``CostWeights.input_pack_cost_of``)."""
-    g = plan.geometry
-    kind = counts.input_pack_kind(g.kernel_height, g.kernel_width, g.stride_w)
-    return plan.hardware.weights.input_pack_cost_of(kind)
+    return plan.hardware.weights.input_pack_cost_of(_input_pack_kind(plan))
 
 
 def _input_pack_story(plan) -> str:
-    g = plan.geometry
-    kind = counts.input_pack_kind(g.kernel_height, g.kernel_width, g.stride_w)
+    kind = _input_pack_kind(plan)
     measured = any(name == kind for name, _ in plan.hardware.weights.input_pack_costs)
     where = "this kind's, calibrated" if measured else "the weights' input_pack_cost"
     return f"input packing: {kind}, c_input {input_pack_cost(plan):.3g} per element ({where})"

@@ -219,9 +219,7 @@ def _check_layout(plan) -> None:
     g = plan.geometry
     if plan.algorithm == Algorithm.DEPTHWISE and g.channels_per_group != 1:
         raise ValueError(f"a depthwise plan needs one input channel per group: got {g}")
-    if plan.algorithm == Algorithm.GROUPED and not (
-        g.groups > 1 and 2 <= g.channels_per_group <= tiles.MAX_GROUP_CHANNELS
-    ):
+    if plan.algorithm == Algorithm.GROUPED and not tiles.is_small_grouped(g):
         raise ValueError(
             f"a grouped plan needs more than one group of 2 to {tiles.MAX_GROUP_CHANNELS} "
             f"channels: got {g}"

@@ -27,7 +27,7 @@ from .candidates import (
     traffic,
     ws_window_parts,
 )
-from .choices import SCHEDULES, Algorithm, Schedule, VectorOperand, parse_choice
+from .choices import SCHEDULES, TAP_ALGORITHMS, Algorithm, Schedule, VectorOperand, parse_choice
 from .depthwise import MAX_GROUP_CHANNELS, plan_depthwise, tap_algorithm, weighs_grouped
 from .detect import detect_hardware
 from .hardware import Hardware
@@ -141,6 +141,12 @@ def plan_conv2d(
     )
 
 
+# What each tap family needs of a layer, as its error says.
+_TAP_NEEDS = {
+    Algorithm.DEPTHWISE: "one input channel per group (groups == C > 1)",
+    Algorithm.GROUPED: f"more than one group of 2 to {MAX_GROUP_CHANNELS} channels",
+}
+
 @functools.lru_cache(maxsize=1024)
 def plan_for_geometry(
     geometry: ConvGeometry,
@@ -164,18 +170,12 @@ def plan_for_geometry(
     dense setting (a tile size, schedule, vector operand or folding) plans
     densely.
     """
-    if algorithm == Algorithm.DEPTHWISE and tap_algorithm(geometry) != algorithm:
-        raise ValueError(
-            "algorithm='depthwise' needs one input channel per group (groups == C > 1), "
-            f"got {geometry.groups} group(s) of {geometry.channels_per_group} channel(s)"
-        )
-    if algorithm == Algorithm.GROUPED and tap_algorithm(geometry) != algorithm:
-        raise ValueError(
-            f"algorithm='grouped' needs more than one group of 2 to {MAX_GROUP_CHANNELS} "
-            f"channels, got {geometry.groups} group(s) of {geometry.channels_per_group} "
-            "channel(s)"
-        )
-    if algorithm in (Algorithm.DEPTHWISE, Algorithm.GROUPED):
+    if algorithm in TAP_ALGORITHMS:
+        if tap_algorithm(geometry) != algorithm:
+            raise ValueError(
+                f"algorithm='{algorithm.value}' needs {_TAP_NEEDS[algorithm]}, got "
+                f"{geometry.groups} group(s) of {geometry.channels_per_group} channel(s)"
+            )
         return plan_depthwise(geometry, dtype_name, hardware, threads)
     dense = _plan_dense(
         geometry,

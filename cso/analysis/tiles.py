@@ -19,8 +19,8 @@ from ..geometry import ceil_div
 # (:func:`cso.analysis.depthwise.kernel_options`).
 MAX_SEGMENT_VECTORS = 4
 # Channels per group the grouped tap plan is weighed for at most
-# (:func:`cso.analysis.depthwise.is_small_grouped`): beyond them the dense
-# kernel's panels serve enough filters to repay their packing.
+# (:func:`is_small_grouped`): beyond them the dense kernel's panels serve
+# enough filters to repay their packing.
 MAX_GROUP_CHANNELS = 64
 
 
@@ -296,6 +296,12 @@ def max_rows_per_call(vectors: int, kernel_height: int, vector_registers: int) -
     """
     budget = min(vector_registers // 2, vector_registers - kernel_height - 2)
     return max(1, budget // vectors)
+
+
+def is_small_grouped(geometry) -> bool:
+    """More than one group of 2 to :data:`MAX_GROUP_CHANNELS` channels: what
+    the grouped tap plan runs."""
+    return geometry.groups > 1 and 2 <= geometry.channels_per_group <= MAX_GROUP_CHANNELS
 
 
 def is_unstrided_unpadded_pointwise(kernel_height, kernel_width, stride_h, stride_w, padded):

@@ -29,6 +29,14 @@ _UNITS = {
 }
 
 
+# Each per-shape (or per-kind) table of the measured rates, as its rows are labelled.
+_TABLE_LABELS = {
+    "in_place_shape_seconds": "in place, ",
+    "input_pack_kind_seconds": "packing, ",
+    "loop_shape_seconds": "in the loop, ",
+}
+
+
 def _shown(name: str, value: float) -> str:
     for suffix, (scale, unit) in _UNITS.items():
         if name.endswith(suffix):
@@ -99,12 +107,8 @@ def main(argv=None) -> int:
     record = calibration_store.calibration_record(rates, key, quick=args.quick, seconds=seconds)
     print(f"\nmeasured rates ({seconds:.1f} s)")
     for name, value in rates.to_dict().items():
-        if name in ("in_place_shape_seconds", "input_pack_kind_seconds", "loop_shape_seconds"):
-            what = {
-                "in_place_shape_seconds": "in place, ",
-                "input_pack_kind_seconds": "packing, ",
-                "loop_shape_seconds": "in the loop, ",
-            }[name]
+        if name in _TABLE_LABELS:
+            what = _TABLE_LABELS[name]
             for shape, seconds in value.items():
                 print(f"  {'  ' + what + shape:<30} {_shown(name, seconds)}")
         elif name != "kernel_shape_flops":  # in the micro-kernels' table below

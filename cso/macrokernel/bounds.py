@@ -63,7 +63,6 @@ DepthwiseBounds = namedtuple(
         "columns",  # column taps per call: C_g*S, or C_g*R*S for the one-row kernel
         "rows",  # packed rows per channel: analysis.depthwise.packed_rows
         "phase_width",  # packed elements per row of each of the stride_w phases
-        "channel_stride",  # packed elements per channel: stride_w * rows * phase_width
         "workspace_stride",  # elements of the workspace per worker
     ],
 )

@@ -29,8 +29,8 @@ Contracts relied on
   as a plain tuple (typed faster by Numba's dispatcher than a namedtuple).
 * ``workspace``: ``W`` parts of ``b.workspace_stride`` elements, one per
   worker, each holding one packed group: its ``C_g`` channels
-  (:mod:`cso.packing.depthwise`) ``b.channel_stride`` apart, each
-  ``stride_w`` phases of ``b.rows`` rows of ``b.phase_width``.  Worker ``i``
+  (:mod:`cso.packing.depthwise`) one after another, each ``stride_w``
+  phases of ``b.rows`` rows of ``b.phase_width``.  Worker ``i``
   of ``W`` takes jobs ``(image, group)`` ``[i*J//W, (i+1)*J//W)``.
 """
 
@@ -64,6 +64,7 @@ def convolve_depthwise(
     block = b.rows_per_call
     taps = b.group_channels * b.kernel_height * b.kernel_width
     plane = b.height * b.width
+    channel_stride = b.stride_w * b.rows * b.phase_width
     jobs = b.batch * b.groups
     filters = b.groups * b.multiplier
     outputs = b.out_height * b.out_width
@@ -88,7 +89,7 @@ def convolve_depthwise(
                     b.rows,
                     b.phase_width,
                     buffer,
-                    c * b.channel_stride,
+                    c * channel_stride,
                     VECTOR_TOKEN,
                 )
             for j in range(b.multiplier):

@@ -4,7 +4,13 @@ import dataclasses
 
 import numpy as np
 import pytest
-from conftest import AVX512_CORE, assert_matches_reference, check_tap_plan, tap_filter_params
+from conftest import (
+    AVX512_CORE,
+    assert_matches_reference,
+    check_tap_plan,
+    check_tap_round_trip,
+    tap_filter_params,
+)
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -68,24 +74,10 @@ def test_the_model_chooses_the_cheaper_algorithm():
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_depthwise_with_packed_filters_round_trip(rng, tmp_path, dtype):
-    x = rng.standard_normal((2, 12, 15, 17)).astype(dtype)
-    w = rng.standard_normal((24, 1, 3, 3)).astype(dtype)
-    b = rng.standard_normal(24).astype(dtype)
-    params = dict(stride=2, padding=1, groups=12)
-    plan = cso.plan_conv2d(
-        x.shape, w.shape, dtype=dtype, algorithm="depthwise", filters_prepacked=True, **params
-    )
-    packed = cso.pack_filters(w, x.shape, bias=b, plan=plan, **params)
-    y = cso.conv2d(x, packed)
-    assert_matches_reference(y, x, w, b, **params)
-    assert np.array_equal(y, cso.conv2d(x, w, b, plan=plan, **params))
-    # Another batch size reads the same panels.
-    assert_matches_reference(cso.conv2d(x[:1], packed), x[:1], w, b, **params)
-    path = tmp_path / "depthwise.npz"
-    cso.save_packed(path, {"dw": packed})
-    loaded = cso.load_packed(path)["dw"]
-    assert loaded.plan.algorithm == "depthwise"
-    assert np.array_equal(cso.conv2d(x, loaded), y)
+    check_tap_round_trip(
+        rng, tmp_path, dtype, (2, 12, 15, 17), (24, 1, 3, 3),
+        dict(stride=2, padding=1, groups=12), "depthwise",
+    )  # fmt: skip
 
 
 def test_tuner_times_the_depthwise_plan_against_dense_ones(rng):

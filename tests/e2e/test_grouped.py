@@ -5,7 +5,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-from conftest import AVX512_CORE, assert_matches_reference, check_tap_plan, tap_filter_params
+from conftest import AVX512_CORE, check_tap_plan, check_tap_round_trip, tap_filter_params
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -44,23 +44,9 @@ def test_grouped_matches_the_reference(problem, seed):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_grouped_with_packed_filters_round_trip(rng, tmp_path, dtype):
-    x = rng.standard_normal((2, 24, 15, 17)).astype(dtype)
-    w = rng.standard_normal((16, 6, 3, 3)).astype(dtype)
-    b = rng.standard_normal(16).astype(dtype)
-    params = dict(padding=1, groups=4)
-    plan = cso.plan_conv2d(
-        x.shape, w.shape, dtype=dtype, algorithm="grouped", filters_prepacked=True, **params
+    check_tap_round_trip(
+        rng, tmp_path, dtype, (2, 24, 15, 17), (16, 6, 3, 3), dict(padding=1, groups=4), "grouped"
     )
-    packed = cso.pack_filters(w, x.shape, bias=b, plan=plan, **params)
-    y = cso.conv2d(x, packed)
-    assert_matches_reference(y, x, w, b, **params)
-    assert np.array_equal(y, cso.conv2d(x, w, b, plan=plan, **params))
-    assert_matches_reference(cso.conv2d(x[:1], packed), x[:1], w, b, **params)
-    path = tmp_path / "grouped.npz"
-    cso.save_packed(path, {"g": packed})
-    loaded = cso.load_packed(path)["g"]
-    assert loaded.plan.algorithm == "grouped"
-    assert np.array_equal(cso.conv2d(x, loaded), y)
 
 
 def test_the_model_weighs_grouped_at_stride_one_only():

@@ -12,6 +12,7 @@ import pytest
 import cso
 from cso.analysis import calibration, calibration_store
 from cso.analysis.calibration import MeasuredRates, derive_weights
+from cso.analysis.counts import INPUT_PACK_KINDS
 from cso.analysis.weights import DEFAULT_WEIGHTS
 
 # A made-up machine: 100 GFLOP/s FMA peak, so one unit is 1 / (2 * 100e9) s = 5 ps.
@@ -339,7 +340,7 @@ def test_a_layer_is_charged_its_own_kind_of_packing(w_shape, stride, kind):
     hardware = cso.Hardware(vector_bytes=64, vector_registers=32, cores=1, weights=weights)
     cheap = hardware.with_changes(input_pack_costs={kind: 10.0})
     # Every other kind made dearer: this layer's cost must not see it.
-    others = {other: 1000.0 for other in ("shifted", "strided", "pointwise", "pointwise_strided")}
+    others = {other: 1000.0 for other in INPUT_PACK_KINDS}
     others.pop(kind)
     dear_others = cheap.with_changes(input_pack_costs={kind: 10.0, **others})
     problem = dict(x_shape=(1, 64, 56, 56), w_shape=w_shape, stride=stride,
