@@ -7,7 +7,7 @@ import weakref
 import numpy as np
 
 from . import executor
-from .analysis.choices import TAP_ALGORITHMS, activation_code
+from .analysis.choices import KCRS_ALGORITHMS, activation_code
 from .analysis.detect import detect_hardware
 from .analysis.plan import check_plan
 from .analysis.planner import plan_for_geometry
@@ -285,7 +285,7 @@ def _conv2d_packed(
         # made again for this call.  Dense panels depend on Nf only (the cache
         # tiling is replanned for that kernel); depthwise ones are the KCRS
         # rows, which any segment reads.
-        depthwise = plan.algorithm in TAP_ALGORITHMS
+        depthwise = plan.algorithm in KCRS_ALGORITHMS
         plan = plan_for_geometry(
             geometry,
             dtype.name,

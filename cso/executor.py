@@ -22,13 +22,13 @@ from typing import NamedTuple
 import numba
 import numpy as np
 
-from .analysis import depthwise
-from .analysis.choices import TAP_ALGORITHMS, Schedule, VectorOperand
+from .analysis import depthwise, lanes, tiles
+from .analysis.choices import KCRS_ALGORITHMS, Algorithm, Schedule, VectorOperand
 from .analysis.plan import Plan
 from .geometry import ceil_div
 from .openmp import kept_openmp_threads
-from .macrokernel.bounds import DepthwiseBounds, LoopBounds
-from .macrokernel.specialise import LoopPatch, depthwise_module, loop_module
+from .macrokernel.bounds import DepthwiseBounds, LaneBounds, LoopBounds
+from .macrokernel.specialise import LoopPatch, depthwise_module, lanes_module, loop_module
 from .packing.filters import (
     pack_bias,
     pack_edge_filter_rows,
@@ -72,8 +72,8 @@ def filter_operands(w, bias, plan: Plan) -> FilterOperands:
     """
     g = plan.geometry
     dtype = np.dtype(plan.dtype)
-    if plan.algorithm in TAP_ALGORITHMS:
-        # The tap kernel reads each filter's taps from KCRS in place.
+    if plan.algorithm in KCRS_ALGORITHMS:
+        # The tap and lane nests read each filter's taps from KCRS in place.
         w_flat = writeable(np.ascontiguousarray(w, dtype=dtype)).reshape(-1)
         return _depthwise_operands(w_flat, bias, plan)
     bias_panel = _bias_panel(bias, plan)
@@ -98,7 +98,7 @@ def prepacked_operands(panels: np.ndarray, bias, plan: Plan) -> FilterOperands:
     Dot-product panels are the KCRS rows, read in place with their last
     partial tile packed as rows; other panels are read whole.
     """
-    if plan.algorithm in TAP_ALGORITHMS:
+    if plan.algorithm in KCRS_ALGORITHMS:
         return _depthwise_operands(panels, bias, plan)
     has_bias = bias is not None
     # Without a bias, the shared zeros of a full bias panel's size: the
@@ -185,7 +185,7 @@ class Launch(NamedTuple):
     loop_nest: object
     bounds: tuple  # the LoopBounds or DepthwiseBounds fields, as a plain tuple
     workspace_elements: int
-    offsets: np.ndarray = None  # the depthwise nest's tap offsets; None for dense nests
+    offsets: np.ndarray = None  # the tap nest's offsets (unused by the lane nest); None: dense
 
 
 _launches: dict = {}
@@ -215,7 +215,9 @@ def launch_for(plan: Plan, filters_packed: bool, module=None) -> Launch:
 
 
 def _make_launch(plan: Plan, filters_packed: bool, module) -> Launch:
-    if plan.algorithm in TAP_ALGORITHMS:
+    if plan.algorithm == Algorithm.DEPTHWISE_LANES:
+        return _lanes_launch(plan, module)
+    if plan.algorithm in KCRS_ALGORITHMS:
         return _depthwise_launch(plan, module)
     g = plan.geometry
     panel_elements, scratch_elements = _worker_elements(plan)
@@ -305,6 +307,44 @@ def _depthwise_launch(plan: Plan, module) -> Launch:
     return Launch(module.convolve_depthwise, tuple(bounds), plan.threads * stride, offsets)
 
 
+def _lanes_launch(plan: Plan, module) -> Launch:
+    """The lane nest (:mod:`cso.macrokernel.lanes`), its bounds and
+    workspace: one packed plane, filter block and band of staged pixels per
+    worker (it takes the tap nest's arguments; its offsets are unused)."""
+    g = plan.geometry
+    element_bytes = np.dtype(plan.dtype).itemsize
+    l1 = tiles.usable_bytes(plan.hardware.l1_bytes, plan.hardware.usable_fraction)
+    band = lanes.band_rows(g, plan.vector_lanes, element_bytes, l1)
+    stride = worker_stride(lanes.workspace_elements(g, plan.vector_lanes, band), plan.dtype)
+    bounds = LaneBounds(
+        batch=g.batch,
+        channels=g.channels,
+        height=g.height,
+        width=g.width,
+        kernel_height=g.kernel_height,
+        taps=g.kernel_height * g.kernel_width,
+        stride_h=g.stride_h,
+        stride_w=g.stride_w,
+        dilation_h=g.dilation_h,
+        pad_top=g.pad_top,
+        pad_left=g.pad_left,
+        out_height=g.out_height,
+        out_width=g.out_width,
+        outputs=plan.windows_per_tile,
+        packed_rows=lanes.packed_rows(g),
+        pitch=lanes.pitch(g),
+        band_rows=band,
+        workspace_stride=stride,
+    )
+    if module is None:
+        module = lanes_module(
+            g.kernel_width, g.stride_w, g.dilation_w, plan.windows_per_tile, plan.dtype,
+            plan.vector_lanes,
+        )  # fmt: skip
+    offsets = _placeholder(1, np.intp)
+    return Launch(module.convolve_lanes, tuple(bounds), plan.threads * stride, offsets)
+
+
 def loop_module_for(plan: Plan, patch: LoopPatch = None):
     """The loop module specialised for ``plan``'s micro-kernel (and ``patch``,
     a measurement variant, when given): :func:`~cso.macrokernel.specialise.loop_module`."""
@@ -372,7 +412,7 @@ def loop_arguments(
         residual, has_residual = _placeholder(1, y.dtype), False
     else:
         residual, has_residual = epilogue.residual.reshape(-1), True
-    # The depthwise nest reads no edge filters and takes the tap offsets.
+    # The tap and lane nests read no edge filters and take the tap offsets.
     depthwise = launch.offsets is not None
     filters_read = (filters.array,) if depthwise else (filters.array, filters.edge)
     last = (launch.offsets, launch.bounds) if depthwise else (launch.bounds,)

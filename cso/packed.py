@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .analysis.choices import TAP_ALGORITHMS, VectorOperand
+from .analysis.choices import KCRS_ALGORITHMS, VectorOperand
 from .analysis.plan import Plan, check_plan
 from .analysis.planner import plan_conv2d
 from .checks import as_array, check_bias, check_ndim, check_plannable_batch
@@ -169,7 +169,7 @@ def pack_filters(
         )
     else:
         check_plan(plan, geometry, dtype)
-    if plan.vector_operand == VectorOperand.REDUCTION or plan.algorithm in TAP_ALGORITHMS:
+    if plan.vector_operand == VectorOperand.REDUCTION or plan.algorithm in KCRS_ALGORITHMS:
         # Dot products and the tap kernel read each filter as a row: the KCRS
         # array is the panel.
         panels = pack_filters_rows(w, dtype)

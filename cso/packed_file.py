@@ -40,7 +40,7 @@ import numpy as np
 
 from ._version import __version__
 from .analysis import tiles
-from .analysis.choices import TAP_ALGORITHMS, VectorOperand
+from .analysis.choices import KCRS_ALGORITHMS, VectorOperand
 from .analysis.detect import detect_hardware
 from .analysis.plan import Plan
 from .geometry import make_geometry
@@ -259,7 +259,7 @@ def _layer(path, name, entry, members, listed, hardware) -> PackedFilters:
         geometry.kernel_height,
         geometry.kernel_width,
     )
-    rows = plan.vector_operand == VectorOperand.REDUCTION or plan.algorithm in TAP_ALGORITHMS
+    rows = plan.vector_operand == VectorOperand.REDUCTION or plan.algorithm in KCRS_ALGORITHMS
     size = int(np.prod(w_shape)) if rows else panel_size(w_shape, geometry.groups,
                                                          plan.filters_per_tile)
     panels = _member(path, members, f"{name}/panels", plan.dtype, (size,))

@@ -17,7 +17,7 @@ import numpy as np
 
 from . import executor
 from .analysis import tiles
-from .analysis.choices import SCHEDULES, TAP_ALGORITHMS, Algorithm, Schedule, VectorOperand
+from .analysis.choices import SCHEDULES, KCRS_ALGORITHMS, Algorithm, Schedule, VectorOperand
 from .analysis.plan import Plan
 from .analysis.planner import plan_conv2d, plan_for_geometry, with_tiles
 from .checks import check_threads
@@ -236,7 +236,7 @@ def tune(
     # Dense candidates around the dense analysis: the analysis' own plan, or
     # for a depthwise plan, the dense plan it was weighed against.
     base = analysis
-    if analysis.algorithm in TAP_ALGORITHMS:
+    if analysis.algorithm in KCRS_ALGORITHMS:
         base = plan_for_geometry(
             analysis.geometry, analysis.dtype, hw, None, None, None, threads,
             algorithm=Algorithm.DENSE,

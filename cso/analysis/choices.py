@@ -57,15 +57,23 @@ class Algorithm(_Choice):
     registers (the tap micro-kernel).  ``GROUPED``: a few input channels
     per group, run by the same tap kernel and nest, each call applying the
     taps of all the group's channels (no ``R*S``-fold window expansion).
+    ``DEPTHWISE_LANES``: depthwise with channel multiplier 1, a block of
+    vector-lanes channels at a time, each vector one pixel of them (the
+    lane tap kernel, :mod:`cso.analysis.lanes`).
     """
 
     DENSE = "dense"
     DEPTHWISE = "depthwise"
     GROUPED = "grouped"
+    DEPTHWISE_LANES = "depthwise_lanes"
 
 
 # The families the tap kernel and its nest (cso.macrokernel.depthwise) run.
 TAP_ALGORITHMS = frozenset((Algorithm.DEPTHWISE, Algorithm.GROUPED))
+
+# The families that read the filters as KCRS rows, in place (packed ahead
+# of time, the rows are the panel).
+KCRS_ALGORITHMS = TAP_ALGORITHMS | {Algorithm.DEPTHWISE_LANES}
 
 
 class Activation(_Choice):

@@ -8,6 +8,7 @@ from ..geometry import ceil_div
 from . import counts, depthwise, tiles
 from .choices import TAP_ALGORITHMS, Algorithm, Schedule, VectorOperand
 from .cost import hidden_stream_cost
+from .explain_lanes import lane_story
 from .planner import plan_for_geometry
 from .weights import kernel_shape_key
 
@@ -211,6 +212,33 @@ def padding_share(plan) -> float:
     return 1 - useful / padded if padded else 0.0
 
 
+def _explain_lanes(plan) -> str:
+    """A lane plan's story: the machine and problem, then :func:`~.explain_lanes.lane_story`."""
+    g, hw = plan.geometry, plan.hardware
+    others = [
+        (f"{algorithm} plan", plan_for_geometry(
+            g, plan.dtype, hw, None, None, None, plan.threads, algorithm=algorithm
+        ))
+        for algorithm in (Algorithm.DEPTHWISE, Algorithm.DENSE)
+    ]  # fmt: skip
+    x_shape = (g.batch, g.channels, g.height, g.width)
+    w_shape = (g.filters, g.channels_per_group, g.kernel_height, g.kernel_width)
+    padding = ((g.pad_top, g.pad_bottom), (g.pad_left, g.pad_right))
+    lines = [
+        f"Hardware ({hw.source}): L1 {_size(hw.l1_bytes)}, L2 {_size(hw.l2_bytes)}, "
+        f"L3 {_size(hw.l3_bytes)}; {hw.vector_bytes * 8}-bit vectors x {hw.vector_registers} "
+        f"registers; {hw.cores} core(s)",
+        weights_origin(hw.weights),
+        "",
+        "Problem",
+        f"  x {x_shape}, w {w_shape} -> y {g.output_shape}, {plan.dtype}; stride "
+        f"{(g.stride_h, g.stride_w)}, padding {padding}, dilation {(g.dilation_h, g.dilation_w)}, "
+        f"groups {g.groups} (depthwise, channel multiplier 1); {g.flops / 1e9:.4f} GFLOP",
+        "",
+    ]
+    return "\n".join(lines + lane_story(plan, others, _size))
+
+
 def _explain_depthwise(plan) -> str:
     """A tap plan's story (depthwise or grouped): the tap kernel, the packed
     channels, the memory moved against the multiply-adds, and why not dense."""
@@ -307,6 +335,8 @@ def _explain_depthwise(plan) -> str:
 
 def explain(plan) -> str:
     """Everything the analysis decided for ``plan``, as text."""
+    if plan.algorithm == Algorithm.DEPTHWISE_LANES:
+        return _explain_lanes(plan)
     if plan.algorithm in TAP_ALGORITHMS:
         return _explain_depthwise(plan)
     g, hw = plan.geometry, plan.hardware

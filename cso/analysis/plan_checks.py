@@ -136,6 +136,17 @@ def _check_kernel(plan) -> None:
             f"Plan.threads ({plan.threads}) exceeds the machine's cores ({hardware.cores})"
         )
     nf, nwin = plan.filters_per_tile, plan.windows_per_tile
+    if plan.algorithm == Algorithm.DEPTHWISE_LANES:
+        most = min(
+            plan.geometry.out_width,
+            tiles.max_lane_outputs(plan.geometry.kernel_width, hardware.vector_registers),
+        )
+        if nf != 1 or not 1 <= nwin <= most:
+            raise ValueError(
+                f"a lane plan computes 1 x (1..{most}) pixels a call (the output's width "
+                f"and the registers bound it), got filters_per_tile={nf}, windows_per_tile={nwin}"
+            )
+        return
     if plan.algorithm in TAP_ALGORITHMS:
         if nf != 1 or nwin % lanes or nwin // lanes > tiles.MAX_SEGMENT_VECTORS:
             raise ValueError(
@@ -219,6 +230,11 @@ def _check_layout(plan) -> None:
     g = plan.geometry
     if plan.algorithm == Algorithm.DEPTHWISE and g.channels_per_group != 1:
         raise ValueError(f"a depthwise plan needs one input channel per group: got {g}")
+    if plan.algorithm == Algorithm.DEPTHWISE_LANES and not tiles.is_lane_depthwise(g):
+        raise ValueError(
+            "a lane plan needs a depthwise layer of channel multiplier 1 (K == C == groups) "
+            f"with filters at most {tiles.MAX_LANE_KERNEL_WIDTH} wide: got {g}"
+        )
     if plan.algorithm == Algorithm.GROUPED and not tiles.is_small_grouped(g):
         raise ValueError(
             f"a grouped plan needs more than one group of 2 to {tiles.MAX_GROUP_CHANNELS} "

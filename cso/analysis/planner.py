@@ -30,6 +30,7 @@ from .candidates import (
 from .choices import SCHEDULES, TAP_ALGORITHMS, Algorithm, Schedule, VectorOperand, parse_choice
 from .depthwise import MAX_GROUP_CHANNELS, plan_depthwise, tap_algorithm, weighs_grouped
 from .detect import detect_hardware
+from .lanes import is_lane_depthwise, plan_lanes
 from .hardware import Hardware
 from .plan import Plan
 from .plan_checks import whole_input_window
@@ -101,10 +102,11 @@ def plan_conv2d(
         Force folding the batch into the windows (``True``) or computing
         image by image (``False``) instead of the model's choice (see
         :attr:`Plan.batch_folded`).
-    algorithm : {"dense", "depthwise", "grouped"}, optional
+    algorithm : {"dense", "depthwise", "grouped", "depthwise_lanes"}, optional
         Force the algorithm family instead of the cost model's choice
         (``"depthwise"`` needs ``groups == C``, ``"grouped"`` more than one
-        group of 2 to 64 channels).
+        group of 2 to 64 channels, ``"depthwise_lanes"`` ``groups == C ==
+        K`` and filters at most 16 wide).
 
     Returns
     -------
@@ -145,7 +147,12 @@ def plan_conv2d(
 _TAP_NEEDS = {
     Algorithm.DEPTHWISE: "one input channel per group (groups == C > 1)",
     Algorithm.GROUPED: f"more than one group of 2 to {MAX_GROUP_CHANNELS} channels",
+    Algorithm.DEPTHWISE_LANES: (
+        f"one input channel and one filter per group (groups == C == K > 1), filters at "
+        f"most {tiles.MAX_LANE_KERNEL_WIDTH} wide"
+    ),
 }
+
 
 @functools.lru_cache(maxsize=1024)
 def plan_for_geometry(
@@ -170,12 +177,17 @@ def plan_for_geometry(
     dense setting (a tile size, schedule, vector operand or folding) plans
     densely.
     """
-    if algorithm in TAP_ALGORITHMS:
-        if tap_algorithm(geometry) != algorithm:
+    if algorithm in TAP_ALGORITHMS or algorithm == Algorithm.DEPTHWISE_LANES:
+        lanes = algorithm == Algorithm.DEPTHWISE_LANES
+        fits = is_lane_depthwise(geometry) if lanes else tap_algorithm(geometry) == algorithm
+        if not fits:
             raise ValueError(
                 f"algorithm='{algorithm.value}' needs {_TAP_NEEDS[algorithm]}, got "
-                f"{geometry.groups} group(s) of {geometry.channels_per_group} channel(s)"
+                f"{geometry.groups} group(s) of {geometry.channels_per_group} channel(s) and "
+                f"{geometry.filters_per_group} filter(s), {geometry.kernel_width} wide"
             )
+        if lanes:
+            return plan_lanes(geometry, dtype_name, hardware, threads)
         return plan_depthwise(geometry, dtype_name, hardware, threads)
     dense = _plan_dense(
         geometry,
@@ -196,10 +208,12 @@ def plan_for_geometry(
     tap = tap_algorithm(geometry)
     if dense_forced or tap is None or (tap == Algorithm.GROUPED and not weighs_grouped(geometry)):
         return dense
-    depthwise = plan_depthwise(geometry, dtype_name, hardware, threads)
-    if depthwise.cost_of(depthwise.schedule).cost < dense.cost_of(dense.schedule).cost:
-        return depthwise
-    return dense
+    # The cheapest of the families that can run the layer; ties keep the
+    # earlier (dense, then the tap plan).
+    options = [dense, plan_depthwise(geometry, dtype_name, hardware, threads)]
+    if is_lane_depthwise(geometry):
+        options.append(plan_lanes(geometry, dtype_name, hardware, threads))
+    return min(options, key=lambda plan: plan.cost_of(plan.schedule).cost)
 
 
 def _plan_dense(

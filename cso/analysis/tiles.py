@@ -304,6 +304,32 @@ def is_small_grouped(geometry) -> bool:
     return geometry.groups > 1 and 2 <= geometry.channels_per_group <= MAX_GROUP_CHANNELS
 
 
+# The lane tap kernel's widest filter row and longest run of pixels (its
+# unrolled code grows with both): cso.analysis.lanes.
+MAX_LANE_KERNEL_WIDTH = 16
+MAX_LANE_OUTPUTS = 32
+
+
+def is_lane_depthwise(geometry) -> bool:
+    """Depthwise (``groups == C > 1``) with channel multiplier 1 (``K ==
+    C``), filters at most :data:`MAX_LANE_KERNEL_WIDTH` wide: the layers the
+    lane plan runs."""
+    g = geometry
+    return (
+        g.channels_per_group == 1
+        and g.groups > 1
+        and g.filters_per_group == 1
+        and g.kernel_width <= MAX_LANE_KERNEL_WIDTH
+    )
+
+
+def max_lane_outputs(kernel_width: int, vector_registers: int) -> int:
+    """``min(MAX_LANE_OUTPUTS, registers - S - 2)``, at least 1: pixels the
+    lane tap kernel holds in registers beside the ``S`` tap vectors of the
+    current filter row and one input vector (and one to spare)."""
+    return max(1, min(MAX_LANE_OUTPUTS, vector_registers - kernel_width - 2))
+
+
 def is_unstrided_unpadded_pointwise(kernel_height, kernel_width, stride_h, stride_w, padded):
     """Whether a convolution is 1x1, stride 1 and unpadded: its windows are
     then runs of the input's channel planes, readable in place."""

@@ -66,3 +66,27 @@ DepthwiseBounds = namedtuple(
         "workspace_stride",  # elements of the workspace per worker
     ],
 )
+
+LaneBounds = namedtuple(
+    "LaneBounds",
+    [
+        "batch",  # N
+        "channels",  # C (= K: depthwise, channel multiplier 1)
+        "height",
+        "width",  # H, W of the input as given (unpadded)
+        "kernel_height",  # R
+        "taps",  # R*S
+        "stride_h",
+        "stride_w",
+        "dilation_h",
+        "pad_top",
+        "pad_left",
+        "out_height",
+        "out_width",  # P, Q
+        "outputs",  # pixels a lane-kernel call computes, at most Q
+        "packed_rows",  # rows of the packed plane: analysis.lanes.packed_rows
+        "pitch",  # pixels a packed row: analysis.lanes.pitch
+        "band_rows",  # output rows staged before they are unpacked
+        "workspace_stride",  # elements of the workspace per worker
+    ],
+)

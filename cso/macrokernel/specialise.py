@@ -33,6 +33,7 @@ from ..analysis.choices import VectorOperand
 from ..cachedir import cache_directory, write_text_atomically
 from ..microkernels import activations as activations_source
 from ..microkernels import epilogue as epilogue_source
+from ..microkernels import lane_taps as lane_taps_source
 from ..microkernels import outer_product as outer_product_source
 from ..microkernels import taps as taps_source
 from ..packing import depthwise as depthwise_packing_source
@@ -42,6 +43,7 @@ from ..packing import transpose as transpose_source
 from ..packing import vector_copy as vector_copy_source
 from . import bounds as bounds_source
 from . import depthwise as depthwise_source
+from . import lanes as lanes_source
 from . import loops as loops_source
 
 _lock = threading.Lock()
@@ -59,6 +61,8 @@ _DEPENDENCIES = (
     depthwise_source,
     depthwise_packing_source,
     taps_source,
+    lanes_source,
+    lane_taps_source,
     epilogue_source,
     activations_source,
     choices_source,
@@ -179,6 +183,36 @@ def depthwise_module(
 
     name = "cso_depthwise_r{}_s{}_d{}_b{}_v{}".format(*shape)
     name += f"_{dtype_name}_l{int(vector_lanes)}" + (f"_m{int(masked_rows)}" if masked_rows else "")
+    return _specialised(key, name, source)
+
+
+def lanes_module(
+    kernel_width: int, stride_w: int, dilation_w: int, outputs: int, dtype_name: str,
+    vector_lanes: int,
+):  # fmt: skip
+    """The lane loop nest (:mod:`.lanes`) bound to the lane tap kernel of
+    ``outputs`` pixels for filters ``kernel_width`` wide at ``stride_w`` and
+    ``dilation_w`` across, and to the pixel-vector packing of
+    ``vector_lanes`` ``dtype_name`` lanes
+    (:mod:`cso.microkernels.lane_taps`), memoised."""
+    shape = tuple(int(n) for n in (kernel_width, stride_w, dilation_w, outputs))
+    key = ("lanes",) + shape + (str(dtype_name), int(vector_lanes))
+
+    def source():
+        template = pathlib.Path(lanes_source.__file__).read_text()
+        arguments = ", ".join(str(n) for n in shape)
+        kind = f"{dtype_name!r}, {int(vector_lanes)}"
+        return template + (
+            "\n\n# ---- specialisation written by cso.macrokernel.specialise ----\n"
+            "from cso.microkernels.lane_taps import (\n"
+            "    build_lane_pack, build_lane_tap_kernel, build_lane_unpack,\n)\n"
+            f"lane_tap_kernel = build_lane_tap_kernel({arguments}, {kind})\n"
+            f"lane_pack = build_lane_pack({kind})\n"
+            f"lane_unpack = build_lane_unpack({kind})\n"
+            f"LANES = {int(vector_lanes)}\n"
+        )
+
+    name = "cso_lanes_s{}_sw{}_dw{}_o{}".format(*shape) + f"_{dtype_name}_l{int(vector_lanes)}"
     return _specialised(key, name, source)
 
 

@@ -1,0 +1,417 @@
+"""LLVM vector IR for depthwise convolutions with channels in the vector lanes.
+
+Why channels in lanes
+---------------------
+The tap kernel (:mod:`.taps`) holds output rows in its vectors: a plane
+narrower than a vector (7 or 14 wide against 16 lanes) pads most lanes,
+and each channel of a small plane pays a packing pass and a kernel call
+for little work (on a Xeon, EfficientNet-B0's ``dw 5x5 1152 @7`` ran at
+10% of the FMA peak that way).  Here a vector holds one pixel of ``VL``
+channels: every tap of every stride and dilation is a whole-vector load,
+no lane is padding while there are ``VL`` channels left, and one call
+computes a run of pixels for ``VL`` channels at once.  Three kernels:
+
+* :func:`build_lane_pack`: ``VL`` channel planes to pixel vectors (an
+  in-register transpose of ``VL x VL`` tiles), into a zero-padded plane;
+  it also lays out the filters, whose ``R*S`` taps are a plane of one row.
+* :func:`build_lane_tap_kernel`: ``outputs`` pixels of one output row,
+  all taps, in registers; each input vector loaded once feeds every output
+  it reaches, with the current filter row's ``S`` tap vectors held.
+* :func:`build_lane_unpack`: pixel vectors back to channel planes (the
+  transpose again), with the fused epilogue (:mod:`.epilogue`) applied.
+
+Packed-layout contract
+----------------------
+For a block of ``VL`` channels ``k0 + l`` of one image, with ``valid``
+of them real (``l >= valid`` are zeros, never stored)::
+
+    packed[((i * pitch) + j) * VL + l] = x[k0 + l][i - pad_top][j - pad_left]   (0 outside)
+    filters[t * VL + l]               = w[k0 + l][0][r][s]                      (t = r*S + s)
+    staged[(p * Q + q) * VL + l]      = y[k0 + l][p][q] before the epilogue
+
+and the tap kernel computes, for ``q < outputs``::
+
+    out[out_offset + q*VL + l] = bias[k0 + l]
+        + sum_{r < R, s < S} filters[w_offset + (r*S + s)*VL + l]
+                             * inputs[in_offset + r*row_step + (q*stride_w + s*dilation_w)*VL + l]
+
+The loop nest (:mod:`cso.macrokernel.lanes`) keeps every load in bounds:
+the packed plane covers every tap of every output, and the staging area
+has ``VL`` pixel vectors to spare after its last pixel.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from .epilogue import emit_epilogue
+
+_LLVM_FLOAT = {"float32": ir.FloatType, "float64": ir.DoubleType}
+_NUMBA_FLOAT = {"float32": types.float32, "float64": types.float64}
+_SUFFIX = {"float32": "f32", "float64": "f64"}
+
+
+def column_uses(outputs: int, kernel_width: int, stride_w: int, dilation_w: int) -> list:
+    """For each input column ``c`` a run of ``outputs`` pixels reads, the
+    ``(q, s)`` it feeds: ``q * stride_w + s * dilation_w == c``."""
+    width = (outputs - 1) * stride_w + (kernel_width - 1) * dilation_w + 1
+    uses = [[] for _ in range(width)]
+    for q in range(outputs):
+        for s in range(kernel_width):
+            uses[q * stride_w + s * dilation_w].append((q, s))
+    return uses
+
+
+def transpose_order(lanes: int) -> list:
+    """The perfect-shuffle rounds that transpose ``lanes`` vectors of
+    ``lanes`` lanes: each round pairs vector ``i`` with ``i + lanes/2`` and
+    interleaves their low halves, then their high halves.  ``log2(lanes)``
+    rounds transpose the square (checked in ``tests/kernels``)."""
+    half = lanes // 2
+    low = [j for k in range(half) for j in (k, lanes + k)]
+    high = [j for k in range(half, lanes) for j in (k, lanes + k)]
+    return low, high
+
+
+class _Emitter:
+    """IR helpers shared by the three kernels: types, vectors, masks, the transpose."""
+
+    def __init__(self, context, builder, dtype_name, lanes):
+        self.context, self.builder, self.lanes = context, builder, lanes
+        self.intp = context.get_value_type(types.intp)
+        self.i32 = ir.IntType(32)
+        self.element = _LLVM_FLOAT[dtype_name]()
+        self.vector = ir.VectorType(self.element, lanes)
+        self.align = 4 if dtype_name == "float32" else 8
+        self.mask_type = ir.VectorType(ir.IntType(1), lanes)
+        suffix = f"v{lanes}{_SUFFIX[dtype_name]}"
+        module = builder.module
+        self.fma = cgutils.get_or_insert_function(
+            module, ir.FunctionType(self.vector, [self.vector] * 3), f"llvm.fma.{suffix}"
+        )
+        self.masked_load = cgutils.get_or_insert_function(
+            module,
+            ir.FunctionType(
+                self.vector, [self.vector.as_pointer(), self.i32, self.mask_type, self.vector]
+            ),
+            f"llvm.masked.load.{suffix}.p0",
+        )
+        self.masked_store = cgutils.get_or_insert_function(
+            module,
+            ir.FunctionType(
+                ir.VoidType(), [self.vector, self.vector.as_pointer(), self.i32, self.mask_type]
+            ),
+            f"llvm.masked.store.{suffix}.p0",
+        )
+        self.zero = ir.Constant(self.vector, [0.0] * lanes)
+
+    def constant(self, value):
+        return ir.Constant(self.intp, value)
+
+    def vector_at(self, base, offset):
+        return self.builder.bitcast(self.builder.gep(base, [offset]), self.vector.as_pointer())
+
+    def lanes_below(self, count):
+        """The mask of lanes ``j < count``."""
+        b = self.builder
+        index_type = ir.VectorType(self.intp, self.lanes)
+        splat = b.shuffle_vector(
+            b.insert_element(ir.Constant(index_type, ir.Undefined), count, ir.Constant(self.i32, 0)),
+            ir.Constant(index_type, ir.Undefined),
+            ir.Constant(ir.VectorType(self.i32, self.lanes), [0] * self.lanes),
+        )
+        return b.icmp_signed("<", ir.Constant(index_type, list(range(self.lanes))), splat)
+
+    def load(self, base, offset, mask):
+        return self.builder.call(
+            self.masked_load,
+            [self.vector_at(base, offset), ir.Constant(self.i32, self.align), mask, self.zero],
+        )
+
+    def store(self, value, base, offset, mask):
+        self.builder.call(
+            self.masked_store,
+            [value, self.vector_at(base, offset), ir.Constant(self.i32, self.align), mask],
+        )
+
+    def transpose(self, vectors):
+        """``vectors[i][j]`` becomes ``result[j][i]`` (``lanes`` of ``lanes``)."""
+        low, high = transpose_order(self.lanes)
+        low = ir.Constant(ir.VectorType(self.i32, self.lanes), low)
+        high = ir.Constant(ir.VectorType(self.i32, self.lanes), high)
+        half = self.lanes // 2
+        for _ in range(self.lanes.bit_length() - 1):
+            paired = []
+            for i in range(half):
+                a, b = vectors[i], vectors[i + half]
+                paired += [
+                    self.builder.shuffle_vector(a, b, low),
+                    self.builder.shuffle_vector(a, b, high),
+                ]
+            vectors = paired
+        return vectors
+
+
+def _check(dtype_name, lanes):
+    if dtype_name not in _NUMBA_FLOAT:
+        raise ValueError(f"dtype_name must be float32 or float64, got {dtype_name!r}")
+    if lanes < 2 or lanes > 64 or lanes & (lanes - 1):
+        raise ValueError(f"vector_lanes must be a power of two in [2, 64], got {lanes}")
+
+
+def _check_arrays(numba_type, dtype_name, **arrays):
+    for label, arg in arrays.items():
+        if not (isinstance(arg, types.Array) and arg.dtype == numba_type and arg.ndim == 1):
+            raise TypeError(f"{label} must be a 1-D {dtype_name} array, got {arg}")
+
+
+@functools.lru_cache(maxsize=None)
+def build_lane_pack(dtype_name: str, vector_lanes: int):
+    """Return a Numba intrinsic laying ``VL`` channel planes out as pixel vectors.
+
+    ``lane_pack(src, src_offset, plane, count, valid, dst, dst_offset, row,
+    column, width, pitch)``: for pixels ``i < count`` (at most ``VL``) of
+    the channel planes ``src[src_offset + l*plane:]``, ``l < VL``, the
+    vector of their ``VL`` values (zero for ``l >= valid``) is stored at
+    ``dst[dst_offset + (row_i * pitch + column_i) * VL]``, where pixel
+    ``i`` is ``(row, column)`` moved on ``i`` places along rows of
+    ``width``.
+    """
+    _check(dtype_name, vector_lanes)
+    numba_type = _NUMBA_FLOAT[dtype_name]
+    lanes = vector_lanes
+
+    @intrinsic
+    def lane_pack(
+        typingctx, src, src_offset, plane, count, valid, dst, dst_offset, row, column, width,
+        pitch,
+    ):  # fmt: skip
+        _check_arrays(numba_type, dtype_name, src=src, dst=dst)
+        intp = types.intp
+        sig = types.void(src, intp, intp, intp, intp, dst, intp, intp, intp, intp, intp)
+
+        def codegen(context, builder, signature, args):
+            (src_a, src_off, plane_v, count_v, valid_v, dst_a, dst_off, row_v, column_v,
+             width_v, pitch_v) = args  # fmt: skip
+            e = _Emitter(context, builder, dtype_name, lanes)
+            b = builder
+            src_base = b.gep(context.make_array(signature.args[0])(context, b, src_a).data, [src_off])
+            dst_base = b.gep(context.make_array(signature.args[5])(context, b, dst_a).data, [dst_off])
+            pixels = e.lanes_below(count_v)
+            rows = []
+            for channel in range(lanes):
+                real = b.icmp_signed("<", e.constant(channel), valid_v)
+                mask = b.and_(pixels, b.select(real, ir.Constant(e.mask_type, [1] * lanes),
+                                               ir.Constant(e.mask_type, [0] * lanes)))
+                rows.append(e.load(src_base, b.mul(e.constant(channel), plane_v), mask))
+            pixel_vectors = e.transpose(rows)
+            done = b.append_basic_block("pack.done")
+            for i, value in enumerate(pixel_vectors):
+                store = b.append_basic_block(f"pack.store{i}")
+                b.cbranch(b.icmp_signed("<", e.constant(i), count_v), store, done)
+                b.position_at_end(store)
+                offset = b.mul(b.add(b.mul(row_v, pitch_v), column_v), e.constant(lanes))
+                b.store(value, e.vector_at(dst_base, offset), align=e.align)
+                column_v = b.add(column_v, e.constant(1))
+                wrapped = b.icmp_signed("==", column_v, width_v)
+                column_v = b.select(wrapped, e.constant(0), column_v)
+                row_v = b.select(wrapped, b.add(row_v, e.constant(1)), row_v)
+            b.branch(done)
+            b.position_at_end(done)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return lane_pack
+
+
+@functools.lru_cache(maxsize=None)
+def build_lane_unpack(dtype_name: str, vector_lanes: int):
+    """Return a Numba intrinsic writing pixel vectors back as channel planes.
+
+    ``lane_unpack(src, src_offset, count, valid, dst, dst_offset, plane,
+    residual, activation, has_residual)``: for channels ``l < valid`` and
+    pixels ``i < count``, ``dst[dst_offset + l*plane + i] =
+    act(src[src_offset + i*VL + l] + residual[same index])`` (the residual
+    only when ``has_residual``; :mod:`.epilogue`).  ``src`` must hold ``VL``
+    pixel vectors from ``src_offset``, whatever ``count``.
+    """
+    _check(dtype_name, vector_lanes)
+    numba_type = _NUMBA_FLOAT[dtype_name]
+    lanes = vector_lanes
+
+    @intrinsic
+    def lane_unpack(
+        typingctx, src, src_offset, count, valid, dst, dst_offset, plane, residual, activation,
+        has_residual,
+    ):  # fmt: skip
+        _check_arrays(numba_type, dtype_name, src=src, dst=dst, residual=residual)
+        intp = types.intp
+        sig = types.void(
+            src, intp, intp, intp, dst, intp, intp, residual, intp, types.boolean
+        )
+
+        def codegen(context, builder, signature, args):
+            (src_a, src_off, count_v, valid_v, dst_a, dst_off, plane_v, res_a, activation_v,
+             has_residual_v) = args  # fmt: skip
+            e = _Emitter(context, builder, dtype_name, lanes)
+            b = builder
+            arrays = signature.args
+
+            def data(index, value):
+                return context.make_array(arrays[index])(context, b, value).data
+
+            src_base = b.gep(data(0, src_a), [src_off])
+            dst_base = b.gep(data(4, dst_a), [dst_off])
+            res_base = b.gep(data(7, res_a), [dst_off])
+            pixels = [
+                b.load(e.vector_at(src_base, e.constant(i * lanes)), align=e.align)
+                for i in range(lanes)
+            ]
+            channels = e.transpose(pixels)
+            in_run = e.lanes_below(count_v)
+            none = ir.Constant(e.mask_type, [0] * lanes)
+            masks = [
+                b.select(b.icmp_signed("<", e.constant(channel), valid_v), in_run, none)
+                for channel in range(lanes)
+            ]
+            offsets = [b.mul(e.constant(channel), plane_v) for channel in range(lanes)]
+            results = emit_epilogue(
+                b,
+                channels,
+                lambda index: e.load(res_base, offsets[index], masks[index]),
+                activation_v,
+                has_residual_v,
+            )
+            for value, offset, mask in zip(results, offsets, masks):
+                e.store(value, dst_base, offset, mask)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return lane_unpack
+
+
+@functools.lru_cache(maxsize=None)
+def build_lane_tap_kernel(
+    kernel_width: int, stride_w: int, dilation_w: int, outputs: int, dtype_name: str,
+    vector_lanes: int,
+):  # fmt: skip
+    """Return a Numba intrinsic computing ``outputs`` pixels of ``VL`` channels.
+
+    Parameters
+    ----------
+    kernel_width, stride_w, dilation_w : int
+        ``S`` and the horizontal stride and dilation: which input column
+        feeds which output is unrolled at generation.
+    outputs : int
+        Pixels of one output row held in registers, each a vector of ``VL``
+        channels.
+    dtype_name : {"float32", "float64"}
+    vector_lanes : int
+
+    Returns
+    -------
+    intrinsic
+        ``kernel(kernel_height, filters, w_offset, inputs, in_offset,
+        row_step, out, out_offset, bias, bias_offset, valid, has_bias)``
+        (see the module contract); the bias of lanes ``l < valid`` is
+        ``bias[bias_offset + l]`` when ``has_bias``, else 0.
+    """
+    _check(dtype_name, vector_lanes)
+    for label, value, top in (
+        ("kernel_width", kernel_width, 32), ("stride_w", stride_w, 16),
+        ("dilation_w", dilation_w, 16), ("outputs", outputs, 64),
+    ):  # fmt: skip
+        if not 1 <= value <= top:
+            raise ValueError(f"{label} must be in [1, {top}], got {value}")
+    numba_type = _NUMBA_FLOAT[dtype_name]
+    lanes = vector_lanes
+    uses = column_uses(outputs, kernel_width, stride_w, dilation_w)
+
+    @intrinsic
+    def lane_tap_kernel(
+        typingctx, kernel_height, filters, w_offset, inputs, in_offset, row_step, out,
+        out_offset, bias, bias_offset, valid, has_bias,
+    ):  # fmt: skip
+        _check_arrays(numba_type, dtype_name, filters=filters, inputs=inputs, out=out, bias=bias)
+        intp = types.intp
+        sig = types.void(
+            intp, filters, intp, inputs, intp, intp, out, intp, bias, intp, intp, types.boolean
+        )
+
+        def codegen(context, builder, signature, args):
+            (height_v, w_a, w_off, in_a, in_off, step_v, out_a, out_off, bias_a, bias_off,
+             valid_v, has_bias_v) = args  # fmt: skip
+            e = _Emitter(context, builder, dtype_name, lanes)
+            b = builder
+            arrays = signature.args
+
+            def data(index, value):
+                return context.make_array(arrays[index])(context, b, value).data
+
+            filters_base = b.gep(data(1, w_a), [w_off])
+            inputs_base = b.gep(data(3, in_a), [in_off])
+            out_base = b.gep(data(6, out_a), [out_off])
+            bias_base = b.gep(data(8, bias_a), [bias_off])
+            biased = b.and_(
+                e.lanes_below(valid_v),
+                b.select(has_bias_v, ir.Constant(e.mask_type, [1] * lanes),
+                         ir.Constant(e.mask_type, [0] * lanes)),
+            )  # fmt: skip
+            start = e.load(bias_base, e.constant(0), biased)
+
+            # for r in range(R): the S tap vectors of filter row r, then each
+            # input vector of the row loaded once and fed to every output it reaches.
+            entry = b.basic_block
+            loop = b.append_basic_block("rows.loop")
+            done = b.append_basic_block("rows.done")
+            b.cbranch(b.icmp_signed(">", height_v, e.constant(0)), loop, done)
+            b.position_at_end(loop)
+            r = b.phi(e.intp)
+            r.add_incoming(e.constant(0), entry)
+            accumulators = []
+            for _ in range(outputs):
+                phi = b.phi(e.vector)
+                phi.add_incoming(start, entry)
+                accumulators.append(phi)
+            tap_row = b.mul(r, e.constant(kernel_width * lanes))
+            taps = [
+                b.load(e.vector_at(filters_base, b.add(tap_row, e.constant(s * lanes))),
+                       align=e.align)
+                for s in range(kernel_width)
+            ]  # fmt: skip
+            row = b.mul(r, step_v)
+            updated = list(accumulators)
+            for c, feeds in enumerate(uses):
+                if not feeds:
+                    continue
+                value = b.load(
+                    e.vector_at(inputs_base, b.add(row, e.constant(c * lanes))), align=e.align
+                )
+                for q, s in feeds:
+                    updated[q] = b.call(e.fma, [taps[s], value, updated[q]])
+            following = b.add(r, e.constant(1))
+            r.add_incoming(following, loop)
+            for phi, value in zip(accumulators, updated):
+                phi.add_incoming(value, loop)
+            b.cbranch(b.icmp_signed("<", following, height_v), loop, done)
+            b.position_at_end(done)
+            results = []
+            for q in range(outputs):
+                phi = b.phi(e.vector)
+                phi.add_incoming(start, entry)
+                phi.add_incoming(updated[q], loop)
+                results.append(phi)
+            for q, value in enumerate(results):
+                b.store(value, e.vector_at(out_base, e.constant(q * lanes)), align=e.align)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return lane_tap_kernel
