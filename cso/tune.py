@@ -18,6 +18,7 @@ import numpy as np
 from . import executor
 from .analysis import tiles
 from .analysis.choices import SCHEDULES, KCRS_ALGORITHMS, Algorithm, Schedule, VectorOperand
+from .analysis.tiles import is_lane_depthwise
 from .analysis.plan import Plan
 from .analysis.planner import plan_conv2d, plan_for_geometry, with_tiles
 from .checks import check_threads
@@ -245,7 +246,29 @@ def tune(
     kernels = list(dict.fromkeys([own] + windows + others))
     pool = candidate_plans(base, kernels)
     if base is not analysis:
-        pool = [(analysis, "analysis")] + [(plan, "variant") for plan, _ in pool]
+        # The analysis' plan, the other depthwise family where one applies
+        # (tap or lane), then the dense variants.
+        lanes_apply = is_lane_depthwise(analysis.geometry)
+        siblings = {
+            Algorithm.DEPTHWISE: [Algorithm.DEPTHWISE_LANES] if lanes_apply else [],
+            Algorithm.DEPTHWISE_LANES: [Algorithm.DEPTHWISE],
+        }.get(analysis.algorithm, [])
+        others = [
+            plan_for_geometry(
+                analysis.geometry,
+                analysis.dtype,
+                hw,
+                None,
+                None,
+                None,
+                threads,
+                algorithm=algorithm,
+            )  # fmt: skip
+            for algorithm in siblings
+        ]
+        pool = [(analysis, "analysis")] + [
+            (plan, "variant") for plan in others + [p for p, _ in pool]
+        ]
     ranked = _interleaved(pool)
     rng = np.random.default_rng(seed)
     x = rng.standard_normal(x_shape).astype(dtype)

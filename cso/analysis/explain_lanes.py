@@ -41,8 +41,11 @@ def lane_story(plan, others, size) -> list:
         f"  {blocks} block(s) of {vl} channels"
         + (f", the last with {vl - idle} (its other lanes are zeros)" if idle else "")
         + f"; {g.out_height} rows x {ceil_div(g.out_width, outputs)} call(s) a block"
-        + (" (a row's last run starts early enough to end at its edge)"
-           if g.out_width % outputs else ""),
+        + (
+            " (a row's last run starts early enough to end at its edge)"
+            if g.out_width % outputs
+            else ""
+        ),
         f"  transposes of {vl} x {vl}: {lanes.transposes_per_job(g, vl, band)} a block (its "
         f"input planes to pixel vectors, its filters, its output back, {band} row(s) at a "
         "time while they are in L1, with the epilogue)",
@@ -54,9 +57,7 @@ def lane_story(plan, others, size) -> list:
         "",
         "Choice",
         f"  {Algorithm.DEPTHWISE_LANES}: modelled cost {traffic.cost:.3g} per (channel, image)"
-        + "".join(
-            f"; {label} {other.cost_of(other.schedule).cost:.3g}" for label, other in others
-        ),
+        + "".join(f"; {label} {other.cost_of(other.schedule).cost:.3g}" for label, other in others),
         f"  per channel: {traffic.kernel_calls} kernel calls, {traffic.tap_loads} loads, "
         f"{traffic.packed_input_elements} elements transposed; busiest thread "
         f"{traffic.imbalance:.3f}x an even share",
@@ -64,7 +65,7 @@ def lane_story(plan, others, size) -> list:
         "Loop nest",
         f"  for (image, block of {vl} channels) in {g.batch} x {blocks} jobs over "
         f"{plan.threads} thread(s)",
-        f"    transpose the block's filters and input planes to pixel vectors",
+        "    transpose the block's filters and input planes to pixel vectors",
         f"    for band of {band} output row(s)",
         "      for p in the band",
         f"        for q0 in {ceil_div(g.out_width, outputs)} run(s) of {outputs} pixel(s)",

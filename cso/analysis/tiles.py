@@ -365,11 +365,14 @@ def accumulator_vectors(filters_per_tile: int, windows_per_tile: int, lanes: int
 def micro_kernel_shapes(vector_bytes: int, vector_registers: int, element_bytes: int) -> list:
     """Every ``(Nf, Nwin)`` the analysis offers on a machine: the window-,
     filter- and reduction-vectorised blocks and the depthwise tap kernel's
-    row segments (``1 x v*VL`` for ``v`` up to :data:`MAX_SEGMENT_VECTORS`)."""
+    row segments (``1 x v*VL`` for ``v`` up to :data:`MAX_SEGMENT_VECTORS`)
+    and the lane tap kernel's runs of pixels (``1 x n``, :func:`max_lane_outputs`)."""
     lanes = max(1, vector_bytes // element_bytes)
-    return (
+    shapes = (
         register_blocks(vector_bytes, vector_registers, element_bytes)
         + filter_vector_blocks(vector_bytes, vector_registers, element_bytes)
         + dot_product_blocks(vector_bytes, vector_registers, element_bytes)
         + [(1, vectors * lanes) for vectors in range(1, MAX_SEGMENT_VECTORS + 1)]
+        + [(1, n) for n in range(1, max_lane_outputs(1, vector_registers) + 1)]
     )
+    return list(dict.fromkeys(shapes))

@@ -43,8 +43,17 @@ LANES = None
 
 @njit(nogil=True, parallel=True, cache=True)
 def convolve_lanes(
-    x_flat, w_flat, bias, has_bias, residual, activation, has_residual, y_flat, workspace,
-    offsets, bounds
+    x_flat,
+    w_flat,
+    bias,
+    has_bias,
+    residual,
+    activation,
+    has_residual,
+    y_flat,
+    workspace,
+    offsets,
+    bounds,
 ):
     """::
 

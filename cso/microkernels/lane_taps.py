@@ -121,7 +121,9 @@ class _Emitter:
         b = self.builder
         index_type = ir.VectorType(self.intp, self.lanes)
         splat = b.shuffle_vector(
-            b.insert_element(ir.Constant(index_type, ir.Undefined), count, ir.Constant(self.i32, 0)),
+            b.insert_element(
+                ir.Constant(index_type, ir.Undefined), count, ir.Constant(self.i32, 0)
+            ),
             ir.Constant(index_type, ir.Undefined),
             ir.Constant(ir.VectorType(self.i32, self.lanes), [0] * self.lanes),
         )
@@ -200,14 +202,24 @@ def build_lane_pack(dtype_name: str, vector_lanes: int):
              width_v, pitch_v) = args  # fmt: skip
             e = _Emitter(context, builder, dtype_name, lanes)
             b = builder
-            src_base = b.gep(context.make_array(signature.args[0])(context, b, src_a).data, [src_off])
-            dst_base = b.gep(context.make_array(signature.args[5])(context, b, dst_a).data, [dst_off])
+            src_base = b.gep(
+                context.make_array(signature.args[0])(context, b, src_a).data, [src_off]
+            )
+            dst_base = b.gep(
+                context.make_array(signature.args[5])(context, b, dst_a).data, [dst_off]
+            )
             pixels = e.lanes_below(count_v)
             rows = []
             for channel in range(lanes):
                 real = b.icmp_signed("<", e.constant(channel), valid_v)
-                mask = b.and_(pixels, b.select(real, ir.Constant(e.mask_type, [1] * lanes),
-                                               ir.Constant(e.mask_type, [0] * lanes)))
+                mask = b.and_(
+                    pixels,
+                    b.select(
+                        real,
+                        ir.Constant(e.mask_type, [1] * lanes),
+                        ir.Constant(e.mask_type, [0] * lanes),
+                    ),
+                )
                 rows.append(e.load(src_base, b.mul(e.constant(channel), plane_v), mask))
             pixel_vectors = e.transpose(rows)
             done = b.append_basic_block("pack.done")
@@ -252,9 +264,7 @@ def build_lane_unpack(dtype_name: str, vector_lanes: int):
     ):  # fmt: skip
         _check_arrays(numba_type, dtype_name, src=src, dst=dst, residual=residual)
         intp = types.intp
-        sig = types.void(
-            src, intp, intp, intp, dst, intp, intp, residual, intp, types.boolean
-        )
+        sig = types.void(src, intp, intp, intp, dst, intp, intp, residual, intp, types.boolean)
 
         def codegen(context, builder, signature, args):
             (src_a, src_off, count_v, valid_v, dst_a, dst_off, plane_v, res_a, activation_v,

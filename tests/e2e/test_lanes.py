@@ -1,0 +1,125 @@
+"""The lane algorithm (depthwise, channels in the vector lanes): against the
+float64 reference, with epilogues, packed, and chosen by the model."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+from conftest import (
+    AVX512_CORE,
+    activate,
+    activation_bound,
+    assert_matches_reference,
+    check_tap_plan,
+    check_tap_round_trip,
+    error_bound,
+    tap_filter_params,
+)
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+import cso
+from cso.analysis.choices import ACTIVATIONS, Algorithm
+from cso.geometry import make_geometry
+
+
+@st.composite
+def lane_problems(draw):
+    # Channel counts on both sides of whole blocks of 8 and 16 lanes.
+    channels = draw(st.integers(1, 40))
+    R, S, stride, dilation, padding = draw(tap_filter_params())
+    H, W = draw(st.integers(1, 20)), draw(st.integers(1, 30))
+    batch = draw(st.integers(1, 2))
+    params = dict(stride=stride, padding=padding, dilation=dilation, groups=channels)
+    x_shape, w_shape = (batch, channels, H, W), (channels, 1, R, S)
+    try:
+        make_geometry(x_shape, w_shape, **params)
+    except ValueError:
+        assume(False)
+    assume(channels > 1)
+    dtype = draw(st.sampled_from([np.float32, np.float64]))
+    threads = draw(st.sampled_from([1, min(2, cso.executor.available_threads())]))
+    return x_shape, w_shape, params, dtype, threads, draw(st.booleans())
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(lane_problems(), st.integers(0, 2**32 - 1), st.integers(1, 4))
+def test_lanes_match_the_reference(problem, seed, shorter):
+    x, w, b, plan = check_tap_plan(problem, seed, "depthwise_lanes")
+    params = problem[2]
+    # Shorter runs of pixels, whose last one overlaps the one before.
+    other = dataclasses.replace(plan, windows_per_tile=max(1, plan.windows_per_tile // shorter))
+    assert_matches_reference(cso.conv2d(x, w, b, plan=other, **params), x, w, b, **params)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_every_activation_and_residual_in_the_lanes(dtype):
+    rng = np.random.default_rng(7)
+    x_shape, w_shape, params = (2, 21, 9, 11), (21, 1, 3, 5), dict(padding=(1, 2), groups=21)
+    x = rng.standard_normal(x_shape).astype(dtype)
+    w = rng.standard_normal(w_shape).astype(dtype)
+    bias = rng.standard_normal(21).astype(dtype)
+    plan = cso.plan_conv2d(x_shape, w_shape, dtype=dtype, algorithm="depthwise_lanes", **params)
+    residual = rng.standard_normal(plan.geometry.output_shape).astype(dtype) * 3
+    exact = cso.reference.conv2d(x, w, bias, **params)
+    for activation in [None] + [member.value for member in ACTIVATIONS]:
+        for res in (None, residual):
+            before = exact if res is None else exact + res
+            bound = error_bound(x, w, bias, dtype, **params)
+            if res is not None:
+                bound = bound + np.finfo(dtype).eps * np.abs(res)
+            y = cso.conv2d(x, w, bias, activation=activation, residual=res, plan=plan, **params)
+            expected = activate(activation, before)
+            assert np.all(np.abs(y - expected) <= activation_bound(before, bound, dtype)), (
+                activation,
+                res is not None,
+            )
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_lanes_with_packed_filters_round_trip(rng, tmp_path, dtype):
+    check_tap_round_trip(
+        rng, tmp_path, dtype, (2, 20, 9, 10), (20, 1, 5, 5),
+        dict(stride=2, padding=2, groups=20), "depthwise_lanes",
+    )  # fmt: skip
+
+
+def test_the_model_chooses_the_cheapest_family():
+    # The rule, not this machine's outcome: of dense, the tap plan and the
+    # lane plan, the cheapest.
+    for x_shape, w_shape, params in (
+        ((1, 144, 56, 56), (144, 1, 3, 3), dict(padding=1, groups=144)),
+        ((1, 672, 14, 14), (672, 1, 5, 5), dict(stride=2, padding=2, groups=672)),
+        ((1, 1152, 7, 7), (1152, 1, 5, 5), dict(padding=2, groups=1152)),
+    ):
+        chosen = cso.plan_conv2d(x_shape, w_shape, hardware=AVX512_CORE, **params)
+        costs = {}
+        for algorithm in ("dense", "depthwise", "depthwise_lanes"):
+            plan = cso.plan_conv2d(
+                x_shape, w_shape, hardware=AVX512_CORE, algorithm=algorithm, **params
+            )
+            costs[algorithm] = plan.cost_of(plan.schedule).cost
+        assert chosen.algorithm == min(costs, key=costs.get)
+    # A channel multiplier above 1 is not the lane plan's.
+    multiplied = cso.plan_conv2d((1, 8, 9, 9), (16, 1, 3, 3), groups=8)
+    assert multiplied.algorithm != "depthwise_lanes"
+    with pytest.raises(ValueError, match="algorithm='depthwise_lanes' needs one input channel"):
+        cso.plan_conv2d((1, 8, 9, 9), (16, 1, 3, 3), groups=8, algorithm="depthwise_lanes")
+    with pytest.raises(ValueError, match="a lane plan needs a depthwise layer"):
+        dense = cso.plan_conv2d((1, 8, 9, 9), (8, 8, 3, 3), algorithm="dense")
+        dataclasses.replace(dense, algorithm=Algorithm.DEPTHWISE_LANES, filters_per_tile=1,
+                            windows_per_tile=3)  # fmt: skip
+    lanes = cso.plan_conv2d((1, 8, 9, 9), (8, 1, 3, 3), groups=8, algorithm="depthwise_lanes")
+    with pytest.raises(ValueError, match="a lane plan computes 1 x"):
+        dataclasses.replace(lanes, windows_per_tile=10)
+
+
+def test_explain_tells_the_lanes_story():
+    plan = cso.plan_conv2d(
+        (1, 40, 7, 7), (40, 1, 5, 5), padding=2, groups=40, algorithm="depthwise_lanes",
+        hardware=AVX512_CORE,
+    )  # fmt: skip
+    text = cso.explain(plan)
+    assert "Algorithm: depthwise, channels in the vector lanes" in text
+    assert "3 block(s) of 16 channels, the last with 8" in text
+    assert "depthwise plan" in text and "dense plan" in text
