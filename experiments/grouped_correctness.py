@@ -93,7 +93,8 @@ def main():
                     shares.append(share)
                     if not share <= 1.0:
                         failures.append((row["key"], np.dtype(dtype).name, count, label, share))
-        kind = f"{plan.algorithm}" + ("" if plan.algorithm == "depthwise" else
+        depthwise = plan.algorithm in ("depthwise", "depthwise_lanes")
+        kind = f"{plan.algorithm}" + ("" if depthwise else
                                       f" ({geometry.channels_per_group} ch/group)")
         kinds[plan.algorithm] = kinds.get(plan.algorithm, 0) + 1
         worst = max(worst, max(shares))
