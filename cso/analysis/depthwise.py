@@ -284,15 +284,26 @@ def plan_depthwise(geometry: ConvGeometry, dtype_name: str, hardware: Hardware, 
         traffic = depthwise_traffic(geometry, hardware, element_bytes, segment, threads, rows)
         options.append((traffic.cost, (rows, segment, traffic)))
     rows, segment, traffic = first_within(options)
+    return untiled_plan(
+        geometry, dtype_name, hardware, threads, traffic, tap_algorithm(geometry), segment, rows
+    )
+
+
+def untiled_plan(
+    geometry, dtype_name, hardware, threads, traffic, algorithm, windows_per_tile, rows_per_call=1
+) -> Plan:
+    """A plan of a family with no cache tiles (tap or lane): its kernel's
+    ``1 x windows_per_tile`` and ``rows_per_call``, the dense tiles 1, and
+    ``traffic`` for both schedules (neither applies)."""
     return Plan(
         schedule=Schedule.IS,
         channel_tile=1,
         l2_tiles=1,
         l3_tiles=1,
         filters_per_tile=1,
-        windows_per_tile=segment,
+        windows_per_tile=windows_per_tile,
         dtype=dtype_name,
-        vector_lanes=lanes,
+        vector_lanes=max(1, hardware.vector_bytes // np.dtype(dtype_name).itemsize),
         threads=int(threads),
         window_parts=1,
         input_in_place=False,
@@ -301,6 +312,6 @@ def plan_depthwise(geometry: ConvGeometry, dtype_name: str, hardware: Hardware, 
         geometry=geometry,
         hardware=hardware,
         vector_operand=VectorOperand.WINDOWS,
-        algorithm=tap_algorithm(geometry),
-        rows_per_call=rows,
+        algorithm=algorithm,
+        rows_per_call=rows_per_call,
     )

@@ -22,9 +22,9 @@ import numpy as np
 
 from ..geometry import ConvGeometry, ceil_div
 from . import cost, counts, tiles
-from .choices import Algorithm, Schedule, VectorOperand
+from .choices import Algorithm
 from .cost import Traffic
-from .depthwise import even_split, rows_read, tap_kernel_cost
+from .depthwise import even_split, rows_read, tap_kernel_cost, untiled_plan
 from .hardware import Hardware
 from .plan import Plan
 
@@ -162,25 +162,8 @@ def lane_traffic(
 def plan_lanes(geometry: ConvGeometry, dtype_name: str, hardware: Hardware, threads: int) -> Plan:
     """The lane plan of ``geometry`` (which must be :func:`is_lane_depthwise`)."""
     element_bytes = np.dtype(dtype_name).itemsize
-    lanes = max(1, hardware.vector_bytes // element_bytes)
     outputs = outputs_per_call(geometry, hardware.vector_registers)
     traffic = lane_traffic(geometry, hardware, element_bytes, outputs, threads)
-    return Plan(
-        schedule=Schedule.IS,
-        channel_tile=1,
-        l2_tiles=1,
-        l3_tiles=1,
-        filters_per_tile=1,
-        windows_per_tile=outputs,
-        dtype=dtype_name,
-        vector_lanes=lanes,
-        threads=int(threads),
-        window_parts=1,
-        input_in_place=False,
-        costs=((Schedule.IS, traffic), (Schedule.WS, traffic)),
-        tiles_by_schedule=((Schedule.IS, (1, 1, 1)), (Schedule.WS, (1, 1, 1))),
-        geometry=geometry,
-        hardware=hardware,
-        vector_operand=VectorOperand.WINDOWS,
-        algorithm=Algorithm.DEPTHWISE_LANES,
+    return untiled_plan(
+        geometry, dtype_name, hardware, threads, traffic, Algorithm.DEPTHWISE_LANES, outputs
     )
