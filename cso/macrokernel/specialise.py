@@ -36,6 +36,7 @@ from ..microkernels import epilogue as epilogue_source
 from ..microkernels import lane_taps as lane_taps_source
 from ..microkernels import outer_product as outer_product_source
 from ..microkernels import taps as taps_source
+from ..microkernels import vector_ir as vector_ir_source
 from ..packing import depthwise as depthwise_packing_source
 from ..packing import filters as filters_source
 from ..packing import inputs as inputs_source
@@ -64,6 +65,7 @@ _DEPENDENCIES = (
     lanes_source,
     lane_taps_source,
     epilogue_source,
+    vector_ir_source,
     activations_source,
     choices_source,
 )

@@ -32,11 +32,11 @@ import functools
 
 from llvmlite import ir
 from numba import types
-from numba.core import cgutils
 from numba.extending import intrinsic
 
 from ..analysis.choices import ACTIVATIONS
 from .activations import emit_activation
+from .vector_ir import lanes_below, masked_load_function, masked_store_function, vector_type
 
 
 def emit_epilogue(builder, values, residual_of, activation, has_residual):
@@ -98,7 +98,6 @@ def emit_epilogue(builder, values, residual_of, activation, has_residual):
     return finals
 
 
-_LLVM_FLOAT = {"float32": ir.FloatType, "float64": ir.DoubleType}
 _NUMBA_FLOAT = {"float32": types.float32, "float64": types.float64}
 
 
@@ -133,28 +132,15 @@ def build_epilogue_run(dtype_name: str, vector_lanes: int):
             arrays = signature.args
             b = builder
             intp = context.get_value_type(types.intp)
-            vector = ir.VectorType(_LLVM_FLOAT[dtype_name](), lanes)
+            vector = vector_type(dtype_name, lanes)
             pointer_type = vector.as_pointer()
-            mask_type = ir.VectorType(ir.IntType(1), lanes)
             i32 = ir.IntType(32)
-            suffix = f"v{lanes}{'f32' if dtype_name == 'float32' else 'f64'}.p0"
-            load = cgutils.get_or_insert_function(
-                b.module,
-                ir.FunctionType(vector, [pointer_type, i32, mask_type, vector]),
-                f"llvm.masked.load.{suffix}",
-            )
-            store = cgutils.get_or_insert_function(
-                b.module,
-                ir.FunctionType(ir.VoidType(), [vector, pointer_type, i32, mask_type]),
-                f"llvm.masked.store.{suffix}",
-            )
+            load = masked_load_function(b.module, vector)
+            store = masked_store_function(b.module, vector)
             align = ir.Constant(i32, 4 if dtype_name == "float32" else 8)
             zero = ir.Constant(vector, [0.0] * lanes)
             out_base = b.gep(context.make_array(arrays[0])(context, b, out_a).data, [out_off])
             res_base = b.gep(context.make_array(arrays[2])(context, b, res_a).data, [res_off])
-            lane_index = ir.Constant(ir.VectorType(intp, lanes), list(range(lanes)))
-            index_undef = ir.Constant(ir.VectorType(intp, lanes), ir.Undefined)
-            splat = ir.Constant(ir.VectorType(i32, lanes), [0] * lanes)
 
             entry = b.basic_block
             loop = b.append_basic_block("epilogue_run.loop")
@@ -163,16 +149,7 @@ def build_epilogue_run(dtype_name: str, vector_lanes: int):
             b.position_at_end(loop)
             j = b.phi(intp)
             j.add_incoming(ir.Constant(intp, 0), entry)
-            remaining = b.sub(count_v, j)
-            mask = b.icmp_signed(
-                "<",
-                lane_index,
-                b.shuffle_vector(
-                    b.insert_element(index_undef, remaining, ir.Constant(i32, 0)),
-                    index_undef,
-                    splat,
-                ),
-            )
+            mask = lanes_below(b, b.sub(count_v, j), lanes)
             out_pointer = b.bitcast(b.gep(out_base, [j]), pointer_type)
             value = b.call(load, [out_pointer, align, mask, zero])
 

@@ -12,7 +12,8 @@ no lane is padding while there are ``VL`` channels left, and one call
 computes a run of pixels for ``VL`` channels at once.  Three kernels:
 
 * :func:`build_lane_pack`: ``VL`` channel planes to pixel vectors (an
-  in-register transpose of ``VL x VL`` tiles), into a zero-padded plane;
+  in-register transpose of ``VL x VL`` tiles, :func:`.vector_ir.transpose`),
+  into a zero-padded plane;
   it also lays out the filters, whose ``R*S`` taps are a plane of one row.
 * :func:`build_lane_tap_kernel`: ``outputs`` pixels of one output row,
   all taps, in registers; each input vector loaded once feeds every output
@@ -46,14 +47,20 @@ import functools
 
 from llvmlite import ir
 from numba import types
-from numba.core import cgutils
 from numba.extending import intrinsic
 
 from .epilogue import emit_epilogue
+from .vector_ir import (
+    I32,
+    fma_function,
+    lanes_below,
+    masked_load_function,
+    masked_store_function,
+    transpose,
+    vector_type,
+)
 
-_LLVM_FLOAT = {"float32": ir.FloatType, "float64": ir.DoubleType}
 _NUMBA_FLOAT = {"float32": types.float32, "float64": types.float64}
-_SUFFIX = {"float32": "f32", "float64": "f64"}
 
 
 def column_uses(outputs: int, kernel_width: int, stride_w: int, dilation_w: int) -> list:
@@ -67,96 +74,55 @@ def column_uses(outputs: int, kernel_width: int, stride_w: int, dilation_w: int)
     return uses
 
 
-def transpose_order(lanes: int) -> list:
-    """The perfect-shuffle rounds that transpose ``lanes`` vectors of
-    ``lanes`` lanes: each round pairs vector ``i`` with ``i + lanes/2`` and
-    interleaves their low halves, then their high halves.  ``log2(lanes)``
-    rounds transpose the square (checked in ``tests/kernels``)."""
-    half = lanes // 2
-    low = [j for k in range(half) for j in (k, lanes + k)]
-    high = [j for k in range(half, lanes) for j in (k, lanes + k)]
-    return low, high
-
-
 class _Emitter:
-    """IR helpers shared by the three kernels: types, vectors, masks, the transpose."""
+    """What the three kernels build alike: the operands' pointers, masks and
+    whole or masked vector loads and stores (:mod:`.vector_ir`)."""
 
-    def __init__(self, context, builder, dtype_name, lanes):
-        self.context, self.builder, self.lanes = context, builder, lanes
+    def __init__(self, context, builder, signature, dtype_name, lanes):
+        self.context, self.builder, self.signature, self.lanes = context, builder, signature, lanes
         self.intp = context.get_value_type(types.intp)
-        self.i32 = ir.IntType(32)
-        self.element = _LLVM_FLOAT[dtype_name]()
-        self.vector = ir.VectorType(self.element, lanes)
+        self.vector = vector_type(dtype_name, lanes)
         self.align = 4 if dtype_name == "float32" else 8
         self.mask_type = ir.VectorType(ir.IntType(1), lanes)
-        suffix = f"v{lanes}{_SUFFIX[dtype_name]}"
-        module = builder.module
-        self.fma = cgutils.get_or_insert_function(
-            module, ir.FunctionType(self.vector, [self.vector] * 3), f"llvm.fma.{suffix}"
-        )
-        self.masked_load = cgutils.get_or_insert_function(
-            module,
-            ir.FunctionType(
-                self.vector, [self.vector.as_pointer(), self.i32, self.mask_type, self.vector]
-            ),
-            f"llvm.masked.load.{suffix}.p0",
-        )
-        self.masked_store = cgutils.get_or_insert_function(
-            module,
-            ir.FunctionType(
-                ir.VoidType(), [self.vector, self.vector.as_pointer(), self.i32, self.mask_type]
-            ),
-            f"llvm.masked.store.{suffix}.p0",
-        )
+        self.fma = fma_function(builder.module, self.vector)
+        self.masked_load = masked_load_function(builder.module, self.vector)
+        self.masked_store = masked_store_function(builder.module, self.vector)
         self.zero = ir.Constant(self.vector, [0.0] * lanes)
 
     def constant(self, value):
         return ir.Constant(self.intp, value)
+
+    def base(self, index, array, offset):
+        """A pointer to element ``offset`` of the kernel's array argument ``index``."""
+        data = self.context.make_array(self.signature.args[index])(
+            self.context, self.builder, array
+        ).data
+        return self.builder.gep(data, [offset])
 
     def vector_at(self, base, offset):
         return self.builder.bitcast(self.builder.gep(base, [offset]), self.vector.as_pointer())
 
     def lanes_below(self, count):
         """The mask of lanes ``j < count``."""
-        b = self.builder
-        index_type = ir.VectorType(self.intp, self.lanes)
-        splat = b.shuffle_vector(
-            b.insert_element(
-                ir.Constant(index_type, ir.Undefined), count, ir.Constant(self.i32, 0)
-            ),
-            ir.Constant(index_type, ir.Undefined),
-            ir.Constant(ir.VectorType(self.i32, self.lanes), [0] * self.lanes),
-        )
-        return b.icmp_signed("<", ir.Constant(index_type, list(range(self.lanes))), splat)
+        return lanes_below(self.builder, count, self.lanes)
+
+    def masked_by(self, mask, condition):
+        """``mask`` where the run-time ``condition`` holds, else no lane."""
+        every = ir.Constant(self.mask_type, [1] * self.lanes)
+        none = ir.Constant(self.mask_type, [0] * self.lanes)
+        return self.builder.and_(mask, self.builder.select(condition, every, none))
 
     def load(self, base, offset, mask):
         return self.builder.call(
             self.masked_load,
-            [self.vector_at(base, offset), ir.Constant(self.i32, self.align), mask, self.zero],
+            [self.vector_at(base, offset), ir.Constant(I32, self.align), mask, self.zero],
         )
 
     def store(self, value, base, offset, mask):
         self.builder.call(
             self.masked_store,
-            [value, self.vector_at(base, offset), ir.Constant(self.i32, self.align), mask],
+            [value, self.vector_at(base, offset), ir.Constant(I32, self.align), mask],
         )
-
-    def transpose(self, vectors):
-        """``vectors[i][j]`` becomes ``result[j][i]`` (``lanes`` of ``lanes``)."""
-        low, high = transpose_order(self.lanes)
-        low = ir.Constant(ir.VectorType(self.i32, self.lanes), low)
-        high = ir.Constant(ir.VectorType(self.i32, self.lanes), high)
-        half = self.lanes // 2
-        for _ in range(self.lanes.bit_length() - 1):
-            paired = []
-            for i in range(half):
-                a, b = vectors[i], vectors[i + half]
-                paired += [
-                    self.builder.shuffle_vector(a, b, low),
-                    self.builder.shuffle_vector(a, b, high),
-                ]
-            vectors = paired
-        return vectors
 
 
 def _check(dtype_name, lanes):
@@ -200,28 +166,17 @@ def build_lane_pack(dtype_name: str, vector_lanes: int):
         def codegen(context, builder, signature, args):
             (src_a, src_off, plane_v, count_v, valid_v, dst_a, dst_off, row_v, column_v,
              width_v, pitch_v) = args  # fmt: skip
-            e = _Emitter(context, builder, dtype_name, lanes)
+            e = _Emitter(context, builder, signature, dtype_name, lanes)
             b = builder
-            src_base = b.gep(
-                context.make_array(signature.args[0])(context, b, src_a).data, [src_off]
-            )
-            dst_base = b.gep(
-                context.make_array(signature.args[5])(context, b, dst_a).data, [dst_off]
-            )
+            src_base = e.base(0, src_a, src_off)
+            dst_base = e.base(5, dst_a, dst_off)
             pixels = e.lanes_below(count_v)
             rows = []
             for channel in range(lanes):
                 real = b.icmp_signed("<", e.constant(channel), valid_v)
-                mask = b.and_(
-                    pixels,
-                    b.select(
-                        real,
-                        ir.Constant(e.mask_type, [1] * lanes),
-                        ir.Constant(e.mask_type, [0] * lanes),
-                    ),
-                )
+                mask = e.masked_by(pixels, real)
                 rows.append(e.load(src_base, b.mul(e.constant(channel), plane_v), mask))
-            pixel_vectors = e.transpose(rows)
+            pixel_vectors = transpose(b, rows)
             done = b.append_basic_block("pack.done")
             for i, value in enumerate(pixel_vectors):
                 store = b.append_basic_block(f"pack.store{i}")
@@ -269,25 +224,19 @@ def build_lane_unpack(dtype_name: str, vector_lanes: int):
         def codegen(context, builder, signature, args):
             (src_a, src_off, count_v, valid_v, dst_a, dst_off, plane_v, res_a, activation_v,
              has_residual_v) = args  # fmt: skip
-            e = _Emitter(context, builder, dtype_name, lanes)
+            e = _Emitter(context, builder, signature, dtype_name, lanes)
             b = builder
-            arrays = signature.args
-
-            def data(index, value):
-                return context.make_array(arrays[index])(context, b, value).data
-
-            src_base = b.gep(data(0, src_a), [src_off])
-            dst_base = b.gep(data(4, dst_a), [dst_off])
-            res_base = b.gep(data(7, res_a), [dst_off])
+            src_base = e.base(0, src_a, src_off)
+            dst_base = e.base(4, dst_a, dst_off)
+            res_base = e.base(7, res_a, dst_off)
             pixels = [
                 b.load(e.vector_at(src_base, e.constant(i * lanes)), align=e.align)
                 for i in range(lanes)
             ]
-            channels = e.transpose(pixels)
+            channels = transpose(b, pixels)
             in_run = e.lanes_below(count_v)
-            none = ir.Constant(e.mask_type, [0] * lanes)
             masks = [
-                b.select(b.icmp_signed("<", e.constant(channel), valid_v), in_run, none)
+                e.masked_by(in_run, b.icmp_signed("<", e.constant(channel), valid_v))
                 for channel in range(lanes)
             ]
             offsets = [b.mul(e.constant(channel), plane_v) for channel in range(lanes)]
@@ -358,22 +307,13 @@ def build_lane_tap_kernel(
         def codegen(context, builder, signature, args):
             (height_v, w_a, w_off, in_a, in_off, step_v, out_a, out_off, bias_a, bias_off,
              valid_v, has_bias_v) = args  # fmt: skip
-            e = _Emitter(context, builder, dtype_name, lanes)
+            e = _Emitter(context, builder, signature, dtype_name, lanes)
             b = builder
-            arrays = signature.args
-
-            def data(index, value):
-                return context.make_array(arrays[index])(context, b, value).data
-
-            filters_base = b.gep(data(1, w_a), [w_off])
-            inputs_base = b.gep(data(3, in_a), [in_off])
-            out_base = b.gep(data(6, out_a), [out_off])
-            bias_base = b.gep(data(8, bias_a), [bias_off])
-            biased = b.and_(
-                e.lanes_below(valid_v),
-                b.select(has_bias_v, ir.Constant(e.mask_type, [1] * lanes),
-                         ir.Constant(e.mask_type, [0] * lanes)),
-            )  # fmt: skip
+            filters_base = e.base(1, w_a, w_off)
+            inputs_base = e.base(3, in_a, in_off)
+            out_base = e.base(6, out_a, out_off)
+            bias_base = e.base(8, bias_a, bias_off)
+            biased = e.masked_by(e.lanes_below(valid_v), has_bias_v)
             start = e.load(bias_base, e.constant(0), biased)
 
             # for r in range(R): the S tap vectors of filter row r, then each

@@ -76,10 +76,16 @@ from numba.extending import intrinsic
 
 from ..analysis.choices import VectorOperand, parse_choice
 from .epilogue import emit_epilogue
+from .vector_ir import (
+    fma_function,
+    masked_load_function,
+    masked_store_function,
+    transpose,
+    vector_type,
+)
 
 _LLVM_FLOAT = {"float32": ir.FloatType, "float64": ir.DoubleType}
 _NUMBA_FLOAT = {"float32": types.float32, "float64": types.float64}
-_LLVM_SUFFIX = {"float32": "f32", "float64": "f64"}
 # The operands a caller may pass as the address of an array's data.
 _ADDRESSABLE = ("filters", "inputs", "out")
 
@@ -296,13 +302,8 @@ class _Emitter:
         self.intp = context.get_value_type(types.intp)
         self.lanes = lanes
         self.element_bytes = 4 if dtype_name == "float32" else 8
-        self.suffix = _LLVM_SUFFIX[dtype_name]
-        self.vector_type = ir.VectorType(_LLVM_FLOAT[dtype_name](), lanes)
-        self.fma = cgutils.get_or_insert_function(
-            builder.module,
-            ir.FunctionType(self.vector_type, [self.vector_type] * 3),
-            f"llvm.fma.v{lanes}{_LLVM_SUFFIX[dtype_name]}",
-        )
+        self.vector_type = vector_type(dtype_name, lanes)
+        self.fma = fma_function(builder.module, self.vector_type)
         self.prefetch = cgutils.get_or_insert_function(
             builder.module,
             ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer()] + [ir.IntType(32)] * 3),
@@ -333,19 +334,8 @@ class _Emitter:
         """``llvm.masked.load`` or ``llvm.masked.store`` for one vector of this
         kernel's type: ``load(pointer, align, mask, passthrough)``,
         ``store(value, pointer, align, mask)``."""
-        pointer_type = self.vector_type.as_pointer()
-        mask_type = ir.VectorType(ir.IntType(1), self.lanes)
-        if operation == "load":
-            signature = ir.FunctionType(
-                self.vector_type, [pointer_type, ir.IntType(32), mask_type, self.vector_type]
-            )
-        else:
-            signature = ir.FunctionType(
-                ir.VoidType(), [self.vector_type, pointer_type, ir.IntType(32), mask_type]
-            )
-        return cgutils.get_or_insert_function(
-            self.builder.module, signature, f"llvm.masked.{operation}.v{self.lanes}{self.suffix}.p0"
-        )
+        declare = masked_load_function if operation == "load" else masked_store_function
+        return declare(self.builder.module, self.vector_type)
 
     def bias_vectors(self, vectors):
         """The bias of filters ``v*VL ..`` for ``v < vectors``, or zeros
@@ -684,37 +674,10 @@ class _Emitter:
                     builder.fadd(finals[first + j][v], bias_terms[v]) if j < count else self.undef
                     for j in range(lanes)
                 ]
-                for lane, column in enumerate(self._transpose(block)):
+                for lane, column in enumerate(transpose(builder, block)):
                     row = builder.mul(self.constant(v * lanes + lane), self.out_stride)
                     stores.append((builder.add(row, self.constant(first)), column, count))
         self._store_tile(stores, accumulate)
-
-    def _transpose(self, rows):
-        """``rows[j][i] -> result[i][j]`` for ``VL`` vectors of ``VL`` lanes.
-
-        Round ``d`` (``VL/2, .., 1``) swaps the ``d x d`` blocks off the
-        diagonal of every ``2d x 2d`` block: ``log2 VL`` rounds of ``VL``
-        two-vector shuffles."""
-        builder = self.builder
-        lanes = self.lanes
-        rows = list(rows)
-        step = lanes // 2
-        while step:
-            upper = ir.Constant(
-                ir.VectorType(ir.IntType(32), lanes),
-                [lanes + c - step if c & step else c for c in range(lanes)],
-            )
-            lower = ir.Constant(
-                ir.VectorType(ir.IntType(32), lanes),
-                [lanes + c if c & step else c + step for c in range(lanes)],
-            )
-            for r in range(lanes):
-                if not r & step:
-                    a, b = rows[r], rows[r + step]
-                    rows[r] = builder.shuffle_vector(a, b, upper)
-                    rows[r + step] = builder.shuffle_vector(a, b, lower)
-            step //= 2
-        return rows
 
     def _write_columns_by_element(self, finals, accumulate):
         """Filters orientation, one element at a time: lane ``i`` of

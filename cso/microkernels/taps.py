@@ -63,15 +63,19 @@ import functools
 
 from llvmlite import ir
 from numba import types
-from numba.core import cgutils
 from numba.extending import intrinsic
 
 from ..analysis.depthwise import rows_read
 from .epilogue import emit_epilogue
+from .vector_ir import (
+    fma_function,
+    lanes_below,
+    masked_load_function,
+    masked_store_function,
+    vector_type,
+)
 
-_LLVM_FLOAT = {"float32": ir.FloatType, "float64": ir.DoubleType}
 _NUMBA_FLOAT = {"float32": types.float32, "float64": types.float64}
-_SUFFIX = {"float32": "f32", "float64": "f64"}
 
 
 def row_uses(rows: int, kernel_height: int, stride_h: int, dilation_h: int) -> list:
@@ -161,15 +165,10 @@ def build_tap_kernel(
                 return context.make_array(arrays[index])(context, builder, value).data
 
             intp = context.get_value_type(types.intp)
-            element = _LLVM_FLOAT[dtype_name]()
-            vector = ir.VectorType(element, lanes)
+            vector = vector_type(dtype_name, lanes)
             i32 = ir.IntType(32)
             align = 4 if dtype_name == "float32" else 8
-            fma = cgutils.get_or_insert_function(
-                builder.module,
-                ir.FunctionType(vector, [vector] * 3),
-                f"llvm.fma.v{lanes}{_SUFFIX[dtype_name]}",
-            )
+            fma = fma_function(builder.module, vector)
             undef = ir.Constant(vector, ir.Undefined)
             zeros_i32 = ir.Constant(ir.VectorType(i32, lanes), [0] * lanes)
 
@@ -250,35 +249,19 @@ def build_tap_kernel(
 
             # The lanes stored: the first `count` of each row, or all of them.
             mask_type = ir.VectorType(ir.IntType(1), lanes)
-            lane_index = ir.Constant(ir.VectorType(intp, lanes), list(range(lanes)))
-            intp_undef = ir.Constant(ir.VectorType(intp, lanes), ir.Undefined)
-            zeros_mask = ir.Constant(ir.VectorType(i32, lanes), [0] * lanes)
             masks = {}
             for pb, v in order:
                 if pb < rows - masked_rows:
                     masks[pb, v] = ir.Constant(mask_type, [1] * lanes)
                     continue
                 remaining = builder.sub(count_v, constant(v * lanes))
-                splat = builder.shuffle_vector(
-                    builder.insert_element(intp_undef, remaining, ir.Constant(i32, 0)),
-                    intp_undef,
-                    zeros_mask,
-                )
-                masks[pb, v] = builder.icmp_signed("<", lane_index, splat)
+                masks[pb, v] = lanes_below(builder, remaining, lanes)
             offsets = {
                 (pb, v): builder.add(builder.mul(constant(pb), pitch_v), constant(v * lanes))
                 for pb, v in order
             }
-            load = cgutils.get_or_insert_function(
-                builder.module,
-                ir.FunctionType(vector, [vector.as_pointer(), i32, mask_type, vector]),
-                f"llvm.masked.load.v{lanes}{_SUFFIX[dtype_name]}.p0",
-            )
-            store = cgutils.get_or_insert_function(
-                builder.module,
-                ir.FunctionType(ir.VoidType(), [vector, vector.as_pointer(), i32, mask_type]),
-                f"llvm.masked.store.v{lanes}{_SUFFIX[dtype_name]}.p0",
-            )
+            load = masked_load_function(builder.module, vector)
+            store = masked_store_function(builder.module, vector)
 
             def residual_of(index):
                 key = order[index]

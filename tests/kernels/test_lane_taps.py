@@ -1,24 +1,54 @@
-"""The lane kernels' generation-time tables: the transpose rounds and which
-input column feeds which output."""
+"""The lane kernels: packing and unpacking a block of channels (the
+in-register transpose), which input column feeds which output, their checks."""
 
 import numpy as np
 import pytest
 
-from cso.microkernels.lane_taps import build_lane_tap_kernel, column_uses, transpose_order
+import numba
+
+from cso.microkernels.lane_taps import (
+    build_lane_pack,
+    build_lane_tap_kernel,
+    build_lane_unpack,
+    column_uses,
+)
 
 
-@pytest.mark.parametrize("lanes", [2, 4, 8, 16])
-def test_the_perfect_shuffle_rounds_transpose(lanes):
-    square = np.arange(lanes * lanes).reshape(lanes, lanes)
-    vectors = list(square)
-    low, high = transpose_order(lanes)
-    for _ in range(lanes.bit_length() - 1):
-        paired = []
-        for i in range(lanes // 2):
-            both = np.concatenate([vectors[i], vectors[i + lanes // 2]])
-            paired += [both[low], both[high]]
-        vectors = paired
-    assert np.array_equal(np.array(vectors), square.T)
+@pytest.mark.parametrize("dtype, lanes", [("float32", 16), ("float64", 8), ("float32", 4)])
+def test_pack_and_unpack_transpose_a_block_of_channels(dtype, lanes):
+    # 3 real channels of a 5 x 4 plane, packed into rows of 6 pixel vectors
+    # one row and column in (the contract's padding), then unpacked.
+    pack, unpack = build_lane_pack(dtype, lanes), build_lane_unpack(dtype, lanes)
+    height, width, pitch, valid = 5, 4, 6, 3
+    plane = height * width
+
+    @numba.njit
+    def round_trip(x, packed, staged, y):
+        for f0 in range(0, plane, lanes):
+            count = min(lanes, plane - f0)
+            pack(x, f0, plane, count, valid, packed, (1 * pitch + 1) * lanes,
+                 f0 // width, f0 % width, width, pitch)  # fmt: skip
+        for f0 in range(0, plane, lanes):
+            count = min(lanes, plane - f0)
+            unpack(staged, f0 * lanes, count, valid, y, f0, plane, y, 0, False)
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(valid * plane).astype(dtype)
+    packed = np.full((height + 2) * pitch * lanes, 7.0, dtype)
+    staged = np.zeros((plane + lanes) * lanes, dtype)
+    staged[: plane * lanes] = rng.standard_normal(plane * lanes)
+    y = np.full(valid * plane, 9.0, dtype)
+    round_trip(x, packed, staged, y)
+    grid = packed.reshape(height + 2, pitch, lanes)
+    inside = grid[1 : 1 + height, 1 : 1 + width]
+    expected = np.zeros((height, width, lanes), dtype)
+    expected[..., :valid] = x.reshape(valid, height, width).transpose(1, 2, 0)
+    assert np.array_equal(inside, expected)
+    # Outside the plane nothing is written (the nest zeroes the padding).
+    assert np.all(grid[0] == 7.0) and np.all(grid[:, 0] == 7.0)
+    assert np.array_equal(
+        y.reshape(valid, plane), staged[: plane * lanes].reshape(plane, lanes)[:, :valid].T
+    )
 
 
 def test_column_uses_cover_every_tap_once():
