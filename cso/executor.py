@@ -22,7 +22,7 @@ from typing import NamedTuple
 import numba
 import numpy as np
 
-from .analysis import depthwise, lanes, tiles
+from .analysis import depthwise, lanes
 from .analysis.choices import KCRS_ALGORITHMS, Algorithm, Schedule, VectorOperand
 from .analysis.plan import Plan
 from .geometry import ceil_div
@@ -312,9 +312,7 @@ def _lanes_launch(plan: Plan, module) -> Launch:
     workspace: one packed plane, filter block and band of staged pixels per
     worker (it takes the tap nest's arguments; its offsets are unused)."""
     g = plan.geometry
-    element_bytes = np.dtype(plan.dtype).itemsize
-    l1 = tiles.usable_bytes(plan.hardware.l1_bytes, plan.hardware.usable_fraction)
-    band = lanes.band_rows(g, plan.vector_lanes, element_bytes, l1)
+    band = lanes.band_rows(g, plan.hardware, np.dtype(plan.dtype).itemsize)
     stride = worker_stride(lanes.workspace_elements(g, plan.vector_lanes, band), plan.dtype)
     bounds = LaneBounds(
         batch=g.batch,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..geometry import ceil_div
-from . import lanes, tiles
+from . import lanes
 from .choices import Algorithm
 
 
@@ -24,8 +24,7 @@ def lane_story(plan, others, size) -> list:
     vl, outputs = plan.vector_lanes, plan.windows_per_tile
     traffic = plan.cost_of(plan.schedule)
     taps = g.kernel_height * g.kernel_width
-    l1 = tiles.usable_bytes(hw.l1_bytes, hw.usable_fraction)
-    band = lanes.band_rows(g, vl, s, l1)
+    band = lanes.band_rows(g, hw, s)
     loads = lanes.lane_kernel_loads(g, outputs)
     fmas = outputs * taps
     blocks = ceil_div(g.channels, vl)

@@ -55,13 +55,14 @@ def pitch(geometry: ConvGeometry) -> int:
     return max(read, g.pad_left + g.width)
 
 
-def band_rows(geometry: ConvGeometry, lanes: int, element_bytes: int, l1_bytes: int) -> int:
+def band_rows(geometry: ConvGeometry, hardware: Hardware, element_bytes: int) -> int:
     """Output rows staged before they are unpacked: as many as fit in a
-    quarter of L1 (``l1 / 4 // (Q * VL * s)``), at least 1, at most ``P``;
-    the transpose back reads them while they are still there."""
+    quarter of the usable L1 (``l1 / 4 // (Q * VL * s)``), at least 1, at
+    most ``P``; the transpose back reads them while they are still there."""
     g = geometry
-    row_bytes = g.out_width * lanes * element_bytes
-    return max(1, min(g.out_height, l1_bytes // 4 // row_bytes))
+    l1 = tiles.usable_bytes(hardware.l1_bytes, hardware.usable_fraction)
+    lanes = max(1, hardware.vector_bytes // element_bytes)
+    return max(1, min(g.out_height, l1 // 4 // (g.out_width * lanes * element_bytes)))
 
 
 def workspace_elements(geometry: ConvGeometry, lanes: int, band: int) -> int:
@@ -117,8 +118,7 @@ def lane_traffic(
     g = geometry
     s = element_bytes
     lanes = max(1, hardware.vector_bytes // s)
-    l1 = tiles.usable_bytes(hardware.l1_bytes, hardware.usable_fraction)
-    band = band_rows(g, lanes, s, l1)
+    band = band_rows(g, hardware, s)
     calls = g.out_height * ceil_div(g.out_width, outputs)
     macs = calls * outputs * g.kernel_height * g.kernel_width * lanes
     loads = calls * lane_kernel_loads(g, outputs)
