@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -27,8 +28,8 @@ from .candidates import (
     traffic,
     ws_window_parts,
 )
-from .choices import SCHEDULES, TAP_ALGORITHMS, Algorithm, Schedule, VectorOperand, parse_choice
-from .depthwise import MAX_GROUP_CHANNELS, plan_depthwise, tap_algorithm, weighs_grouped
+from .choices import SCHEDULES, Algorithm, Schedule, VectorOperand, parse_choice
+from .depthwise import MAX_GROUP_CHANNELS, is_depthwise, plan_depthwise, weighs_grouped
 from .detect import detect_hardware
 from .lanes import is_lane_depthwise, plan_lanes
 from .hardware import Hardware
@@ -143,13 +144,29 @@ def plan_conv2d(
     )
 
 
-# What each tap family needs of a layer, as its error says.
-_TAP_NEEDS = {
-    Algorithm.DEPTHWISE: "one input channel per group (groups == C > 1)",
-    Algorithm.GROUPED: f"more than one group of 2 to {MAX_GROUP_CHANNELS} channels",
-    Algorithm.DEPTHWISE_LANES: (
-        f"one input channel and one filter per group (groups == C == K > 1), filters at "
-        f"most {tiles.MAX_LANE_KERNEL_WIDTH} wide"
+class _Family(NamedTuple):
+    """An algorithm family besides dense: which layers it runs (and what
+    that is, as its error says), and its planner."""
+
+    runs: Callable
+    needs: str
+    plan: Callable
+
+
+_FAMILIES = {
+    Algorithm.DEPTHWISE: _Family(
+        is_depthwise, "one input channel per group (groups == C > 1)", plan_depthwise
+    ),
+    Algorithm.GROUPED: _Family(
+        tiles.is_small_grouped,
+        f"more than one group of 2 to {MAX_GROUP_CHANNELS} channels",
+        plan_depthwise,
+    ),
+    Algorithm.DEPTHWISE_LANES: _Family(
+        is_lane_depthwise,
+        "one input channel and one filter per group (groups == C == K > 1), filters at "
+        f"most {tiles.MAX_LANE_KERNEL_WIDTH} wide",
+        plan_lanes,
     ),
 }
 
@@ -172,23 +189,21 @@ def plan_for_geometry(
     """:func:`plan_conv2d` on validated arguments (memoised: plans are pure and frozen).
 
     The algorithm families are weighed by their modelled cost per (group,
-    image): the dense outer-product plans (:func:`_plan_dense`) and, for a
-    depthwise or small-grouped layer, the tap plan (:mod:`.depthwise`).  Forcing any
+    image): the dense outer-product plans (:func:`_plan_dense`) and, where
+    they run the layer, the tap plans (:mod:`.depthwise`: depthwise or small
+    grouped) and the lane plan (:mod:`.lanes`).  Forcing any
     dense setting (a tile size, schedule, vector operand or folding) plans
     densely.
     """
-    if algorithm in TAP_ALGORITHMS or algorithm == Algorithm.DEPTHWISE_LANES:
-        lanes = algorithm == Algorithm.DEPTHWISE_LANES
-        fits = is_lane_depthwise(geometry) if lanes else tap_algorithm(geometry) == algorithm
-        if not fits:
+    family = _FAMILIES.get(algorithm)
+    if family is not None:
+        if not family.runs(geometry):
             raise ValueError(
-                f"algorithm='{algorithm.value}' needs {_TAP_NEEDS[algorithm]}, got "
+                f"algorithm='{algorithm.value}' needs {family.needs}, got "
                 f"{geometry.groups} group(s) of {geometry.channels_per_group} channel(s) and "
                 f"{geometry.filters_per_group} filter(s), {geometry.kernel_width} wide"
             )
-        if lanes:
-            return plan_lanes(geometry, dtype_name, hardware, threads)
-        return plan_depthwise(geometry, dtype_name, hardware, threads)
+        return family.plan(geometry, dtype_name, hardware, threads)
     dense = _plan_dense(
         geometry,
         dtype_name,
@@ -205,14 +220,15 @@ def plan_for_geometry(
         setting is not None
         for setting in (filters_per_tile, windows_per_tile, schedule, vector_operand, fold_batch)
     )
-    tap = tap_algorithm(geometry)
-    if dense_forced or tap is None or (tap == Algorithm.GROUPED and not weighs_grouped(geometry)):
+    if dense_forced:
         return dense
-    # The cheapest of the families that can run the layer; ties keep the
-    # earlier (dense, then the tap plan).
-    options = [dense, plan_depthwise(geometry, dtype_name, hardware, threads)]
-    if is_lane_depthwise(geometry):
-        options.append(plan_lanes(geometry, dtype_name, hardware, threads))
+    # The cheapest of the families that run the layer (grouped weighed at
+    # stride 1 only); ties keep the earlier: dense, then _FAMILIES' order.
+    options = [dense] + [
+        family.plan(geometry, dtype_name, hardware, threads)
+        for name, family in _FAMILIES.items()
+        if family.runs(geometry) and (name != Algorithm.GROUPED or weighs_grouped(geometry))
+    ]
     return min(options, key=lambda plan: plan.cost_of(plan.schedule).cost)
 
 
