@@ -237,16 +237,48 @@ def depthwise_traffic(
     multiplier = g.filters_per_group
     taps = g.channels_per_group * g.kernel_height * g.kernel_width
     calls = multiplier * ceil_div(g.out_height, rows_per_call) * ceil_div(g.out_width, segment)
-    loads = calls * kernel_loads(g, rows_per_call, segment, lanes)
     job_bytes = (
         g.channels_per_group * g.height * g.width + multiplier * taps + multiplier * g.windows
     ) * s
-    call_bytes = job_bytes * g.groups * g.batch
-    usable = hardware.usable_fraction
+    return job_traffic(
+        hardware,
+        s,
+        threads,
+        jobs=g.batch * g.groups,
+        job_bytes=job_bytes,
+        calls=calls,
+        macs=calls * rows_per_call * segment * taps,
+        loads=calls * kernel_loads(g, rows_per_call, segment, lanes),
+        packed_elements=g.channels_per_group * packed_channel_elements(g, segment, lanes),
+    )
+
+
+def job_traffic(
+    hardware: Hardware,
+    element_bytes: int,
+    threads: int,
+    *,
+    jobs: int,
+    job_bytes: int,
+    calls: int,
+    macs: int,
+    loads: int,
+    packed_elements: int,
+    input_pack_cost=None,
+) -> Traffic:
+    """One job of a tap-kernel family's nest (tap or lane), modelled from its counts.
+
+    ``job_bytes`` compulsory bytes from the level all ``jobs`` jobs'
+    operands fit in; ``packed_elements`` weighted like the dense plans'
+    input packing (at ``input_pack_cost`` if given); ``calls`` kernel calls
+    of ``macs`` multiply-adds and ``loads`` vector loads in all, priced by
+    :func:`tap_kernel_cost` (not the outer-product kernel's weights).  The
+    cost is scaled by the busiest thread's share of the jobs.
+    """
     level = counts.level_of(
-        call_bytes,
-        tiles.usable_bytes(hardware.l2_bytes, usable),
-        tiles.usable_bytes(hardware.l3_bytes, usable),
+        job_bytes * jobs,
+        tiles.usable_bytes(hardware.l2_bytes, hardware.usable_fraction),
+        tiles.usable_bytes(hardware.l3_bytes, hardware.usable_fraction),
     )
     job_counts = dict(
         dram=job_bytes if level == "dram" else 0,
@@ -255,19 +287,20 @@ def depthwise_traffic(
         tlb_misses=0,
         kernel_calls=calls,
         l1_spill=0,
-        padded_macs=calls * rows_per_call * segment * taps,
-        packed_input_elements=g.channels_per_group * packed_channel_elements(g, segment, lanes),
+        padded_macs=macs,
+        packed_input_elements=packed_elements,
         tap_loads=loads,
     )
-    jobs = g.batch * g.groups
-    imbalance = counts.thread_imbalance(threads, jobs, 1, 1, 1.0)
-    weights = hardware.weights
-    # The tap kernel's calls and loads are not the outer-product kernel's: priced apart.
     dense_counts = {name: n for name, n in job_counts.items() if name != "tap_loads"}
     weighted = cost.weighted_cost(
-        hardware, s, **dict(dense_counts, kernel_calls=0, padded_macs=0), shared=threads > 1
+        hardware,
+        element_bytes,
+        **dict(dense_counts, kernel_calls=0, padded_macs=0),
+        shared=threads > 1,
+        input_pack_cost=input_pack_cost,
     )
-    weighted += tap_kernel_cost(weights, s, calls, job_counts["padded_macs"], loads)
+    weighted += tap_kernel_cost(hardware.weights, element_bytes, calls, macs, loads)
+    imbalance = counts.thread_imbalance(threads, jobs, 1, 1, 1.0)
     return Traffic(cost=imbalance * weighted, imbalance=imbalance, **job_counts)
 
 

@@ -18,13 +18,15 @@ size, stride, dilation and padding.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from ..geometry import ConvGeometry, ceil_div
-from . import cost, counts, tiles
+from . import tiles
 from .choices import Algorithm
 from .cost import Traffic
-from .depthwise import even_split, rows_read, tap_kernel_cost, untiled_plan
+from .depthwise import even_split, job_traffic, rows_read, untiled_plan
 from .hardware import Hardware
 from .plan import Plan
 
@@ -118,45 +120,27 @@ def lane_traffic(
     g = geometry
     s = element_bytes
     lanes = max(1, hardware.vector_bytes // s)
-    band = band_rows(g, hardware, s)
     calls = g.out_height * ceil_div(g.out_width, outputs)
-    macs = calls * outputs * g.kernel_height * g.kernel_width * lanes
-    loads = calls * lane_kernel_loads(g, outputs)
-    job_bytes = lanes * (g.height * g.width + g.kernel_height * g.kernel_width + g.windows) * s
-    blocks = ceil_div(g.groups, lanes)
-    call_bytes = job_bytes * blocks * g.batch
-    level = counts.level_of(
-        call_bytes,
-        tiles.usable_bytes(hardware.l2_bytes, hardware.usable_fraction),
-        tiles.usable_bytes(hardware.l3_bytes, hardware.usable_fraction),
-    )
-    transposed = transposes_per_job(g, lanes, band) * lanes * lanes
-    job_counts = dict(
-        dram=job_bytes if level == "dram" else 0,
-        l3=job_bytes if level == "l3" else 0,
-        l2=job_bytes,
-        tlb_misses=0,
-        kernel_calls=calls,
-        l1_spill=0,
-        padded_macs=macs,
-        packed_input_elements=transposed,
-        tap_loads=loads,
-    )
-    weights = hardware.weights
-    dense_counts = {name: n for name, n in job_counts.items() if name != "tap_loads"}
-    weighted = cost.weighted_cost(
+    job = job_traffic(
         hardware,
         s,
-        **dict(dense_counts, kernel_calls=0, padded_macs=0),
-        shared=threads > 1,
-        input_pack_cost=weights.input_pack_cost_of("shifted"),
+        threads,
+        jobs=g.batch * ceil_div(g.groups, lanes),
+        job_bytes=lanes * (g.height * g.width + g.kernel_height * g.kernel_width + g.windows) * s,
+        calls=calls,
+        macs=calls * outputs * g.kernel_height * g.kernel_width * lanes,
+        # One call's loads feed every lane: counted per vector, like the tap kernel's.
+        loads=calls * lane_kernel_loads(g, outputs),
+        packed_elements=transposes_per_job(g, lanes, band_rows(g, hardware, s)) * lanes * lanes,
+        input_pack_cost=hardware.weights.input_pack_cost_of("shifted"),
     )
-    # One call's loads feed every lane: priced per vector, like the tap kernel's.
-    weighted += tap_kernel_cost(weights, s, calls, macs, loads)
-    imbalance = counts.thread_imbalance(threads, g.batch * blocks, 1, 1, 1.0)
     # Per channel, as the tap plan and the dense plans are priced per group.
-    per_channel = {name: -(-n // lanes) for name, n in job_counts.items()}
-    return Traffic(cost=imbalance * weighted / lanes, imbalance=imbalance, **per_channel)
+    per_channel = {
+        field.name: ceil_div(getattr(job, field.name), lanes)
+        for field in dataclasses.fields(job)
+        if field.name not in ("cost", "imbalance")
+    }
+    return dataclasses.replace(job, cost=job.cost / lanes, **per_channel)
 
 
 def plan_lanes(geometry: ConvGeometry, dtype_name: str, hardware: Hardware, threads: int) -> Plan:
