@@ -212,6 +212,44 @@ def padding_share(plan) -> float:
     return 1 - useful / padded if padded else 0.0
 
 
+def _tap_family_header(plan) -> list:
+    """The machine and the problem, as a tap or lane plan's story starts."""
+    g, hw = plan.geometry, plan.hardware
+    x_shape = (g.batch, g.channels, g.height, g.width)
+    w_shape = (g.filters, g.channels_per_group, g.kernel_height, g.kernel_width)
+    padding = ((g.pad_top, g.pad_bottom), (g.pad_left, g.pad_right))
+    kind = (
+        f"{g.channels_per_group} input and {g.filters_per_group} output channels a group"
+        if plan.algorithm == Algorithm.GROUPED
+        else f"depthwise, channel multiplier {g.filters_per_group}"
+    )
+    return [
+        f"Hardware ({hw.source}): L1 {_size(hw.l1_bytes)}, L2 {_size(hw.l2_bytes)}, "
+        f"L3 {_size(hw.l3_bytes)}; {hw.vector_bytes * 8}-bit vectors; {hw.cores} core(s)",
+        weights_origin(hw.weights),
+        "",
+        "Problem",
+        f"  x {x_shape}, w {w_shape} -> y {g.output_shape}, {plan.dtype}; stride "
+        f"{(g.stride_h, g.stride_w)}, padding {padding}, "
+        f"dilation {(g.dilation_h, g.dilation_w)}, groups {g.groups} ({kind}); "
+        f"{g.flops / 1e9:.4f} GFLOP",
+        "",
+    ]
+
+
+def _compulsory_traffic(plan) -> str:
+    """The bytes a call must move (its input, filters and output once)
+    against its multiply-adds."""
+    g = plan.geometry
+    taps = g.channels_per_group * g.kernel_height * g.kernel_width
+    moved = g.batch * g.channels * g.height * g.width + g.filters * taps
+    moved = (moved + g.batch * g.filters * g.windows) * np.dtype(plan.dtype).itemsize
+    return (
+        f"  compulsory traffic: {_size(moved)} (input, filters, output) for "
+        f"{g.flops / 2 / 1e6:.2f} M multiply-adds, {g.flops / moved:.2f} FLOP per byte"
+    )
+
+
 def _explain_lanes(plan) -> str:
     """A lane plan's story: the machine and problem, then :func:`~.explain_lanes.lane_story`."""
     g, hw = plan.geometry, plan.hardware
@@ -221,22 +259,8 @@ def _explain_lanes(plan) -> str:
         ))
         for algorithm in (Algorithm.DEPTHWISE, Algorithm.DENSE)
     ]  # fmt: skip
-    x_shape = (g.batch, g.channels, g.height, g.width)
-    w_shape = (g.filters, g.channels_per_group, g.kernel_height, g.kernel_width)
-    padding = ((g.pad_top, g.pad_bottom), (g.pad_left, g.pad_right))
-    lines = [
-        f"Hardware ({hw.source}): L1 {_size(hw.l1_bytes)}, L2 {_size(hw.l2_bytes)}, "
-        f"L3 {_size(hw.l3_bytes)}; {hw.vector_bytes * 8}-bit vectors x {hw.vector_registers} "
-        f"registers; {hw.cores} core(s)",
-        weights_origin(hw.weights),
-        "",
-        "Problem",
-        f"  x {x_shape}, w {w_shape} -> y {g.output_shape}, {plan.dtype}; stride "
-        f"{(g.stride_h, g.stride_w)}, padding {padding}, dilation {(g.dilation_h, g.dilation_w)}, "
-        f"groups {g.groups} (depthwise, channel multiplier 1); {g.flops / 1e9:.4f} GFLOP",
-        "",
-    ]
-    return "\n".join(lines + lane_story(plan, others, _size))
+    story = lane_story(plan, others, _size, _compulsory_traffic(plan))
+    return "\n".join(_tap_family_header(plan) + story)
 
 
 def _explain_depthwise(plan) -> str:
@@ -257,27 +281,7 @@ def _explain_depthwise(plan) -> str:
     packed = depthwise.packed_channel_elements(g, segment, lanes)
     loads = depthwise.kernel_loads(g, rows, segment, lanes)
     fmas = rows * vectors * taps
-    moved = (g.batch * g.channels * g.height * g.width + g.filters * taps) * s
-    moved += g.batch * g.filters * g.windows * s
-    x_shape = (g.batch, g.channels, g.height, g.width)
-    w_shape = (g.filters, g.channels_per_group, g.kernel_height, g.kernel_width)
-    padding = ((g.pad_top, g.pad_bottom), (g.pad_left, g.pad_right))
-    lines = [
-        f"Hardware ({hw.source}): L1 {_size(hw.l1_bytes)}, L2 {_size(hw.l2_bytes)}, "
-        f"L3 {_size(hw.l3_bytes)}; {hw.vector_bytes * 8}-bit vectors; {hw.cores} core(s)",
-        weights_origin(hw.weights),
-        "",
-        "Problem",
-        f"  x {x_shape}, w {w_shape} -> y {g.output_shape}, {plan.dtype}; stride "
-        f"{(g.stride_h, g.stride_w)}, padding {padding}, "
-        f"dilation {(g.dilation_h, g.dilation_w)}, groups {g.groups} ("
-        + (
-            f"{g.channels_per_group} input and {g.filters_per_group} output channels a group"
-            if grouped
-            else f"depthwise, channel multiplier {g.filters_per_group}"
-        )
-        + f"); {g.flops / 1e9:.4f} GFLOP",
-        "",
+    lines = _tap_family_header(plan) + [
         "Algorithm: " + ("grouped" if grouped else "depthwise"),
         f"  tap kernel: {rows} output row(s) x {vectors} vector(s) of {lanes} outputs "
         f"({rows} x {segment}) in registers; {fmas} FMAs from {loads} input vector loads a "
@@ -307,8 +311,7 @@ def _explain_depthwise(plan) -> str:
         f"{depthwise.phase_width(g, segment, lanes)} = {_size(packed * s)}, "
         f"{g.channels_per_group} per worker (every tap a contiguous load, zeros for the "
         "padding; each input element packed once, not once per tap as dense panels are)",
-        f"  compulsory traffic: {_size(moved)} (input, filters, output) for "
-        f"{g.flops / 2 / 1e6:.2f} M multiply-adds, {g.flops / moved:.2f} FLOP per byte",
+        _compulsory_traffic(plan),
         "",
         "Choice",
         f"  {plan.algorithm}: modelled cost {traffic.cost:.3g} per (group, image) against the best "

@@ -13,11 +13,12 @@ from . import lanes
 from .choices import Algorithm
 
 
-def lane_story(plan, others, size) -> list:
+def lane_story(plan, others, size, compulsory) -> list:
     """The lines that tell ``plan``'s (a lane plan's) story.
 
-    ``others`` are the plans it was weighed against (``(label, plan)``), and
-    ``size`` formats a byte count.
+    ``others`` are the plans it was weighed against (``(label, plan)``),
+    ``size`` formats a byte count and ``compulsory`` is the line on the
+    call's compulsory traffic, as every tap family's story gives it.
     """
     g, hw = plan.geometry, plan.hardware
     s = np.dtype(plan.dtype).itemsize
@@ -30,7 +31,6 @@ def lane_story(plan, others, size) -> list:
     blocks = ceil_div(g.channels, vl)
     idle = blocks * vl - g.channels
     plane = lanes.packed_rows(g) * lanes.pitch(g) * vl
-    moved = (g.batch * g.channels * (g.height * g.width + g.windows) + g.filters * taps) * s
     lines = [
         "Algorithm: depthwise, channels in the vector lanes",
         f"  lane tap kernel: {outputs} pixel(s) of one output row x {vl} channels in "
@@ -51,8 +51,7 @@ def lane_story(plan, others, size) -> list:
         f"  packed plane: {lanes.packed_rows(g)} x {lanes.pitch(g)} pixels = "
         f"{size(plane * s)} per worker (every tap of every stride and dilation a whole-vector "
         "load, zeros for the padding)",
-        f"  compulsory traffic: {size(moved)} (input, filters, output) for "
-        f"{g.flops / 2 / 1e6:.2f} M multiply-adds, {g.flops / moved:.2f} FLOP per byte",
+        compulsory,
         "",
         "Choice",
         f"  {Algorithm.DEPTHWISE_LANES}: modelled cost {traffic.cost:.3g} per (channel, image)"
