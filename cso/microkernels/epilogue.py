@@ -36,7 +36,13 @@ from numba.extending import intrinsic
 
 from ..analysis.choices import ACTIVATIONS
 from .activations import emit_activation
-from .vector_ir import lanes_below, masked_load_function, masked_store_function, vector_type
+from .vector_ir import (
+    check_float_arrays,
+    lanes_below,
+    masked_load_function,
+    masked_store_function,
+    vector_type,
+)
 
 
 def emit_epilogue(builder, values, residual_of, activation, has_residual):
@@ -113,16 +119,13 @@ def build_epilogue_run(dtype_name: str, vector_lanes: int):
     """
     if dtype_name not in _NUMBA_FLOAT:
         raise ValueError(f"dtype_name must be float32 or float64, got {dtype_name!r}")
-    numba_type = _NUMBA_FLOAT[dtype_name]
     lanes = int(vector_lanes)
 
     @intrinsic
     def epilogue_run(
         typingctx, out, out_offset, residual, residual_offset, count, activation, has_residual
     ):
-        for label, arg in (("out", out), ("residual", residual)):
-            if not (isinstance(arg, types.Array) and arg.dtype == numba_type and arg.ndim == 1):
-                raise TypeError(f"{label} must be a 1-D {dtype_name} array, got {arg}")
+        check_float_arrays(dtype_name, out=out, residual=residual)
         sig = types.void(
             out, types.intp, residual, types.intp, types.intp, types.intp, types.boolean
         )

@@ -52,6 +52,7 @@ from numba.extending import intrinsic
 from .epilogue import emit_epilogue
 from .vector_ir import (
     I32,
+    check_float_arrays,
     fma_function,
     lanes_below,
     masked_load_function,
@@ -132,12 +133,6 @@ def _check(dtype_name, lanes):
         raise ValueError(f"vector_lanes must be a power of two in [2, 64], got {lanes}")
 
 
-def _check_arrays(numba_type, dtype_name, **arrays):
-    for label, arg in arrays.items():
-        if not (isinstance(arg, types.Array) and arg.dtype == numba_type and arg.ndim == 1):
-            raise TypeError(f"{label} must be a 1-D {dtype_name} array, got {arg}")
-
-
 @functools.lru_cache(maxsize=None)
 def build_lane_pack(dtype_name: str, vector_lanes: int):
     """Return a Numba intrinsic laying ``VL`` channel planes out as pixel vectors.
@@ -151,7 +146,6 @@ def build_lane_pack(dtype_name: str, vector_lanes: int):
     ``width``.
     """
     _check(dtype_name, vector_lanes)
-    numba_type = _NUMBA_FLOAT[dtype_name]
     lanes = vector_lanes
 
     @intrinsic
@@ -159,7 +153,7 @@ def build_lane_pack(dtype_name: str, vector_lanes: int):
         typingctx, src, src_offset, plane, count, valid, dst, dst_offset, row, column, width,
         pitch,
     ):  # fmt: skip
-        _check_arrays(numba_type, dtype_name, src=src, dst=dst)
+        check_float_arrays(dtype_name, src=src, dst=dst)
         intp = types.intp
         sig = types.void(src, intp, intp, intp, intp, dst, intp, intp, intp, intp, intp)
 
@@ -209,7 +203,6 @@ def build_lane_unpack(dtype_name: str, vector_lanes: int):
     pixel vectors from ``src_offset``, whatever ``count``.
     """
     _check(dtype_name, vector_lanes)
-    numba_type = _NUMBA_FLOAT[dtype_name]
     lanes = vector_lanes
 
     @intrinsic
@@ -217,7 +210,7 @@ def build_lane_unpack(dtype_name: str, vector_lanes: int):
         typingctx, src, src_offset, count, valid, dst, dst_offset, plane, residual, activation,
         has_residual,
     ):  # fmt: skip
-        _check_arrays(numba_type, dtype_name, src=src, dst=dst, residual=residual)
+        check_float_arrays(dtype_name, src=src, dst=dst, residual=residual)
         intp = types.intp
         sig = types.void(src, intp, intp, intp, dst, intp, intp, residual, intp, types.boolean)
 
@@ -289,7 +282,6 @@ def build_lane_tap_kernel(
     ):  # fmt: skip
         if not 1 <= value <= top:
             raise ValueError(f"{label} must be in [1, {top}], got {value}")
-    numba_type = _NUMBA_FLOAT[dtype_name]
     lanes = vector_lanes
     uses = column_uses(outputs, kernel_width, stride_w, dilation_w)
 
@@ -298,7 +290,7 @@ def build_lane_tap_kernel(
         typingctx, kernel_height, filters, w_offset, inputs, in_offset, row_step, out,
         out_offset, bias, bias_offset, valid, has_bias,
     ):  # fmt: skip
-        _check_arrays(numba_type, dtype_name, filters=filters, inputs=inputs, out=out, bias=bias)
+        check_float_arrays(dtype_name, filters=filters, inputs=inputs, out=out, bias=bias)
         intp = types.intp
         sig = types.void(
             intp, filters, intp, inputs, intp, intp, out, intp, bias, intp, intp, types.boolean

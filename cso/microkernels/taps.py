@@ -68,6 +68,7 @@ from numba.extending import intrinsic
 from ..analysis.depthwise import rows_read
 from .epilogue import emit_epilogue
 from .vector_ir import (
+    check_float_arrays,
     fma_function,
     lanes_below,
     masked_load_function,
@@ -143,11 +144,7 @@ def build_tap_kernel(
         width, out, out_offset, out_pitch, count, bias, residual, residual_offset, activation,
         has_residual,
     ):  # fmt: skip
-        for label, arg in (
-            ("weights", weights), ("inputs", inputs), ("out", out), ("residual", residual)
-        ):  # fmt: skip
-            if not (isinstance(arg, types.Array) and arg.dtype == numba_type and arg.ndim == 1):
-                raise TypeError(f"{label} must be a 1-D {dtype_name} array, got {arg}")
+        check_float_arrays(dtype_name, weights=weights, inputs=inputs, out=out, residual=residual)
         if not (isinstance(column_offsets, types.Array) and column_offsets.dtype == types.intp):
             raise TypeError(f"column_offsets must be a 1-D intp array, got {column_offsets}")
         sig = types.void(

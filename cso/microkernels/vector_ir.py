@@ -3,19 +3,29 @@ FMA and masked-memory intrinsics, run-time lane masks, the in-register
 transpose.
 
 The kernels (:mod:`.outer_product`, :mod:`.taps`, :mod:`.lane_taps`,
-:mod:`.epilogue`) emit their own loops; what they declare and build the same
-way lives here once.
+:mod:`.epilogue`) emit their own loops; what they declare, check and build
+the same way lives here once.
 """
 
 from __future__ import annotations
 
 from llvmlite import ir
+from numba import types
 from numba.core import cgutils
 
 _LLVM_FLOAT = {"float32": ir.FloatType, "float64": ir.DoubleType}
 _SUFFIX = {"float32": "f32", "float64": "f64"}
 
 I32 = ir.IntType(32)
+
+
+def check_float_arrays(dtype_name: str, **arrays) -> None:
+    """At typing: raise TypeError unless each named argument is a 1-D
+    ``dtype_name`` array (the kernels' float operands)."""
+    numba_type = getattr(types, dtype_name)
+    for label, arg in arrays.items():
+        if not (isinstance(arg, types.Array) and arg.dtype == numba_type and arg.ndim == 1):
+            raise TypeError(f"{label} must be a 1-D {dtype_name} array, got {arg}")
 
 
 def vector_type(dtype_name: str, lanes: int) -> ir.VectorType:
