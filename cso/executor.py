@@ -1,10 +1,10 @@
 """The executor: runs a plan's loop nest on operands prepared for it.
 
 Below the public call (:mod:`cso.conv`) and above the loop nests
-(:mod:`cso.macrokernel`): it turns a :class:`~cso.analysis.plan.Plan` into
-the loop nest's bounds and workspace, and prepares the filter operands the
-plan's micro-kernel reads.  It decides nothing: every layout choice and the
-thread count are the plan's.
+(:mod:`cso.macrokernel`): it prepares the filter operands a
+:class:`~cso.analysis.plan.Plan`'s micro-kernel reads and runs the plan's
+launch (:mod:`cso.launch`: its loop nest, bounds and workspace).  It
+decides nothing: every layout choice and the thread count are the plan's.
 
 The steps are public so that measurements can run a given plan, or a
 variant of its loop nest, exactly as a call does::
@@ -12,7 +12,7 @@ variant of its loop nest, exactly as a call does::
     filters = filter_operands(w, bias, plan)
     run(plan, x, filters, y)                        # what cso.conv2d does
     run(plan, x, filters, y, epilogue=Epilogue(activation_code("relu"), residual))
-    run(plan, x, filters, y, launch_for(plan, filters.packed, module))  # a variant
+    run(plan, x, filters, y, cso.launch.launch_for(plan, filters.packed, module))  # a variant
 """
 
 from __future__ import annotations
@@ -22,20 +22,18 @@ from typing import NamedTuple
 import numba
 import numpy as np
 
-from .analysis import depthwise, lanes
-from .analysis.choices import KCRS_ALGORITHMS, Algorithm, Schedule, VectorOperand
+from .analysis.choices import KCRS_ALGORITHMS, VectorOperand
 from .analysis.plan import Plan
 from .geometry import ceil_div
+from .launch import Launch, launch_for
 from .openmp import kept_openmp_threads
-from .macrokernel.bounds import DepthwiseBounds, LaneBounds, LoopBounds
-from .macrokernel.specialise import LoopPatch, depthwise_module, lanes_module, loop_module
 from .packing.filters import (
     pack_bias,
     pack_edge_filter_rows,
     pack_edge_filters,
     pack_filters_panels,
 )
-from .workspace import worker_stride, workspace
+from .workspace import workspace
 
 
 def available_threads() -> int:
@@ -177,197 +175,6 @@ class Epilogue(NamedTuple):
 
 
 NO_EPILOGUE = Epilogue()
-
-
-class Launch(NamedTuple):
-    """What a plan's loop nest is called with, besides the operands."""
-
-    loop_nest: object
-    bounds: tuple  # the LoopBounds or DepthwiseBounds fields, as a plain tuple
-    workspace_elements: int
-    offsets: np.ndarray = None  # the tap nest's offsets (unused by the lane nest); None: dense
-
-
-_launches: dict = {}
-
-
-def launch_for(plan: Plan, filters_packed: bool, module=None) -> Launch:
-    """The loop nest, its bounds and its workspace size for ``plan``.
-
-    ``module`` is the specialised loop module to take the nest from: by
-    default the plan's own (:func:`~cso.macrokernel.specialise.loop_module`),
-    and then the launch is memoised by the plan object's identity (a plan
-    is frozen, and the memoised planner hands out the same object for the
-    same problem), so a call costs no Python work that only depends on the
-    plan.  Measurements pass a variant's module instead (not memoised).
-    """
-    key = (id(plan), filters_packed)
-    if module is None:
-        entry = _launches.get(key)
-        if entry is not None and entry[0] is plan:
-            return entry[1]
-    launch = _make_launch(plan, filters_packed, module)
-    if module is None:
-        if len(_launches) >= 1024:
-            _launches.clear()  # plans are few per process; this only bounds a pathological one
-        _launches[key] = (plan, launch)
-    return launch
-
-
-def _make_launch(plan: Plan, filters_packed: bool, module) -> Launch:
-    if plan.algorithm == Algorithm.DEPTHWISE_LANES:
-        return _lanes_launch(plan, module)
-    if plan.algorithm in KCRS_ALGORITHMS:
-        return _depthwise_launch(plan, module)
-    g = plan.geometry
-    panel_elements, scratch_elements = _worker_elements(plan)
-    scratch_offset = worker_stride(panel_elements, plan.dtype)
-    stride = scratch_offset + worker_stride(scratch_elements, plan.dtype)
-    bounds = LoopBounds(
-        batch=plan.image_jobs,
-        window_images=g.batch if plan.batch_folded else 1,
-        groups=g.groups,
-        channels=g.channels_per_group,
-        filters=g.filters_per_group,
-        kernel_height=g.kernel_height,
-        kernel_width=g.kernel_width,
-        stride_h=g.stride_h,
-        stride_w=g.stride_w,
-        dilation_h=g.dilation_h,
-        dilation_w=g.dilation_w,
-        height=g.height,
-        width=g.width,
-        pad_top=g.pad_top,
-        pad_left=g.pad_left,
-        out_height=g.out_height,
-        out_width=g.out_width,
-        channel_tile=plan.channel_tile,
-        l2_tiles=plan.l2_tiles,
-        l3_tiles=plan.l3_tiles,
-        filters_per_tile=plan.filters_per_tile,
-        windows_per_tile=plan.windows_per_tile,
-        input_in_place=plan.input_in_place,
-        pack_channels_outer=plan.pack_channels_outer,
-        filters_packed=filters_packed,
-        window_parts=plan.window_parts,
-        edge_rows=plan.vector_operand == VectorOperand.REDUCTION,
-        workspace_stride=stride,
-        scratch_offset=scratch_offset,
-    )
-    if module is None:
-        module = loop_module_for(plan)
-    loop_nest = (
-        module.convolve_input_stationary
-        if plan.schedule == Schedule.IS
-        else module.convolve_weight_stationary
-    )
-    return Launch(loop_nest, tuple(bounds), plan.threads * stride)
-
-
-def _depthwise_launch(plan: Plan, module) -> Launch:
-    """The tap nest (:mod:`cso.macrokernel.depthwise`), its bounds, the
-    kernel's column offsets and workspace: one packed group per worker."""
-    g = plan.geometry
-    segment, rows = plan.windows_per_tile, plan.rows_per_call
-    lanes = plan.vector_lanes
-    channel = depthwise.packed_channel_elements(g, segment, lanes)
-    stride = worker_stride(g.channels_per_group * channel, plan.dtype)
-    bounds = DepthwiseBounds(
-        batch=g.batch,
-        groups=g.groups,
-        group_channels=g.channels_per_group,
-        multiplier=g.filters_per_group,
-        height=g.height,
-        width=g.width,
-        kernel_height=g.kernel_height,
-        kernel_width=g.kernel_width,
-        stride_h=g.stride_h,
-        stride_w=g.stride_w,
-        pad_top=g.pad_top,
-        pad_left=g.pad_left,
-        out_height=g.out_height,
-        out_width=g.out_width,
-        segment=segment,
-        rows_per_call=rows,
-        columns=depthwise.kernel_columns(g, rows),
-        rows=depthwise.packed_rows(g),
-        phase_width=depthwise.phase_width(g, segment, lanes),
-        workspace_stride=stride,
-    )
-    if module is None:
-        module = depthwise_module(
-            *depthwise.kernel_shape(g, rows),
-            rows,
-            segment // plan.vector_lanes,
-            plan.dtype,
-            plan.vector_lanes,
-            depthwise.masked_rows(g, segment, rows),
-        )
-    offsets = np.array(depthwise.kernel_offsets(g, segment, lanes, rows), dtype=np.intp)
-    return Launch(module.convolve_depthwise, tuple(bounds), plan.threads * stride, offsets)
-
-
-def _lanes_launch(plan: Plan, module) -> Launch:
-    """The lane nest (:mod:`cso.macrokernel.lanes`), its bounds and
-    workspace: one packed plane, filter block and band of staged pixels per
-    worker (it takes the tap nest's arguments; its offsets are unused)."""
-    g = plan.geometry
-    band = lanes.band_rows(g, plan.hardware, np.dtype(plan.dtype).itemsize)
-    stride = worker_stride(lanes.workspace_elements(g, plan.vector_lanes, band), plan.dtype)
-    bounds = LaneBounds(
-        batch=g.batch,
-        channels=g.channels,
-        height=g.height,
-        width=g.width,
-        kernel_height=g.kernel_height,
-        taps=g.kernel_height * g.kernel_width,
-        stride_h=g.stride_h,
-        stride_w=g.stride_w,
-        dilation_h=g.dilation_h,
-        pad_top=g.pad_top,
-        pad_left=g.pad_left,
-        out_height=g.out_height,
-        out_width=g.out_width,
-        outputs=plan.windows_per_tile,
-        packed_rows=lanes.packed_rows(g),
-        pitch=lanes.pitch(g),
-        band_rows=band,
-        workspace_stride=stride,
-    )
-    if module is None:
-        module = lanes_module(
-            g.kernel_width, g.stride_w, g.dilation_w, plan.windows_per_tile, plan.dtype,
-            plan.vector_lanes,
-        )  # fmt: skip
-    offsets = _placeholder(1, np.intp)
-    return Launch(module.convolve_lanes, tuple(bounds), plan.threads * stride, offsets)
-
-
-def loop_module_for(plan: Plan, patch: LoopPatch = None):
-    """The loop module specialised for ``plan``'s micro-kernel (and ``patch``,
-    a measurement variant, when given): :func:`~cso.macrokernel.specialise.loop_module`."""
-    return loop_module(
-        plan.filters_per_tile,
-        plan.windows_per_tile,
-        plan.dtype,
-        plan.vector_lanes,
-        plan.vector_operand,
-        patch=patch,
-    )
-
-
-def _worker_elements(plan: Plan):
-    """``(panels, scratch)``: the elements one worker of the loop nest needs.
-
-    Panels for the input tiles the schedule keeps packed at once (``K3``
-    for IS, ``K2`` for WS, never more than there are window tiles), each
-    ``Nc*R*S x Nwin``; scratch for one ``Nf x Nwin`` edge tile of output.
-    """
-    g = plan.geometry
-    window_tiles = ceil_div(plan.window_count, plan.windows_per_tile)
-    kept = plan.l3_tiles if plan.schedule == Schedule.IS else plan.l2_tiles
-    tile = plan.channel_tile * g.kernel_height * g.kernel_width * plan.windows_per_tile
-    return min(kept, window_tiles) * tile, plan.filters_per_tile * plan.windows_per_tile
 
 
 def run(

@@ -14,6 +14,7 @@ import time
 import numpy as np
 
 from . import executor
+from . import launch as launches
 from .analysis.choices import Algorithm, VectorOperand
 from .analysis.plan import Plan
 from .macrokernel.specialise import LoopPatch
@@ -119,8 +120,8 @@ def plan_program(plan: Plan, x, w, bias=None, *, variant=None, prepacked=None):
     )
     launch = None
     if variant is not None:
-        module = executor.loop_module_for(plan, VARIANTS[variant])
-        launch = executor.launch_for(plan, filters_packed, module)
+        module = launches.loop_module_for(plan, VARIANTS[variant])
+        launch = launches.launch_for(plan, filters_packed, module)
 
     if operands is not None:
 

@@ -26,6 +26,7 @@ import numpy as np  # noqa: E402
 
 import cso  # noqa: E402
 from cso import executor  # noqa: E402
+from cso import launch as launches  # noqa: E402
 from cso.measure import im2col_gemm, torch_peer  # noqa: E402
 
 
@@ -54,7 +55,7 @@ def main():
     plan = cso.plan_conv2d(x.shape, w.shape, threads=threads)
     y = np.empty(plan.geometry.output_shape, np.float32)
     filters = executor.filter_operands(w, None, plan)
-    launch = executor.launch_for(plan, filters.packed)
+    launch = launches.launch_for(plan, filters.packed)
     operands = executor.loop_arguments(launch, x, filters, y)
     programs = {
         "cso.conv2d": lambda: cso.conv2d(x, w, threads=threads),
