@@ -20,7 +20,8 @@ from .analysis import tiles
 from .analysis.choices import SCHEDULES, KCRS_ALGORITHMS, Algorithm, Schedule, VectorOperand
 from .analysis.tiles import is_lane_depthwise
 from .analysis.plan import Plan
-from .analysis.planner import plan_conv2d, plan_for_geometry, with_tiles
+from .analysis.planner import plan_conv2d, plan_for_geometry
+from .analysis.retile import with_tiles
 from .checks import check_threads
 from .measure import best_times, plan_program
 from .tuned_store import TunedPlans

@@ -16,7 +16,7 @@ import numpy as np
 from .. import pack_filters, plan_conv2d
 from ..analysis import counts, tiles
 from ..analysis.weights import kernel_shape_key
-from ..analysis.planner import with_tiles
+from ..analysis.retile import with_tiles
 from ..measure import best_times, filter_program, plan_program
 from .timing import slope_and_intercept
 

@@ -58,7 +58,7 @@ def test_named_example(rng, name, x_shape, w_shape, params, dtype):
 
 
 def test_channels_split_into_several_tiles(rng):
-    from cso.analysis.planner import with_tiles
+    from cso.analysis.retile import with_tiles
 
     x = rng.standard_normal((1, 300, 9, 9)).astype(np.float32)
     w = rng.standard_normal((20, 300, 3, 3)).astype(np.float32)

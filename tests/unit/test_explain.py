@@ -4,7 +4,7 @@ import pytest
 
 import cso
 from cso.analysis import detect
-from cso.analysis.planner import with_tiles
+from cso.analysis.retile import with_tiles
 from cso.explain_cli import main
 
 MACHINE = cso.Hardware(
