@@ -28,7 +28,7 @@ class Launch(NamedTuple):
     loop_nest: object
     bounds: tuple  # the LoopBounds or DepthwiseBounds fields, as a plain tuple
     workspace_elements: int
-    offsets: np.ndarray = None  # the tap nest's offsets (unused by the lane nest); None: dense
+    offsets: np.ndarray = None  # the tap nest's offsets, the lane nest's pack targets; None: dense
 
 
 _launches: dict = {}
@@ -153,7 +153,8 @@ def _depthwise_launch(plan: Plan, module) -> Launch:
 def _lanes_launch(plan: Plan, module) -> Launch:
     """The lane nest (:mod:`cso.macrokernel.lanes`), its bounds and
     workspace: one packed plane, filter block and band of staged pixels per
-    worker (it takes the tap nest's arguments; its offsets are unused)."""
+    worker; its offsets are where each packed pixel goes
+    (:func:`~cso.analysis.lanes.pack_targets`)."""
     g = plan.geometry
     band = lanes.band_rows(g, plan.hardware, np.dtype(plan.dtype).itemsize)
     stride = worker_stride(lanes.workspace_elements(g, plan.vector_lanes, band), plan.dtype)
@@ -182,8 +183,8 @@ def _lanes_launch(plan: Plan, module) -> Launch:
             g.kernel_width, g.stride_w, g.dilation_w, plan.windows_per_tile, plan.dtype,
             plan.vector_lanes,
         )  # fmt: skip
-    offsets = np.zeros(1, dtype=np.intp)
-    return Launch(module.convolve_lanes, tuple(bounds), plan.threads * stride, offsets)
+    targets = lanes.pack_targets(g, plan.vector_lanes)
+    return Launch(module.convolve_lanes, tuple(bounds), plan.threads * stride, targets)
 
 
 def loop_module_for(plan: Plan, patch: LoopPatch = None):

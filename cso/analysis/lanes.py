@@ -57,6 +57,21 @@ def pitch(geometry: ConvGeometry) -> int:
     return max(read, g.pad_left + g.width)
 
 
+def pack_targets(geometry: ConvGeometry, lanes: int) -> np.ndarray:
+    """Where the lane nest stores each packed pixel vector, as element
+    offsets into a worker's part (intp): input pixel ``f = i*W + j`` at
+    ``((pad_top + i) * pitch + pad_left + j) * VL``, then filter tap ``t``
+    at ``(packed_rows * pitch + t) * VL``.  Computed once per plan, so that
+    packing a run of ``VL`` pixels that wraps from one padded row to the
+    next costs no arithmetic per pixel."""
+    g = geometry
+    rows = np.arange(g.height, dtype=np.intp)[:, None] + g.pad_top
+    columns = np.arange(g.width, dtype=np.intp)[None, :] + g.pad_left
+    pixels = ((rows * pitch(g) + columns) * lanes).ravel()
+    taps = (packed_rows(g) * pitch(g) + np.arange(g.kernel_height * g.kernel_width)) * lanes
+    return np.concatenate([pixels, taps.astype(np.intp)])
+
+
 def band_rows(geometry: ConvGeometry, hardware: Hardware, element_bytes: int) -> int:
     """Output rows staged before they are unpacked: as many as fit in a
     quarter of the usable L1 (``l1 / 4 // (Q * VL * s)``), at least 1, at

@@ -15,8 +15,9 @@ Contracts relied on (:mod:`cso.microkernels.lane_taps` for the layouts)
 * ``y_flat``: the output ``[N][K][P][Q]`` flattened; every element is
   written.  ``residual``: its layout (a placeholder unless
   ``has_residual``); the epilogue is applied as pixels are unpacked.
-* ``offsets``: unused (the tap nest's signature, so that one call path
-  drives both).
+* ``offsets``: intp, where each packed pixel vector goes in a worker's
+  part: the ``H*W`` input pixels, then the ``R*S`` filter taps
+  (:func:`cso.analysis.lanes.pack_targets`).
 * ``bounds``: the :class:`~cso.macrokernel.bounds.LaneBounds` fields as a
   plain tuple; ``b.outputs <= Q``: a row's last run of pixels starts at
   ``Q - outputs`` and overlaps the one before, computing some outputs twice,
@@ -74,7 +75,6 @@ def convolve_lanes(
     packed = b.packed_rows * b.pitch * LANES
     filters_at = packed
     staged_at = packed + b.taps * LANES
-    inside_at = (b.pad_top * b.pitch + b.pad_left) * LANES
     row_step = b.dilation_h * b.pitch * LANES
     last_column = b.out_width - b.outputs
     workers = workspace.size // b.workspace_stride
@@ -89,13 +89,13 @@ def convolve_lanes(
             for t0 in range(0, b.taps, LANES):
                 lane_pack(
                     w_flat, k0 * b.taps + t0, b.taps, min(LANES, b.taps - t0), valid,
-                    buffer, filters_at, 0, t0, b.taps, b.taps,
+                    buffer, offsets, plane + t0,
                 )  # fmt: skip
             source = (image * b.channels + k0) * plane
             for f0 in range(0, plane, LANES):
                 lane_pack(
                     x_flat, source + f0, plane, min(LANES, plane - f0), valid,
-                    buffer, inside_at, f0 // b.width, f0 % b.width, b.width, b.pitch,
+                    buffer, offsets, f0,
                 )  # fmt: skip
             target = (image * b.channels + k0) * outputs
             for p0 in range(0, b.out_height, b.band_rows):

@@ -47,6 +47,7 @@ import functools
 
 from llvmlite import ir
 from numba import types
+from numba.core import cgutils
 from numba.extending import intrinsic
 
 from .epilogue import emit_epilogue
@@ -62,6 +63,14 @@ from .vector_ir import (
 )
 
 _NUMBA_FLOAT = {"float32": types.float32, "float64": types.float64}
+
+# How far ahead of its stores a whole unpack prefetches each channel's output
+# for writing: two 64-byte lines.  Its 16 stores a tile go to 16 channel
+# planes, each store's line missing L1, and the hardware prefetchers do not
+# fetch lines for stores: on a Xeon (Sapphire Rapids) 16 x 16 float32 tiles
+# into planes resident in L2 took 102-131 cycles a tile without, 68-74 with
+# the prefetch two lines ahead (four lines ahead: 68-108, eight: 82-135).
+UNPACK_PREFETCH_BYTES = 128
 
 
 def column_uses(outputs: int, kernel_width: int, stride_w: int, dilation_w: int) -> list:
@@ -83,12 +92,17 @@ class _Emitter:
         self.context, self.builder, self.signature, self.lanes = context, builder, signature, lanes
         self.intp = context.get_value_type(types.intp)
         self.vector = vector_type(dtype_name, lanes)
-        self.align = 4 if dtype_name == "float32" else 8
+        self.align = self.element_bytes = 4 if dtype_name == "float32" else 8
         self.mask_type = ir.VectorType(ir.IntType(1), lanes)
         self.fma = fma_function(builder.module, self.vector)
         self.masked_load = masked_load_function(builder.module, self.vector)
         self.masked_store = masked_store_function(builder.module, self.vector)
         self.zero = ir.Constant(self.vector, [0.0] * lanes)
+        self.prefetch = cgutils.get_or_insert_function(
+            builder.module,
+            ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer()] + [I32] * 3),
+            "llvm.prefetch.p0",
+        )
 
     def constant(self, value):
         return ir.Constant(self.intp, value)
@@ -112,6 +126,16 @@ class _Emitter:
         every = ir.Constant(self.mask_type, [1] * self.lanes)
         none = ir.Constant(self.mask_type, [0] * self.lanes)
         return self.builder.and_(mask, self.builder.select(condition, every, none))
+
+    def prefetch_for_store(self, base, offset):
+        """``llvm.prefetch`` of element ``offset`` of ``base`` for writing,
+        into every cache level."""
+        address = self.builder.bitcast(
+            self.builder.gep(base, [offset]), ir.IntType(8).as_pointer()
+        )
+        self.builder.call(
+            self.prefetch, [address, ir.Constant(I32, 1), ir.Constant(I32, 3), ir.Constant(I32, 1)]
+        )
 
     def load(self, base, offset, mask):
         return self.builder.call(
@@ -137,53 +161,64 @@ def _check(dtype_name, lanes):
 def build_lane_pack(dtype_name: str, vector_lanes: int):
     """Return a Numba intrinsic laying ``VL`` channel planes out as pixel vectors.
 
-    ``lane_pack(src, src_offset, plane, count, valid, dst, dst_offset, row,
-    column, width, pitch)``: for pixels ``i < count`` (at most ``VL``) of
-    the channel planes ``src[src_offset + l*plane:]``, ``l < VL``, the
-    vector of their ``VL`` values (zero for ``l >= valid``) is stored at
-    ``dst[dst_offset + (row_i * pitch + column_i) * VL]``, where pixel
-    ``i`` is ``(row, column)`` moved on ``i`` places along rows of
-    ``width``.
+    ``lane_pack(src, src_offset, plane, count, valid, dst, targets, index)``:
+    for pixels ``i < count`` (at most ``VL``) of the channel planes
+    ``src[src_offset + l*plane:]``, ``l < VL``, the vector of their ``VL``
+    values (zero for ``l >= valid``) is stored at ``dst[targets[index +
+    i]]``: ``targets`` (intp) says where each pixel goes, so that a run of
+    ``VL`` pixels may wrap from one padded row to the next with no
+    arithmetic per pixel.  A whole block (``count == valid == VL``) is
+    loaded and stored with no masks and no branches.
     """
     _check(dtype_name, vector_lanes)
     lanes = vector_lanes
 
     @intrinsic
-    def lane_pack(
-        typingctx, src, src_offset, plane, count, valid, dst, dst_offset, row, column, width,
-        pitch,
-    ):  # fmt: skip
+    def lane_pack(typingctx, src, src_offset, plane, count, valid, dst, targets, index):
         check_float_arrays(dtype_name, src=src, dst=dst)
         intp = types.intp
-        sig = types.void(src, intp, intp, intp, intp, dst, intp, intp, intp, intp, intp)
+        if not (isinstance(targets, types.Array) and targets.dtype == intp and targets.ndim == 1):
+            raise TypeError(f"targets must be a 1-D intp array, got {targets}")
+        sig = types.void(src, intp, intp, intp, intp, dst, targets, intp)
 
         def codegen(context, builder, signature, args):
-            (src_a, src_off, plane_v, count_v, valid_v, dst_a, dst_off, row_v, column_v,
-             width_v, pitch_v) = args  # fmt: skip
+            src_a, src_off, plane_v, count_v, valid_v, dst_a, targets_a, index_v = args
             e = _Emitter(context, builder, signature, dtype_name, lanes)
             b = builder
             src_base = e.base(0, src_a, src_off)
-            dst_base = e.base(5, dst_a, dst_off)
-            pixels = e.lanes_below(count_v)
-            rows = []
-            for channel in range(lanes):
-                real = b.icmp_signed("<", e.constant(channel), valid_v)
-                mask = e.masked_by(pixels, real)
-                rows.append(e.load(src_base, b.mul(e.constant(channel), plane_v), mask))
-            pixel_vectors = transpose(b, rows)
-            done = b.append_basic_block("pack.done")
-            for i, value in enumerate(pixel_vectors):
-                store = b.append_basic_block(f"pack.store{i}")
-                b.cbranch(b.icmp_signed("<", e.constant(i), count_v), store, done)
-                b.position_at_end(store)
-                offset = b.mul(b.add(b.mul(row_v, pitch_v), column_v), e.constant(lanes))
-                b.store(value, e.vector_at(dst_base, offset), align=e.align)
-                column_v = b.add(column_v, e.constant(1))
-                wrapped = b.icmp_signed("==", column_v, width_v)
-                column_v = b.select(wrapped, e.constant(0), column_v)
-                row_v = b.select(wrapped, b.add(row_v, e.constant(1)), row_v)
-            b.branch(done)
-            b.position_at_end(done)
+            dst_base = e.base(5, dst_a, e.constant(0))
+            targets_base = e.base(6, targets_a, index_v)
+            sources = [b.mul(e.constant(channel), plane_v) for channel in range(lanes)]
+
+            def target(i):
+                return b.load(b.gep(targets_base, [e.constant(i)]))
+
+            whole = b.and_(
+                b.icmp_signed("==", count_v, e.constant(lanes)),
+                b.icmp_signed("==", valid_v, e.constant(lanes)),
+            )
+            with b.if_else(whole, likely=True) as (then, otherwise):
+                with then:
+                    rows = [
+                        b.load(e.vector_at(src_base, offset), align=e.align) for offset in sources
+                    ]
+                    for i, value in enumerate(transpose(b, rows)):
+                        b.store(value, e.vector_at(dst_base, target(i)), align=e.align)
+                with otherwise:
+                    pixels = e.lanes_below(count_v)
+                    rows = []
+                    for channel, offset in enumerate(sources):
+                        real = b.icmp_signed("<", e.constant(channel), valid_v)
+                        rows.append(e.load(src_base, offset, e.masked_by(pixels, real)))
+                    pixel_vectors = transpose(b, rows)
+                    done = b.append_basic_block("pack.done")
+                    for i, value in enumerate(pixel_vectors):
+                        store = b.append_basic_block(f"pack.store{i}")
+                        b.cbranch(b.icmp_signed("<", e.constant(i), count_v), store, done)
+                        b.position_at_end(store)
+                        b.store(value, e.vector_at(dst_base, target(i)), align=e.align)
+                    b.branch(done)
+                    b.position_at_end(done)
             return context.get_dummy_value()
 
         return sig, codegen
@@ -222,26 +257,50 @@ def build_lane_unpack(dtype_name: str, vector_lanes: int):
             src_base = e.base(0, src_a, src_off)
             dst_base = e.base(4, dst_a, dst_off)
             res_base = e.base(7, res_a, dst_off)
-            pixels = [
-                b.load(e.vector_at(src_base, e.constant(i * lanes)), align=e.align)
-                for i in range(lanes)
-            ]
-            channels = transpose(b, pixels)
-            in_run = e.lanes_below(count_v)
-            masks = [
-                e.masked_by(in_run, b.icmp_signed("<", e.constant(channel), valid_v))
-                for channel in range(lanes)
-            ]
             offsets = [b.mul(e.constant(channel), plane_v) for channel in range(lanes)]
-            results = emit_epilogue(
-                b,
-                channels,
-                lambda index: e.load(res_base, offsets[index], masks[index]),
-                activation_v,
-                has_residual_v,
+            ahead = e.constant(UNPACK_PREFETCH_BYTES // e.element_bytes)
+
+            def channels():
+                pixels = [
+                    b.load(e.vector_at(src_base, e.constant(i * lanes)), align=e.align)
+                    for i in range(lanes)
+                ]
+                return transpose(b, pixels)
+
+            whole = b.and_(
+                b.icmp_signed("==", count_v, e.constant(lanes)),
+                b.icmp_signed("==", valid_v, e.constant(lanes)),
             )
-            for value, offset, mask in zip(results, offsets, masks):
-                e.store(value, dst_base, offset, mask)
+            with b.if_else(whole, likely=True) as (then, otherwise):
+                with then:
+                    results = emit_epilogue(
+                        b,
+                        channels(),
+                        lambda index: b.load(
+                            e.vector_at(res_base, offsets[index]), align=e.align
+                        ),
+                        activation_v,
+                        has_residual_v,
+                    )
+                    for offset in offsets:
+                        e.prefetch_for_store(dst_base, b.add(offset, ahead))
+                    for value, offset in zip(results, offsets):
+                        b.store(value, e.vector_at(dst_base, offset), align=e.align)
+                with otherwise:
+                    in_run = e.lanes_below(count_v)
+                    masks = [
+                        e.masked_by(in_run, b.icmp_signed("<", e.constant(channel), valid_v))
+                        for channel in range(lanes)
+                    ]
+                    results = emit_epilogue(
+                        b,
+                        channels(),
+                        lambda index: e.load(res_base, offsets[index], masks[index]),
+                        activation_v,
+                        has_residual_v,
+                    )
+                    for value, offset, mask in zip(results, offsets, masks):
+                        e.store(value, dst_base, offset, mask)
             return context.get_dummy_value()
 
         return sig, codegen

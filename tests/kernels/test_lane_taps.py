@@ -15,19 +15,22 @@ from cso.microkernels.lane_taps import (
 
 
 @pytest.mark.parametrize("dtype, lanes", [("float32", 16), ("float64", 8), ("float32", 4)])
-def test_pack_and_unpack_transpose_a_block_of_channels(dtype, lanes):
-    # 3 real channels of a 5 x 4 plane, packed into rows of 6 pixel vectors
-    # one row and column in (the contract's padding), then unpacked.
+@pytest.mark.parametrize("block", ["partial", "whole"])
+def test_pack_and_unpack_transpose_a_block_of_channels(dtype, lanes, block):
+    # 3 real channels (or a whole block of them) of a 5 x 4 plane, packed
+    # into rows of 6 pixel vectors one row and column in (the contract's
+    # padding), then unpacked; runs of VL pixels wrap from row to row, and
+    # whole runs of a whole block take the kernels' unmasked path.
     pack, unpack = build_lane_pack(dtype, lanes), build_lane_unpack(dtype, lanes)
-    height, width, pitch, valid = 5, 4, 6, 3
+    height, width, pitch = 5, 4, 6
+    valid = 3 if block == "partial" else lanes
     plane = height * width
 
     @numba.njit
-    def round_trip(x, packed, staged, y):
+    def round_trip(x, packed, targets, staged, y):
         for f0 in range(0, plane, lanes):
             count = min(lanes, plane - f0)
-            pack(x, f0, plane, count, valid, packed, (1 * pitch + 1) * lanes,
-                 f0 // width, f0 % width, width, pitch)  # fmt: skip
+            pack(x, f0, plane, count, valid, packed, targets, f0)
         for f0 in range(0, plane, lanes):
             count = min(lanes, plane - f0)
             unpack(staged, f0 * lanes, count, valid, y, f0, plane, y, 0, False)
@@ -38,7 +41,9 @@ def test_pack_and_unpack_transpose_a_block_of_channels(dtype, lanes):
     staged = np.zeros((plane + lanes) * lanes, dtype)
     staged[: plane * lanes] = rng.standard_normal(plane * lanes)
     y = np.full(valid * plane, 9.0, dtype)
-    round_trip(x, packed, staged, y)
+    rows, columns = np.divmod(np.arange(plane), width)
+    targets = ((rows + 1) * pitch + columns + 1) * lanes
+    round_trip(x, packed, targets.astype(np.intp), staged, y)
     grid = packed.reshape(height + 2, pitch, lanes)
     inside = grid[1 : 1 + height, 1 : 1 + width]
     expected = np.zeros((height, width, lanes), dtype)
