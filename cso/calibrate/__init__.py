@@ -142,8 +142,7 @@ def _steps(hardware, quick: bool):
                                                      max(2, repeats // 2))),
         ("l1_spill_seconds_per_byte", "stationary tile spilled to L2, per byte",
          lambda: kernel_probes.l1_spill_seconds_per_byte(
-             shapes, lanes, hardware.l1_bytes, hardware.l2_bytes, state["kernel_flops"],
-             repeats)),
+             shapes, lanes, hardware.l1_bytes, hardware.l2_bytes, repeats)),
         ("l2_line_reload_seconds", "line reloaded from L2 (filter rows overflowing a set)",
          line_reload),
         ("tlb_miss_seconds", "first-level TLB miss",
