@@ -34,6 +34,7 @@ from ..cachedir import cache_directory, write_text_atomically
 from ..microkernels import activations as activations_source
 from ..microkernels import epilogue as epilogue_source
 from ..microkernels import lane_taps as lane_taps_source
+from ..microkernels import lane_transposes as lane_transposes_source
 from ..microkernels import outer_product as outer_product_source
 from ..microkernels import taps as taps_source
 from ..microkernels import vector_ir as vector_ir_source
@@ -64,6 +65,7 @@ _DEPENDENCIES = (
     taps_source,
     lanes_source,
     lane_taps_source,
+    lane_transposes_source,
     epilogue_source,
     vector_ir_source,
     activations_source,
@@ -196,7 +198,7 @@ def lanes_module(
     ``outputs`` pixels for filters ``kernel_width`` wide at ``stride_w`` and
     ``dilation_w`` across, and to the pixel-vector packing of
     ``vector_lanes`` ``dtype_name`` lanes
-    (:mod:`cso.microkernels.lane_taps`), memoised."""
+    (:mod:`cso.microkernels.lane_taps`, :mod:`cso.microkernels.lane_transposes`), memoised."""
     shape = tuple(int(n) for n in (kernel_width, stride_w, dilation_w, outputs))
     key = ("lanes",) + shape + (str(dtype_name), int(vector_lanes))
 
@@ -206,8 +208,8 @@ def lanes_module(
         kind = f"{dtype_name!r}, {int(vector_lanes)}"
         return template + (
             "\n\n# ---- specialisation written by cso.macrokernel.specialise ----\n"
-            "from cso.microkernels.lane_taps import (\n"
-            "    build_lane_pack, build_lane_tap_kernel, build_lane_unpack,\n)\n"
+            "from cso.microkernels.lane_taps import build_lane_tap_kernel\n"
+            "from cso.microkernels.lane_transposes import build_lane_pack, build_lane_unpack\n"
             f"lane_tap_kernel = build_lane_tap_kernel({arguments}, {kind})\n"
             f"lane_pack = build_lane_pack({kind})\n"
             f"lane_unpack = build_lane_unpack({kind})\n"

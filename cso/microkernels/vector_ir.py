@@ -1,6 +1,7 @@
 """LLVM IR pieces every generated kernel shares: the float vector type, the
 FMA and masked-memory intrinsics, run-time lane masks, the in-register
-transpose.
+transpose, and an emitter of operand pointers, masked loads and stores and
+prefetches.
 
 The kernels (:mod:`.outer_product`, :mod:`.taps`, :mod:`.lane_taps`,
 :mod:`.epilogue`) emit their own loops; what they declare, check and build
@@ -103,3 +104,80 @@ def transpose(builder, rows) -> list:
                 rows[r + step] = builder.shuffle_vector(a, b, lower)
         step //= 2
     return rows
+
+
+def check_dtype_and_lanes(dtype_name: str, lanes: int) -> None:
+    """Raise ValueError unless ``dtype_name`` is float32 or float64 and
+    ``lanes`` a power of two in [2, 64]."""
+    if dtype_name not in _LLVM_FLOAT:
+        raise ValueError(f"dtype_name must be float32 or float64, got {dtype_name!r}")
+    if lanes < 2 or lanes > 64 or lanes & (lanes - 1):
+        raise ValueError(f"vector_lanes must be a power of two in [2, 64], got {lanes}")
+
+
+class KernelEmitter:
+    """What a kernel's code generation does alike for any of its operands:
+    pointers into its array arguments, run-time lane masks, whole and masked
+    vector loads and stores, prefetches (the lane kernels', :mod:`.lane_taps`
+    and :mod:`.lane_transposes`)."""
+
+    def __init__(self, context, builder, signature, dtype_name, lanes):
+        self.context, self.builder, self.signature, self.lanes = context, builder, signature, lanes
+        self.intp = context.get_value_type(types.intp)
+        self.vector = vector_type(dtype_name, lanes)
+        self.align = self.element_bytes = 4 if dtype_name == "float32" else 8
+        self.mask_type = ir.VectorType(ir.IntType(1), lanes)
+        self.fma = fma_function(builder.module, self.vector)
+        self.masked_load = masked_load_function(builder.module, self.vector)
+        self.masked_store = masked_store_function(builder.module, self.vector)
+        self.zero = ir.Constant(self.vector, [0.0] * lanes)
+        self.prefetch = cgutils.get_or_insert_function(
+            builder.module,
+            ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer()] + [I32] * 3),
+            "llvm.prefetch.p0",
+        )
+
+    def constant(self, value):
+        return ir.Constant(self.intp, value)
+
+    def base(self, index, array, offset):
+        """A pointer to element ``offset`` of the kernel's array argument ``index``."""
+        data = self.context.make_array(self.signature.args[index])(
+            self.context, self.builder, array
+        ).data
+        return self.builder.gep(data, [offset])
+
+    def vector_at(self, base, offset):
+        return self.builder.bitcast(self.builder.gep(base, [offset]), self.vector.as_pointer())
+
+    def lanes_below(self, count):
+        """The mask of lanes ``j < count``."""
+        return lanes_below(self.builder, count, self.lanes)
+
+    def masked_by(self, mask, condition):
+        """``mask`` where the run-time ``condition`` holds, else no lane."""
+        every = ir.Constant(self.mask_type, [1] * self.lanes)
+        none = ir.Constant(self.mask_type, [0] * self.lanes)
+        return self.builder.and_(mask, self.builder.select(condition, every, none))
+
+    def prefetch_for_store(self, base, offset):
+        """``llvm.prefetch`` of element ``offset`` of ``base`` for writing,
+        into every cache level."""
+        address = self.builder.bitcast(
+            self.builder.gep(base, [offset]), ir.IntType(8).as_pointer()
+        )
+        self.builder.call(
+            self.prefetch, [address, ir.Constant(I32, 1), ir.Constant(I32, 3), ir.Constant(I32, 1)]
+        )
+
+    def load(self, base, offset, mask):
+        return self.builder.call(
+            self.masked_load,
+            [self.vector_at(base, offset), ir.Constant(I32, self.align), mask, self.zero],
+        )
+
+    def store(self, value, base, offset, mask):
+        self.builder.call(
+            self.masked_store,
+            [value, self.vector_at(base, offset), ir.Constant(I32, self.align), mask],
+        )

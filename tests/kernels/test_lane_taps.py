@@ -6,12 +6,8 @@ import pytest
 
 import numba
 
-from cso.microkernels.lane_taps import (
-    build_lane_pack,
-    build_lane_tap_kernel,
-    build_lane_unpack,
-    column_uses,
-)
+from cso.microkernels.lane_taps import build_lane_tap_kernel, column_uses
+from cso.microkernels.lane_transposes import build_lane_pack, build_lane_unpack
 
 
 @pytest.mark.parametrize("dtype, lanes", [("float32", 16), ("float64", 8), ("float32", 4)])

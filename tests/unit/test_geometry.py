@@ -67,3 +67,22 @@ def test_result_dtype_follows_numpy():
     for bad in (np.complex64, np.bool_, object):
         with pytest.raises(TypeError, match="dtype"):
             result_dtype(np.dtype(bad), f32)
+
+
+def test_lane_pack_targets_place_every_pixel_in_the_padded_plane():
+    # A 3 x 4 plane, padding (2, 1) high and (1, 0) wide, a 3x2 filter: each
+    # input pixel's vector goes to its own place inside the padding, each
+    # filter tap's after the packed plane, and no two places overlap.
+    from cso.analysis import lanes
+
+    g = make_geometry((1, 8, 3, 4), (8, 1, 3, 2), padding=((2, 1), (1, 0)), groups=8)
+    width_lanes = 8
+    targets = lanes.pack_targets(g, width_lanes)
+    pitch, rows = lanes.pitch(g), lanes.packed_rows(g)
+    assert targets.dtype == np.intp and targets.shape == (3 * 4 + 3 * 2,)
+    for f in range(3 * 4):
+        i, j = divmod(f, 4)
+        assert targets[f] == ((i + 2) * pitch + j + 1) * width_lanes
+    assert list(targets[12:]) == [(rows * pitch + t) * width_lanes for t in range(6)]
+    assert len(set(targets.tolist())) == targets.size
+    assert targets.max() + width_lanes <= lanes.workspace_elements(g, width_lanes, 1)
