@@ -124,10 +124,9 @@ def lane_traffic(
     Counts per job (an image's block of ``VL`` channels), then divided by
     ``VL``: the compulsory bytes (``VL`` input planes, filters and output
     planes) from the level the whole call's operands fit in; each
-    transposed element (``VL^2`` a transpose, :func:`transposes_per_job`),
-    priced as the shifted input packing, a pass of vector loads and stores
-    over the elements like it (on a Xeon: 0.13 ns an element transposed
-    against 0.13-0.2 ns packed); ``P * ceil(Q / outputs)`` kernel calls of
+    transposed element (``VL^2`` a transpose, :func:`transposes_per_job`)
+    at ``lane_transpose_cost`` (measured by ``python -m cso calibrate``);
+    ``P * ceil(Q / outputs)`` kernel calls of
     ``outputs * R*S`` vector multiply-adds and :func:`lane_kernel_loads`
     loads, priced by :func:`~cso.analysis.depthwise.tap_kernel_cost`.  All
     scaled by the busiest thread's share of the ``N * ceil(C / VL)`` jobs.
@@ -147,7 +146,7 @@ def lane_traffic(
         # One call's loads feed every lane: counted per vector, like the tap kernel's.
         loads=calls * lane_kernel_loads(g, outputs),
         packed_elements=transposes_per_job(g, lanes, band_rows(g, hardware, s)) * lanes * lanes,
-        input_pack_cost=hardware.weights.input_pack_cost_of("shifted"),
+        input_pack_cost=hardware.weights.lane_transpose_cost,
     )
     # Per channel, as the tap plan and the dense plans are priced per group.
     per_channel = {

@@ -108,6 +108,16 @@ class CostWeights:
         :func:`~cso.calibrate.kernel_probes.tap_seconds`): the one-row
         kernel's time on L1-resident rows against its column taps, 0.49 ns
         a call and 0.44 ns a load (a 16-lane FMA is 64 units, 0.27 ns).
+    lane_transpose_cost : float
+        Cost of one element the lane nest transposes (the depthwise_lanes
+        algorithm's input planes into pixel vectors, its outputs back,
+        ``VL x VL`` tiles through registers): ``python -m cso calibrate``
+        times a 1x1 depthwise layer through the lane nest, less its one-tap
+        kernel.  The default is ``input_pack_cost``'s, the shifted input
+        packing it was priced as before it was measured; on a Xeon
+        (Sapphire Rapids) a transposed element cost about 1.4x a shifted
+        copy, and the model took the lane plan where the tap plan ran
+        1.04-1.08x faster.
     l1_conflict_cost : float
         Cost of one filter element a window-vectorised kernel reads in place
         from a row whose line its other rows evicted (more rows in one L1
@@ -172,6 +182,7 @@ class CostWeights:
     stream_overlap: float = 0.5
     tap_call_cost: float = 110.0
     tap_load_cost: float = 100.0
+    lane_transpose_cost: float = 80.0
     l3_shared_cost: float = 6.0
     dram_shared_cost: float = 20.0
     l1_conflict_cost: float = 128.0

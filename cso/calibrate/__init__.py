@@ -38,6 +38,7 @@ REPEATED = frozenset(
         "transposed_store_seconds",
         "kernel_call_seconds",
         "filter_pack_seconds",
+        "lane_transpose_seconds",
     )
 )
 
@@ -153,6 +154,8 @@ def _steps(hardware, quick: bool):
         (None, "depthwise tap kernel, one row, against its column taps", taps),
         ("tap_call_seconds", "depthwise tap-kernel call", lambda: state["taps"][0]),
         ("tap_load_seconds", "depthwise tap-kernel input vector load", lambda: state["taps"][1]),
+        ("lane_transpose_seconds", "element transposed by the depthwise lane nest",
+         lambda: loop_probes.lane_transpose_seconds(hardware, rounds)),
         ("kernel_call_seconds", "micro-kernel call in the loop nest",
          lambda: loop_probes.kernel_call_seconds(hardware, rounds)),
         (None, "input elements packed into panels, per kind of packing "

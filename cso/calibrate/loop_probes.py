@@ -14,9 +14,10 @@ from __future__ import annotations
 import numpy as np
 
 from .. import pack_filters, plan_conv2d
-from ..analysis import counts, tiles
+from ..analysis import counts, lanes, tiles
 from ..analysis.weights import kernel_shape_key
 from ..analysis.retile import with_tiles
+from ..geometry import ceil_div
 from ..measure import best_times, filter_program, plan_program
 from .timing import slope_and_intercept
 
@@ -41,6 +42,9 @@ SHAPE_LAYER = FILTER_LAYER
 # Filters to pack: 2.4 million elements, about a millisecond, well above the
 # timer's and the allocator's noise (FILTER_LAYER's 0.6 million varied by 50%).
 PACK_FILTER_LAYER = ((1, 512, 14, 14), (512, 512, 3, 3), 1, 1)
+# A depthwise layer for the lane nest, its operands in L2 (0.8 MB in, 0.8
+# out): 1x1 for the transposes, 3x3 for the kernel they are told apart from.
+LANE_LAYER = (1, 64, 56, 56)
 # Each comparison runs at least this long: a few rounds of a millisecond
 # program are at the mercy of the first calls' page faults.
 MIN_SECONDS = 0.3
@@ -183,3 +187,35 @@ def loop_shape_seconds(hardware, shapes, rounds=5) -> dict:
         macs[key] = plan.cost_of(plan.schedule).padded_macs
     best = best_times(programs, rounds, MIN_SECONDS)
     return {key: best[key] / macs[key] for key in programs}
+
+
+def lane_transpose_seconds(hardware, rounds=5) -> float:
+    """``(t_1 - (t_3 - t_1) / 8) / E``: :data:`LANE_LAYER` through the lane
+    nest as a 1x1 and as a 3x3 depthwise layer (timed in interleaved
+    rounds), per element ``E`` the 1x1 plan transposes.
+
+    The two transpose the same planes; the 3x3 kernel does nine times the
+    1x1's multiply-adds, so their difference is eight one-tap kernels (at
+    most: where the kernel is bound by its loads rather than its FMAs the
+    one-tap kernel costs more than an eighth, and the figure errs by a few
+    percent towards the transposes)."""
+    _, channels, height, width = LANE_LAYER
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(LANE_LAYER, dtype=np.float32)
+    plans, programs = {}, {}
+    for size in (1, 3):
+        w = rng.standard_normal((channels, 1, size, size), dtype=np.float32)
+        plans[size] = plan_conv2d(
+            LANE_LAYER, w.shape, padding=size // 2, groups=channels, threads=1,
+            hardware=hardware, algorithm="depthwise_lanes",
+        )  # fmt: skip
+        programs[size] = plan_program(plans[size], x, w)
+    best = best_times(programs, rounds, MIN_SECONDS)
+    one_tap = max(0.0, (best[3] - best[1]) / 8)
+    plan = plans[1]
+    lanes_per_vector = plan.vector_lanes
+    band = lanes.band_rows(plan.geometry, hardware, 4)
+    jobs = ceil_div(channels, lanes_per_vector)
+    elements = jobs * lanes.transposes_per_job(plan.geometry, lanes_per_vector, band)
+    elements *= lanes_per_vector * lanes_per_vector
+    return max(0.0, best[1] - one_tap) / elements

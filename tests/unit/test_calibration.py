@@ -34,6 +34,7 @@ RATES = dict(
     in_place_filter_seconds=3e-11,
     tap_call_seconds=7.5e-9,
     tap_load_seconds=4e-10,
+    lane_transpose_seconds=3.5e-10,
 )
 UNIT = 5e-12
 
@@ -58,6 +59,7 @@ def test_each_weight_is_its_formula_of_the_rates():
         "in_place_filter_cost": 3e-11 / UNIT,  # 6
         "tap_call_cost": 7.5e-9 / UNIT,  # 1500
         "tap_load_cost": 4e-10 / UNIT,  # 80 per input vector loaded
+        "lane_transpose_cost": 3.5e-10 / UNIT,  # 70 per element transposed
     }
     assert set(expected) == set(calibration.CALIBRATED_WEIGHTS)
     for name, value in expected.items():
@@ -379,3 +381,17 @@ def test_shapes_timed_in_the_loop_nest_set_their_own_mac_costs():
     assert derive_weights(MeasuredRates(**RATES, kernel_shape_flops=flat)).kernel_mac_costs == ()
     with pytest.raises(ValueError, match="loop_shape_seconds"):
         MeasuredRates(**RATES, loop_shape_seconds={"16x16w": 0.0})
+
+
+def test_records_without_the_lane_transposes_price_them_as_shifted_packing():
+    # Records made before the lane nest's transposes were measured: the
+    # shifted input packing's cost stands in (what the lane model used), or
+    # the median packing cost where no kind was measured either.
+    older = dict(RATES)
+    del older["lane_transpose_seconds"]
+    kinds = {"shifted": 2e-10, "strided": 6e-10}
+    weights = derive_weights(MeasuredRates(**older, input_pack_kind_seconds=kinds))
+    assert weights.lane_transpose_cost == pytest.approx(2e-10 / UNIT)  # 40
+    assert derive_weights(MeasuredRates(**older)).lane_transpose_cost == pytest.approx(
+        5e-10 / UNIT
+    )
