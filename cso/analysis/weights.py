@@ -115,9 +115,8 @@ class CostWeights:
         times a 1x1 depthwise layer through the lane nest, less its one-tap
         kernel.  The default is ``input_pack_cost``'s, the shifted input
         packing it was priced as before it was measured; on a Xeon
-        (Sapphire Rapids) a transposed element cost about 1.4x a shifted
-        copy, and the model took the lane plan where the tap plan ran
-        1.04-1.08x faster.
+        (Sapphire Rapids) a transposed element cost 70-82 units and a
+        shifted copy 57-61.
     l1_conflict_cost : float
         Cost of one filter element a window-vectorised kernel reads in place
         from a row whose line its other rows evicted (more rows in one L1
