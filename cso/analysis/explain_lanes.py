@@ -57,7 +57,8 @@ def lane_story(plan, others, size, compulsory) -> list:
         f"  {Algorithm.DEPTHWISE_LANES}: modelled cost {traffic.cost:.3g} per (channel, image)"
         + "".join(f"; {label} {other.cost_of(other.schedule).cost:.3g}" for label, other in others),
         f"  per channel: {traffic.kernel_calls} kernel calls, {traffic.tap_loads} loads, "
-        f"{traffic.packed_input_elements} elements transposed; busiest thread "
+        f"{traffic.packed_input_elements} elements transposed at "
+        f"{hw.weights.lane_transpose_cost:g} units each; busiest thread "
         f"{traffic.imbalance:.3f}x an even share",
         "",
         "Loop nest",
