@@ -76,12 +76,23 @@ def filter_operands(w, bias, plan: Plan) -> FilterOperands:
         return _depthwise_operands(w_flat, bias, plan)
     bias_panel = _bias_panel(bias, plan)
     if plan.vector_operand == VectorOperand.FILTERS:
-        with numba_threads(plan.threads):
-            # Packed into the thread's kept buffer: fresh panels page-fault.
+        # Packed into the thread's kept buffer: fresh panels page-fault.
+        def scratch(elements):
+            return workspace(elements, dtype, role="filters")
+
+        if plan.threads == 1:
+            # No parallel region and no thread settings to change and restore:
+            # a small layer's packing took 9.7 microseconds that way, 4 without.
             panels = pack_filters_panels(
                 np.asarray(w), g.groups, plan.filters_per_tile, dtype, plan.vector_lanes,
-                scratch=lambda elements: workspace(elements, dtype, role="filters"),
+                scratch=scratch, parallel=False,
             )  # fmt: skip
+        else:
+            with numba_threads(plan.threads):
+                panels = pack_filters_panels(
+                    np.asarray(w), g.groups, plan.filters_per_tile, dtype, plan.vector_lanes,
+                    scratch=scratch,
+                )  # fmt: skip
         return FilterOperands(
             panels, panels[: plan.filters_per_tile], True, bias_panel, bias is not None
         )

@@ -28,7 +28,7 @@ import numpy as np
 from numba.extending import register_jitable
 
 from ..geometry import ceil_div
-from .transpose import transpose_into_panels, vector_token
+from .transpose import transpose_into_panels, transpose_into_panels_serial, vector_token
 
 
 ALIGN_BYTES = 64
@@ -54,14 +54,17 @@ def is_aligned(array: np.ndarray) -> bool:
 
 
 def pack_filters_panels(
-    w: np.ndarray, groups: int, filters_per_tile: int, dtype, vector_lanes: int, scratch=None
-) -> np.ndarray:
+    w: np.ndarray, groups: int, filters_per_tile: int, dtype, vector_lanes: int, scratch=None,
+    parallel: bool = True,
+) -> np.ndarray:  # fmt: skip
     """Pack ``w[K][C_g][R][S]`` into ``[G][T_f][C_g*R*S][Nf]`` (flattened), zero-padded,
     transposing blocks of ``vector_lanes`` (the plan's vector width).
 
     ``scratch``, when given, is ``scratch(elements)``: a 64-byte aligned
     array of at least that many ``dtype`` elements to pack into (a call's
-    kept buffer); else the panels get an array of their own."""
+    kept buffer); else the panels get an array of their own.  ``parallel``
+    False packs on the calling thread alone, with no parallel region
+    (:func:`~cso.packing.transpose.transpose_into_panels_serial`)."""
     filters, channels_per_group, height, width = w.shape
     filters_per_group = filters // groups
     tiles = ceil_div(filters_per_group, filters_per_tile)
@@ -69,7 +72,8 @@ def pack_filters_panels(
     source = np.ascontiguousarray(w, dtype=dtype).reshape(-1)
     elements = groups * tiles * reduction * filters_per_tile
     packed = aligned_empty(elements, dtype) if scratch is None else scratch(elements)[:elements]
-    transpose_into_panels(
+    transpose = transpose_into_panels if parallel else transpose_into_panels_serial
+    transpose(
         source,
         groups,
         filters_per_group,
