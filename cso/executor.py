@@ -17,6 +17,7 @@ variant of its loop nest, exactly as a call does::
 
 from __future__ import annotations
 
+import contextlib
 from typing import NamedTuple
 
 import numba
@@ -76,23 +77,17 @@ def filter_operands(w, bias, plan: Plan) -> FilterOperands:
         return _depthwise_operands(w_flat, bias, plan)
     bias_panel = _bias_panel(bias, plan)
     if plan.vector_operand == VectorOperand.FILTERS:
-        # Packed into the thread's kept buffer: fresh panels page-fault.
-        def scratch(elements):
-            return workspace(elements, dtype, role="filters")
-
-        if plan.threads == 1:
-            # No parallel region and no thread settings to change and restore:
-            # a small layer's packing took 9.7 microseconds that way, 4 without.
+        # One thread packs with no parallel region and no thread settings to
+        # change and restore: a small layer's packing took 9.7 microseconds
+        # that way, 4 without.
+        parallel = plan.threads > 1
+        with numba_threads(plan.threads) if parallel else contextlib.nullcontext():
+            # Packed into the thread's kept buffer: fresh panels page-fault.
             panels = pack_filters_panels(
                 np.asarray(w), g.groups, plan.filters_per_tile, dtype, plan.vector_lanes,
-                scratch=scratch, parallel=False,
+                scratch=lambda elements: workspace(elements, dtype, role="filters"),
+                parallel=parallel,
             )  # fmt: skip
-        else:
-            with numba_threads(plan.threads):
-                panels = pack_filters_panels(
-                    np.asarray(w), g.groups, plan.filters_per_tile, dtype, plan.vector_lanes,
-                    scratch=scratch,
-                )  # fmt: skip
         return FilterOperands(
             panels, panels[: plan.filters_per_tile], True, bias_panel, bias is not None
         )

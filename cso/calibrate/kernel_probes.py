@@ -195,15 +195,16 @@ def l1_spill_seconds_per_byte(shapes, lanes, l1_bytes, l2_bytes, repeats=5):
     nf, nwin, operand = next(s for s in shapes if s[2] == VectorOperand.WINDOWS.value)
     depth = 2 * l1_bytes // ((nf + nwin) * 4)
     tiles_in_l2 = max(2, l2_bytes // 2 // ((nf + nwin) * 4 * depth))
-    programs = {
-        "spilled": dict(depth=depth, filter_tiles=tiles_in_l2, input_tiles=tiles_in_l2),
-        "resident": dict(depth=depth // 4),
-    }
-    best = {name: float("inf") for name in programs}
-    for _ in range(repeats):
-        for name, settings in programs.items():
-            seconds = kernel_seconds(nf, nwin, operand, lanes, repeats=1, **settings)
-            best[name] = min(best[name], seconds)
+    best = interleaved_seconds(
+        {
+            "spilled": (nf, nwin, operand, dict(
+                depth=depth, filter_tiles=tiles_in_l2, input_tiles=tiles_in_l2
+            )),
+            "resident": (nf, nwin, operand, dict(depth=depth // 4)),
+        },
+        lanes,
+        repeats,
+    )  # fmt: skip
     resident = 4 * best["resident"]
     if best["spilled"] - resident < RESOLUTION * resident:
         return 0.0
@@ -274,17 +275,27 @@ def tap_seconds(lanes, vectors=4, repeats=5) -> tuple:
     return max(0.0, intercept), max(0.0, slope / vectors)
 
 
-def resident_seconds(shapes, lanes, depth=256, rounds=15) -> dict:
-    """``{(Nf, Nwin, operand): seconds per call}`` with every operand in L1:
-    ``rounds`` rounds, each timing every shape once (best of one), in an
-    order that rotates, the shortest of each shape's kept."""
+def interleaved_seconds(runs: dict, lanes, rounds) -> dict:
+    """``{name: seconds per call}`` of ``runs``, ``{name: (Nf, Nwin,
+    operand, settings)}`` with ``settings`` :func:`kernel_seconds`'
+    keywords: ``rounds`` rounds, each timing every run once (best of one),
+    in an order that rotates, the shortest of each run's kept."""
+    names = list(runs)
     best = {}
     for round_index in range(rounds):
-        start = round_index % len(shapes)
-        for shape in shapes[start:] + shapes[:start]:
-            seconds = kernel_seconds(*shape, lanes, depth, repeats=1)
-            best[shape] = min(seconds, best.get(shape, seconds))
+        start = round_index % len(names)
+        for name in names[start:] + names[:start]:
+            nf, nwin, operand, settings = runs[name]
+            seconds = kernel_seconds(nf, nwin, operand, lanes, repeats=1, **settings)
+            best[name] = min(seconds, best.get(name, seconds))
     return best
+
+
+def resident_seconds(shapes, lanes, depth=256, rounds=15) -> dict:
+    """``{(Nf, Nwin, operand): seconds per call}`` with every operand in L1,
+    every shape timed in :func:`interleaved_seconds`' rounds."""
+    runs = {shape: (*shape, dict(depth=depth)) for shape in shapes}
+    return interleaved_seconds(runs, lanes, rounds)
 
 
 def kernel_rates(shapes, lanes, l1_bytes, l2_bytes, repeats=5, depth=256) -> dict:

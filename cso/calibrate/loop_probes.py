@@ -14,10 +14,9 @@ from __future__ import annotations
 import numpy as np
 
 from .. import pack_filters, plan_conv2d
-from ..analysis import counts, lanes, tiles
+from ..analysis import counts, tiles
 from ..analysis.weights import kernel_shape_key
 from ..analysis.retile import with_tiles
-from ..geometry import ceil_div
 from ..measure import best_times, filter_program, plan_program
 from .timing import slope_and_intercept
 
@@ -199,7 +198,7 @@ def lane_transpose_seconds(hardware, rounds=5) -> float:
     most: where the kernel is bound by its loads rather than its FMAs the
     one-tap kernel costs more than an eighth, and the figure errs by a few
     percent towards the transposes)."""
-    _, channels, height, width = LANE_LAYER
+    channels = LANE_LAYER[1]
     rng = np.random.default_rng(0)
     x = rng.standard_normal(LANE_LAYER, dtype=np.float32)
     plans, programs = {}, {}
@@ -212,10 +211,6 @@ def lane_transpose_seconds(hardware, rounds=5) -> float:
         programs[size] = plan_program(plans[size], x, w)
     best = best_times(programs, rounds, MIN_SECONDS)
     one_tap = max(0.0, (best[3] - best[1]) / 8)
-    plan = plans[1]
-    lanes_per_vector = plan.vector_lanes
-    band = lanes.band_rows(plan.geometry, hardware, 4)
-    jobs = ceil_div(channels, lanes_per_vector)
-    elements = jobs * lanes.transposes_per_job(plan.geometry, lanes_per_vector, band)
-    elements *= lanes_per_vector * lanes_per_vector
+    # The model counts the transposed elements per channel (of one image).
+    elements = channels * plans[1].cost_of(plans[1].schedule).packed_input_elements
     return max(0.0, best[1] - one_tap) / elements

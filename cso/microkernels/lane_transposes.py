@@ -32,6 +32,14 @@ from .vector_ir import KernelEmitter, check_dtype_and_lanes, check_float_arrays,
 UNPACK_PREFETCH_BYTES = 128
 
 
+def _whole_block(e: KernelEmitter, count, valid):
+    """The i1 ``count == valid == VL``: a run of ``VL`` pixels of ``VL`` real
+    channels, moved with no masks and no branches."""
+    lanes = e.constant(e.lanes)
+    b = e.builder
+    return b.and_(b.icmp_signed("==", count, lanes), b.icmp_signed("==", valid, lanes))
+
+
 @functools.lru_cache(maxsize=None)
 def build_lane_pack(dtype_name: str, vector_lanes: int):
     """Return a Numba intrinsic laying ``VL`` channel planes out as pixel vectors.
@@ -68,10 +76,7 @@ def build_lane_pack(dtype_name: str, vector_lanes: int):
             def target(i):
                 return b.load(b.gep(targets_base, [e.constant(i)]))
 
-            whole = b.and_(
-                b.icmp_signed("==", count_v, e.constant(lanes)),
-                b.icmp_signed("==", valid_v, e.constant(lanes)),
-            )
+            whole = _whole_block(e, count_v, valid_v)
             with b.if_else(whole, likely=True) as (then, otherwise):
                 with then:
                     rows = [
@@ -142,10 +147,7 @@ def build_lane_unpack(dtype_name: str, vector_lanes: int):
                 ]
                 return transpose(b, pixels)
 
-            whole = b.and_(
-                b.icmp_signed("==", count_v, e.constant(lanes)),
-                b.icmp_signed("==", valid_v, e.constant(lanes)),
-            )
+            whole = _whole_block(e, count_v, valid_v)
             with b.if_else(whole, likely=True) as (then, otherwise):
                 with then:
                     results = emit_epilogue(

@@ -67,14 +67,7 @@ from numba.extending import intrinsic
 
 from ..analysis.depthwise import rows_read
 from .epilogue import emit_epilogue
-from .vector_ir import (
-    check_float_arrays,
-    fma_function,
-    lanes_below,
-    masked_load_function,
-    masked_store_function,
-    vector_type,
-)
+from .vector_ir import KernelEmitter, check_float_arrays
 
 _NUMBA_FLOAT = {"float32": types.float32, "float64": types.float64}
 
@@ -156,16 +149,9 @@ def build_tap_kernel(
         def codegen(context, builder, signature, args):
             (columns_v, w_a, w_off, c_a, in_a, in_off, width_v, out_a, out_off, pitch_v,
              count_v, bias_v, res_a, res_off, activation_v, has_residual_v) = args  # fmt: skip
-            arrays = signature.args
-
-            def data(index, value):
-                return context.make_array(arrays[index])(context, builder, value).data
-
-            intp = context.get_value_type(types.intp)
-            vector = vector_type(dtype_name, lanes)
+            e = KernelEmitter(context, builder, signature, dtype_name, lanes)
+            vector, align, constant, vector_at = e.vector, e.align, e.constant, e.vector_at
             i32 = ir.IntType(32)
-            align = 4 if dtype_name == "float32" else 8
-            fma = fma_function(builder.module, vector)
             undef = ir.Constant(vector, ir.Undefined)
             zeros_i32 = ir.Constant(ir.VectorType(i32, lanes), [0] * lanes)
 
@@ -173,18 +159,12 @@ def build_tap_kernel(
                 one = builder.insert_element(undef, scalar, ir.Constant(i32, 0))
                 return builder.shuffle_vector(one, undef, zeros_i32)
 
-            def constant(value):
-                return ir.Constant(intp, value)
-
-            def vector_at(base, offset):
-                return builder.bitcast(builder.gep(base, [offset]), vector.as_pointer())
-
-            weights_base = builder.gep(data(1, w_a), [w_off])
-            column_base = data(3, c_a)
+            weights_base = e.base(1, w_a, w_off)
+            column_base = e.base(3, c_a, constant(0))
             weight_offsets_base = builder.gep(column_base, [columns_v])
-            inputs_base = builder.gep(data(4, in_a), [in_off])
-            out_base = builder.gep(data(7, out_a), [out_off])
-            residual_base = builder.gep(data(12, res_a), [res_off])
+            inputs_base = e.base(4, in_a, in_off)
+            out_base = e.base(7, out_a, out_off)
+            residual_base = e.base(12, res_a, res_off)
             start = broadcast(bias_v)
             row_starts = [builder.mul(constant(i), width_v) for i in range(len(uses))]
 
@@ -195,7 +175,7 @@ def build_tap_kernel(
             done = builder.append_basic_block("columns.done")
             builder.cbranch(builder.icmp_signed(">", columns_v, constant(0)), loop, done)
             builder.position_at_end(loop)
-            column = builder.phi(intp)
+            column = builder.phi(e.intp)
             column.add_incoming(constant(0), entry)
             accumulators = {}
             for pb in range(rows):
@@ -229,7 +209,7 @@ def build_tap_kernel(
                     address = vector_at(inputs_base, builder.add(row, constant(v * lanes)))
                     value = builder.load(address, align=align)
                     for pb, r in feeds:
-                        updated[pb, v] = builder.call(fma, [weight[r], value, updated[pb, v]])
+                        updated[pb, v] = builder.call(e.fma, [weight[r], value, updated[pb, v]])
             following = builder.add(column, constant(1))
             column.add_incoming(following, loop)
             for key, phi in accumulators.items():
@@ -245,41 +225,27 @@ def build_tap_kernel(
                 results.append(phi)
 
             # The lanes stored: the first `count` of each row, or all of them.
-            mask_type = ir.VectorType(ir.IntType(1), lanes)
             masks = {}
             for pb, v in order:
                 if pb < rows - masked_rows:
-                    masks[pb, v] = ir.Constant(mask_type, [1] * lanes)
+                    masks[pb, v] = ir.Constant(e.mask_type, [1] * lanes)
                     continue
-                remaining = builder.sub(count_v, constant(v * lanes))
-                masks[pb, v] = lanes_below(builder, remaining, lanes)
+                masks[pb, v] = e.lanes_below(builder.sub(count_v, constant(v * lanes)))
             offsets = {
                 (pb, v): builder.add(builder.mul(constant(pb), pitch_v), constant(v * lanes))
                 for pb, v in order
             }
-            load = masked_load_function(builder.module, vector)
-            store = masked_store_function(builder.module, vector)
 
             def residual_of(index):
                 key = order[index]
-                zero = ir.Constant(vector, [0.0] * lanes)
-                return builder.call(
-                    load,
-                    [
-                        vector_at(residual_base, offsets[key]),
-                        ir.Constant(i32, align),
-                        masks[key],
-                        zero,
-                    ],
-                )
+                return e.load(residual_base, offsets[key], masks[key])
 
             results = emit_epilogue(builder, results, residual_of, activation_v, has_residual_v)
             for key, value in zip(order, results):
-                address = vector_at(out_base, offsets[key])
                 if key[0] >= rows - masked_rows:
-                    builder.call(store, [value, address, ir.Constant(i32, align), masks[key]])
+                    e.store(value, out_base, offsets[key], masks[key])
                 else:
-                    builder.store(value, address, align=align)
+                    builder.store(value, vector_at(out_base, offsets[key]), align=align)
             return context.get_dummy_value()
 
         return sig, codegen

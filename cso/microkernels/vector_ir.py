@@ -118,8 +118,8 @@ def check_dtype_and_lanes(dtype_name: str, lanes: int) -> None:
 class KernelEmitter:
     """What a kernel's code generation does alike for any of its operands:
     pointers into its array arguments, run-time lane masks, whole and masked
-    vector loads and stores, prefetches (the lane kernels', :mod:`.lane_taps`
-    and :mod:`.lane_transposes`)."""
+    vector loads and stores, prefetches (the tap and lane kernels',
+    :mod:`.taps`, :mod:`.lane_taps` and :mod:`.lane_transposes`)."""
 
     def __init__(self, context, builder, signature, dtype_name, lanes):
         self.context, self.builder, self.signature, self.lanes = context, builder, signature, lanes
