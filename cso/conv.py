@@ -115,13 +115,13 @@ def conv2d(
                 _validated.clear()  # bounds a process that calls many shapes
             _validated[key] = call
     # On a hit, bias is None or an ndarray of a dtype and shape checked before.
-    geometry, dtype = call.geometry, call.dtype
-    residual = check_residual(residual, geometry.output_shape)
-    check_out(out, geometry.output_shape, dtype, (x, w, bias))
+    geometry, dtype, output_shape = call.geometry, call.dtype, call.output_shape
+    residual = check_residual(residual, output_shape)
+    check_out(out, output_shape, dtype, (x, w, bias))
     if plan is not None:
         check_plan(plan, geometry, dtype)
         _check_plan_threads(plan, threads)
-    y = np.empty(geometry.output_shape, dtype=dtype) if out is None else out
+    y = np.empty(output_shape, dtype=dtype) if out is None else out
     if geometry.batch == 0:
         return y
     if plan is None and tuned:
@@ -155,10 +155,12 @@ class _Call:
     """What validating a call's shapes, dtypes and parameters found, and the
     analysis' plan for it once needed."""
 
-    __slots__ = ("geometry", "dtype", "threads", "activation", "plan")
+    __slots__ = ("geometry", "output_shape", "dtype", "threads", "activation", "plan")
 
     def __init__(self, geometry, dtype, threads, activation):
         self.geometry, self.dtype, self.threads = geometry, dtype, threads
+        # Kept: the geometry computes it anew each time (a microsecond a call).
+        self.output_shape = geometry.output_shape
         self.activation, self.plan = activation, None
 
 

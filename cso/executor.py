@@ -201,12 +201,17 @@ def run(
     if launch is None:
         launch = launch_for(plan, filters.packed)
     arguments = loop_arguments(launch, x, filters, y, epilogue)
+    if plan.threads == 1:
+        # A one-thread plan's nest is the serial twin (launch_for): it runs on
+        # this thread with no parallel region, so no OpenMP state to keep.
+        launch.loop_nest(*arguments)
+        return y
     # The loop nest runs `threads` workers of its own (one per part of the
     # workspace), so Numba's thread count needs changing only when it is lower.
     # Numba's OpenMP layer changes the process's OpenMP thread count as it
     # launches: it is set back after, for torch and any other OpenMP user.
     with kept_openmp_threads():
-        if plan.threads == 1 or numba.get_num_threads() >= plan.threads:
+        if numba.get_num_threads() >= plan.threads:
             launch.loop_nest(*arguments)
         else:
             with numba_threads(plan.threads):

@@ -145,6 +145,7 @@ def _depthwise_launch(plan: Plan, module) -> Launch:
             plan.dtype,
             plan.vector_lanes,
             depthwise.masked_rows(g, segment, rows),
+            serial=plan.threads == 1,
         )
     offsets = np.array(depthwise.kernel_offsets(g, segment, lanes, rows), dtype=np.intp)
     return Launch(module.convolve_depthwise, tuple(bounds), plan.threads * stride, offsets)
@@ -181,7 +182,7 @@ def _lanes_launch(plan: Plan, module) -> Launch:
     if module is None:
         module = lanes_module(
             g.kernel_width, g.stride_w, g.dilation_w, plan.windows_per_tile, plan.dtype,
-            plan.vector_lanes,
+            plan.vector_lanes, serial=plan.threads == 1,
         )  # fmt: skip
     targets = lanes.pack_targets(g, plan.vector_lanes)
     return Launch(module.convolve_lanes, tuple(bounds), plan.threads * stride, targets)
@@ -189,7 +190,8 @@ def _lanes_launch(plan: Plan, module) -> Launch:
 
 def loop_module_for(plan: Plan, patch: LoopPatch = None):
     """The loop module specialised for ``plan``'s micro-kernel (and ``patch``,
-    a measurement variant, when given): :func:`~cso.macrokernel.specialise.loop_module`."""
+    a measurement variant, when given), serial for a one-thread plan:
+    :func:`~cso.macrokernel.specialise.loop_module`."""
     return loop_module(
         plan.filters_per_tile,
         plan.windows_per_tile,
@@ -197,6 +199,7 @@ def loop_module_for(plan: Plan, patch: LoopPatch = None):
         plan.vector_lanes,
         plan.vector_operand,
         patch=patch,
+        serial=plan.threads == 1,
     )
 
 

@@ -13,6 +13,15 @@ carries the key and a hash of every source it depends on, so:
 * a change to any of those sources, or to the Numba version, gives new
   files, never a stale kernel.
 
+A one-thread plan gets a serial twin of its module (``serial=True``):
+the same template with the loop nests compiled without ``parallel=True``,
+so that its ``prange`` runs as a plain loop on the calling thread, with no
+parallel region launched nor OpenMP thread count touched (a tiny call's
+nest took 3.2 microseconds through the parallel launch, 1.6 without).  A
+separate file and cache rather than both paths in one function: Numba
+re-optimises a callee in every library that links it, and one module
+holding both paths took 12 s to compile where either alone took 7.
+
 The directory is ``$CSO_CACHE_DIR``, else ``~/.cache/cso``; when neither is
 writable a per-process temporary directory is used (no reuse across runs).
 """
@@ -97,6 +106,18 @@ class LoopPatch(NamedTuple):
     kernel_options: tuple = ()
 
 
+# The decorator of every loop nest in the templates; a serial twin drops ``parallel=True``.
+PARALLEL_NEST = "@njit(nogil=True, parallel=True, cache=True)"
+SERIAL_NEST = "@njit(nogil=True, cache=True)"
+
+
+def serial_source(template: str) -> str:
+    """``template`` with its loop nests compiled serially (``prange`` is then ``range``)."""
+    if PARALLEL_NEST not in template:
+        raise ValueError(f"a loop nest template must decorate its nests with {PARALLEL_NEST}")
+    return template.replace(PARALLEL_NEST, SERIAL_NEST)
+
+
 def _module_source(key, patch) -> str:
     filters_per_tile, windows_per_tile, dtype_name, vector_lanes, vector_operand = key
     template = pathlib.Path(loops_source.__file__).read_text()
@@ -120,6 +141,7 @@ def loop_module(
     vector_lanes: int,
     vector_operand: str = "windows",
     patch: LoopPatch = None,
+    serial: bool = False,
 ):
     """The macro-kernel module specialised for one micro-kernel, memoised by its key.
 
@@ -134,6 +156,8 @@ def loop_module(
     patch : LoopPatch, optional
         A measurement variant of the module (see :class:`LoopPatch`); None
         for the real thing.
+    serial : bool
+        The serial twin, for one-thread plans (see the module docstring).
 
     Returns
     -------
@@ -153,7 +177,7 @@ def loop_module(
     suffix = "" if patch is None else "_" + patch.name.replace("-", "_")
     orientation = {"windows": "", "filters": "_fvec", "reduction": "_dot"}[key[4].value]
     name = f"cso_loops_f{key[0]}_w{key[1]}_{key[2]}_l{key[3]}{orientation}{suffix}"
-    return _specialised((key, patch), name, lambda: _module_source(key, patch))
+    return _specialised((key, patch), name, lambda: _module_source(key, patch), serial)
 
 
 def depthwise_module(
@@ -165,12 +189,14 @@ def depthwise_module(
     dtype_name: str,
     vector_lanes: int,
     masked_rows: int = 0,
+    serial: bool = False,
 ):
     """The depthwise loop nest (:mod:`.depthwise`) bound to the tap kernel of
     ``rows x vectors`` accumulators for filters ``kernel_height`` high at
     ``stride_h`` and ``dilation_h`` down, of ``vector_lanes`` ``dtype_name``
     elements, its last ``masked_rows`` rows' stores masked
-    (:func:`~cso.microkernels.taps.build_tap_kernel`), memoised."""
+    (:func:`~cso.microkernels.taps.build_tap_kernel`), memoised; ``serial``:
+    its serial twin (see the module docstring)."""
     shape = tuple(int(n) for n in (kernel_height, stride_h, dilation_h, rows, vectors))
     key = ("depthwise",) + shape + (str(dtype_name), int(vector_lanes), int(masked_rows))
 
@@ -187,18 +213,19 @@ def depthwise_module(
 
     name = "cso_depthwise_r{}_s{}_d{}_b{}_v{}".format(*shape)
     name += f"_{dtype_name}_l{int(vector_lanes)}" + (f"_m{int(masked_rows)}" if masked_rows else "")
-    return _specialised(key, name, source)
+    return _specialised(key, name, source, serial)
 
 
 def lanes_module(
     kernel_width: int, stride_w: int, dilation_w: int, outputs: int, dtype_name: str,
-    vector_lanes: int,
+    vector_lanes: int, serial: bool = False,
 ):  # fmt: skip
     """The lane loop nest (:mod:`.lanes`) bound to the lane tap kernel of
     ``outputs`` pixels for filters ``kernel_width`` wide at ``stride_w`` and
     ``dilation_w`` across, and to the pixel-vector packing of
     ``vector_lanes`` ``dtype_name`` lanes
-    (:mod:`cso.microkernels.lane_taps`, :mod:`cso.microkernels.lane_transposes`), memoised."""
+    (:mod:`cso.microkernels.lane_taps`, :mod:`cso.microkernels.lane_transposes`), memoised;
+    ``serial``: its serial twin (see the module docstring)."""
     shape = tuple(int(n) for n in (kernel_width, stride_w, dilation_w, outputs))
     key = ("lanes",) + shape + (str(dtype_name), int(vector_lanes))
 
@@ -217,12 +244,19 @@ def lanes_module(
         )
 
     name = "cso_lanes_s{}_sw{}_dw{}_o{}".format(*shape) + f"_{dtype_name}_l{int(vector_lanes)}"
-    return _specialised(key, name, source)
+    return _specialised(key, name, source, serial)
 
 
-def _specialised(key, name, source_of):
+def _specialised(key, name, source_of, serial=False):
     """The module ``name`` (plus the sources' hash) written from ``source_of()``
-    and imported, memoised by ``key``."""
+    and imported, memoised by ``key``; with ``serial``, its serial twin."""
+    if serial:
+        key, name = (key, "serial"), name + "_serial"
+        parallel_source_of = source_of
+
+        def source_of():
+            return serial_source(parallel_source_of())
+
     with _lock:
         module = _modules.get(key)
         if module is not None:

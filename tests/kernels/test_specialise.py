@@ -9,6 +9,7 @@ import numpy as np
 
 import pytest
 
+import cso
 from cso import measure
 from cso.macrokernel import specialise
 
@@ -58,6 +59,42 @@ def test_modules_are_memoised_by_key():
     assert specialise.loop_module(3, 16, "float64", 8) is not a
     assert a.microkernel is not None
     assert a.VECTOR_TOKEN == (None,) * 16
+
+
+def test_one_thread_plans_run_a_serial_twin_of_their_nest():
+    """A one-thread plan's nest is compiled without ``parallel=True`` (no
+    parallel region to launch), in a module and cache of its own; a
+    two-thread plan's is the parallel one; both compute the same."""
+    from cso import executor, launch
+
+    rng = np.random.default_rng(3)
+    cases = (
+        ((1, 5, 9, 10), (11, 5, 3, 3), 1, None),  # dense
+        ((1, 16, 9, 10), (16, 1, 3, 3), 16, "depthwise"),  # taps
+        ((1, 16, 9, 10), (16, 1, 3, 3), 16, "depthwise_lanes"),
+    )
+    for x_shape, w_shape, groups, algorithm in cases:
+        x = rng.standard_normal(x_shape).astype(np.float32)
+        w = rng.standard_normal(w_shape).astype(np.float32)
+        results = {}
+        for threads in (1, 2):
+            plan = cso.plan_conv2d(
+                x_shape, w_shape, padding=1, groups=groups, threads=threads, algorithm=algorithm
+            )
+            nest = launch.launch_for(plan, False).loop_nest
+            assert bool(nest.targetoptions.get("parallel")) == (threads == 2), (algorithm, threads)
+            assert ("_serial_" in nest.__module__) == (threads == 1), nest.__module__
+            filters = executor.filter_operands(w, None, plan)
+            y = np.empty(plan.geometry.output_shape, np.float32)
+            results[threads] = executor.run(plan, x, filters, y)
+        np.testing.assert_array_equal(results[1], results[2])
+
+
+def test_serial_source_needs_the_parallel_decorator():
+    source = specialise.serial_source(f"{specialise.PARALLEL_NEST}\ndef nest(): pass\n")
+    assert specialise.PARALLEL_NEST not in source and specialise.SERIAL_NEST in source
+    with pytest.raises(ValueError, match="parallel=True"):
+        specialise.serial_source("def nest(): pass\n")
 
 
 def test_module_file_names_carry_the_sources_hash():
