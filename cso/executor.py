@@ -75,7 +75,8 @@ def filter_operands(w, bias, plan: Plan) -> FilterOperands:
         # The tap and lane nests read each filter's taps from KCRS in place.
         w_flat = writeable(np.ascontiguousarray(w, dtype=dtype)).reshape(-1)
         return _depthwise_operands(w_flat, bias, plan)
-    bias_panel = _bias_panel(bias, plan)
+    zero_bias, edge = _plan_constants(plan)
+    bias_panel = zero_bias if bias is None else _bias_panel(bias, plan)
     if plan.vector_operand == VectorOperand.FILTERS:
         # One thread packs with no parallel region and no thread settings to
         # change and restore: a small layer's packing took 9.7 microseconds
@@ -92,7 +93,34 @@ def filter_operands(w, bias, plan: Plan) -> FilterOperands:
             panels, panels[: plan.filters_per_tile], True, bias_panel, bias is not None
         )
     w_flat = writeable(np.ascontiguousarray(w, dtype=dtype)).reshape(-1)
-    return FilterOperands(w_flat, _edge_filters(w_flat, plan), False, bias_panel, bias is not None)
+    if edge is None:
+        edge = _edge_filters(w_flat, plan)
+    return FilterOperands(w_flat, edge, False, bias_panel, bias is not None)
+
+
+# Per plan, what its filter operands hold whatever the filters: see _plan_constants.
+_constants: dict = {}
+
+
+def _plan_constants(plan: Plan) -> tuple:
+    """``(zero bias panel, edge filters or None)`` for ``plan``: the bias panel
+    of a call without a bias, and the edge operand when it is a placeholder
+    (no group has fewer than ``Nf`` filters), else None (it depends on the
+    filters).  Memoised by the plan object's identity, as its launch is
+    (:func:`~cso.launch.launch_for`): a small call's filter operands took 1.5
+    microseconds worked out anew each time."""
+    entry = _constants.get(id(plan))
+    if entry is not None and entry[0] is plan:
+        return entry[1]
+    g = plan.geometry
+    edge = None
+    if g.filters_per_group >= plan.filters_per_tile:
+        edge = _placeholder(plan.filters_per_tile, plan.dtype)
+    constants = (_bias_panel(None, plan), edge)
+    if len(_constants) >= 1024:
+        _constants.clear()  # plans are few per process; this only bounds a pathological one
+    _constants[id(plan)] = (plan, constants)
+    return constants
 
 
 def prepacked_operands(panels: np.ndarray, bias, plan: Plan) -> FilterOperands:
