@@ -183,6 +183,15 @@ def filter_pack_cost(rates: MeasuredRates) -> float:
     return weight_of(rates.filter_pack_seconds, rates.fma_flops)
 
 
+def filter_pack_shared_cost(rates: MeasuredRates) -> float:
+    """``t_filter,shared / u``, per filter element packed in a call whose
+    workers each read every panel (thread time); ``filter_pack_cost`` where
+    it was not measured (older records, one core)."""
+    if rates.filter_pack_shared_seconds:
+        return weight_of(rates.filter_pack_shared_seconds, rates.fma_flops)
+    return filter_pack_cost(rates)
+
+
 def in_place_filter_cost(rates: MeasuredRates) -> float:
     """``t_in_place / u``, per filter element read in place."""
     return weight_of(rates.in_place_filter_seconds, rates.fma_flops)
@@ -229,6 +238,7 @@ FORMULAS = {
     "transposed_store_cost": transposed_store_cost,
     "input_pack_cost": input_pack_cost,
     "filter_pack_cost": filter_pack_cost,
+    "filter_pack_shared_cost": filter_pack_shared_cost,
     "in_place_filter_cost": in_place_filter_cost,
     "tap_call_cost": tap_call_cost,
     "tap_load_cost": tap_load_cost,

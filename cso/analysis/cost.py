@@ -116,6 +116,17 @@ def far_level_costs(weights, shared: bool) -> tuple:
     return weights.l3_cost, weights.dram_cost
 
 
+def filter_pack_cost_for(weights, threads: int, schedule, window_parts: int) -> float:
+    """``c_pack``: ``filter_pack_shared_cost`` for a plan on more than one
+    thread whose workers each read every packed panel (IS, or WS with its
+    window tiles split into parts), else ``filter_pack_cost`` (one thread,
+    or WS workers that read only the filter blocks they packed)."""
+    own_blocks = schedule == Schedule.WS and window_parts == 1
+    if threads > 1 and not own_blocks:
+        return weights.filter_pack_shared_cost
+    return weights.filter_pack_cost
+
+
 def hidden_stream_cost(
     hardware, element_bytes, *, streamed_dram, streamed_l3, padded_macs, shared=False,
     mac_cost=None,
@@ -163,6 +174,7 @@ def weighted_cost(
     mac_cost=None,
     in_place_cost=None,
     input_pack_cost=None,
+    filter_pack_cost=None,
 ):
     """``dram*c_dram + l3*c_l3 + l2*c_l2 + misses*c_tlb + calls*c_call
     + spill*c_spill + macs*c_mac*s/4 + stores*c_store + packed*c_pack
@@ -179,18 +191,22 @@ def weighted_cost(
     ``CostWeights.mac_cost``), ``in_place_cost`` its ``c_in_place``
     (``CostWeights.in_place_cost_of``; default ``in_place_filter_cost``),
     ``input_pack_cost`` the layer's packing kind's ``c_input``
-    (``CostWeights.input_pack_cost_of``; default ``input_pack_cost``)."""
+    (``CostWeights.input_pack_cost_of``; default ``input_pack_cost``),
+    ``filter_pack_cost`` the plan's ``c_pack`` (:func:`filter_pack_cost_for`;
+    default ``CostWeights.filter_pack_cost``)."""
     l3_cost, dram_cost = far_level_costs(hardware.weights, shared)
     mac_cost = hardware.weights.mac_cost if mac_cost is None else mac_cost
     if in_place_cost is None:
         in_place_cost = hardware.weights.in_place_filter_cost
     if input_pack_cost is None:
         input_pack_cost = hardware.weights.input_pack_cost
+    if filter_pack_cost is None:
+        filter_pack_cost = hardware.weights.filter_pack_cost
     return (
         in_place_filter_reads * in_place_cost
         + conflicting_filter_reads * hardware.weights.l1_conflict_cost
         + transposed_stores * hardware.weights.transposed_store_cost
-        + packed_filter_elements * hardware.weights.filter_pack_cost
+        + packed_filter_elements * filter_pack_cost
         + packed_input_elements * input_pack_cost
         + dram * dram_cost
         + l3 * l3_cost
@@ -374,6 +390,9 @@ def schedule_traffic(
         mac_cost=hardware.weights.mac_cost_of(shape),
         in_place_cost=hardware.weights.in_place_cost_of(shape),
         input_pack_cost=hardware.weights.input_pack_cost_of(input_pack_kind),
+        filter_pack_cost=filter_pack_cost_for(
+            hardware.weights, threads, schedule, window_parts if schedule == Schedule.WS else 1
+        ),
     )
     cost = (
         imbalance * weighted_cost(hardware, s, **counts, shared=threads > 1, **shape_costs) / images

@@ -77,6 +77,14 @@ class MeasuredRates:
         the lane nest, less its one-tap kernel (a ninth of what a 3x3 one
         adds), over the elements transposed.  0 in records made before it
         was measured (the shifted input packing's rate stands in).
+    filter_pack_shared_seconds : float
+        Thread time per filter element packed in a call whose workers each
+        read every packed panel (a plan on all cores whose window tiles are
+        split among them): the per-call plan less the same plan on filters
+        packed ahead, times the threads, over the elements packed.  The
+        panels are packed in a parallel pass, so each worker reads half of
+        them from the other core's cache.  0 in records made before it was
+        measured, or on one core (``filter_pack_seconds`` stands in).
     kernel_shape_flops : tuple of (str, float)
         Each micro-kernel shape's float32 rate with every operand in L1,
         FLOP/s, as ``(shape, rate)`` pairs (shapes named by
@@ -117,6 +125,7 @@ class MeasuredRates:
     tap_call_seconds: float
     tap_load_seconds: float
     lane_transpose_seconds: float = 0.0
+    filter_pack_shared_seconds: float = 0.0
     kernel_shape_flops: tuple = ()
     in_place_shape_seconds: tuple = ()
     input_pack_kind_seconds: tuple = ()

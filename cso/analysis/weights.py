@@ -67,6 +67,17 @@ class CostWeights:
         ahead of time (a vector transpose, measured 13-20 GB/s per core
         here, about memcpy's rate for filters beyond L2: some 1.4 elements
         per cycle, 100 units).
+    filter_pack_shared_cost : float
+        ``filter_pack_cost`` for a plan on more than one thread whose
+        workers each read every packed panel (IS, or WS with its window
+        tiles split into parts): the panels are packed in a parallel pass,
+        so half of what each worker reads is in the other core's cache.
+        ``python -m cso calibrate`` times such a plan per call against the
+        same plan on filters packed ahead; on a Xeon (Sapphire Rapids, two
+        threads) a packed element cost 0.74 ns of thread time that way,
+        against 0.30 packed on one thread and 0.30 for a WS plan whose
+        workers each read only the panels they packed.  The default is
+        ``filter_pack_cost``'s.
     input_pack_cost : float
         Cost of packing one input element into a panel (window expansion:
         every element of every packed tile written once).  Measured here
@@ -176,6 +187,7 @@ class CostWeights:
     l1_miss_cost: float = 2.0
     transposed_store_cost: float = 128.0
     filter_pack_cost: float = 100.0
+    filter_pack_shared_cost: float = 100.0
     input_pack_cost: float = 80.0
     in_place_filter_cost: float = 6.0
     stream_overlap: float = 0.5

@@ -38,6 +38,7 @@ REPEATED = frozenset(
         "transposed_store_seconds",
         "kernel_call_seconds",
         "filter_pack_seconds",
+        "filter_pack_shared_seconds",
         "lane_transpose_seconds",
     )
 )
@@ -164,6 +165,9 @@ def _steps(hardware, quick: bool):
          lambda: median(state["input_pack"].values())),
         ("filter_pack_seconds", "filter element packed",
          lambda: loop_probes.filter_pack_seconds(hardware, rounds)),
+        ("filter_pack_shared_seconds",
+         f"filter element packed for {hardware.cores} workers that each read every panel",
+         lambda: loop_probes.filter_pack_shared_seconds(hardware, rounds)),
         (None, "filter elements read in place, per window-vectorised shape", in_place),
         ("in_place_filter_seconds", "filter element read in place (median over the shapes)",
          lambda: median(state["in_place"].values())),

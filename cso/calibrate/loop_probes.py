@@ -15,8 +15,10 @@ import numpy as np
 
 from .. import pack_filters, plan_conv2d
 from ..analysis import counts, tiles
+from ..analysis.choices import Schedule
 from ..analysis.weights import kernel_shape_key
 from ..analysis.retile import with_tiles
+from ..executor import available_threads
 from ..measure import best_times, filter_program, plan_program
 from .timing import slope_and_intercept
 
@@ -111,6 +113,38 @@ def filter_pack_seconds(hardware, rounds=5) -> float:
     elements = plan.cost_of(plan.schedule).packed_filter_elements
     best = best_times({"pack": filter_program(plan, w)}, rounds, MIN_SECONDS)
     return best["pack"] / max(1, elements)
+
+
+def filter_pack_shared_seconds(hardware, rounds=5) -> float:
+    """``W * (t_call - t_packed) / E``: :data:`PACK_FILTER_LAYER` through a
+    filter-vectorised plan on ``W`` workers (every core Numba has) whose
+    workers each read every packed panel, per call and on filters packed
+    ahead (interleaved rounds), the difference in thread time over the
+    ``E`` elements packed; 0 on one core or where no such plan is made
+    (``filter_pack_seconds`` then stands in)."""
+    threads = min(hardware.cores, available_threads())
+    if threads < 2:
+        return 0.0
+    x, w = _operands(PACK_FILTER_LAYER)
+    x_shape, w_shape, stride, padding = PACK_FILTER_LAYER
+    for schedule in (None, "IS"):
+        plan = plan_conv2d(
+            x_shape, w_shape, stride=stride, padding=padding, threads=threads,
+            hardware=hardware, vector_operand="filters", schedule=schedule,
+        )  # fmt: skip
+        # WS workers that each read only the filter blocks they packed are not it.
+        if not (plan.schedule == Schedule.WS and plan.window_parts == 1):
+            break
+    else:
+        return 0.0
+    panels = pack_filters(w, x_shape, stride=stride, padding=padding, plan=plan)
+    programs = {
+        "call": plan_program(plan, x, w),
+        "packed": plan_program(plan, x, w, prepacked=panels),
+    }
+    best = best_times(programs, rounds, MIN_SECONDS)
+    elements = plan.cost_of(plan.schedule).packed_filter_elements
+    return max(0.0, threads * (best["call"] - best["packed"])) / max(1, elements)
 
 
 def in_place_shapes(hardware) -> list:

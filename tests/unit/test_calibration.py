@@ -35,6 +35,7 @@ RATES = dict(
     tap_call_seconds=7.5e-9,
     tap_load_seconds=4e-10,
     lane_transpose_seconds=3.5e-10,
+    filter_pack_shared_seconds=3e-9,
 )
 UNIT = 5e-12
 
@@ -56,6 +57,7 @@ def test_each_weight_is_its_formula_of_the_rates():
         "transposed_store_cost": 1e-10 / UNIT,  # 20
         "input_pack_cost": 5e-10 / UNIT,  # 100
         "filter_pack_cost": 1.5e-9 / UNIT,  # 300
+        "filter_pack_shared_cost": 3e-9 / UNIT,  # 600 of thread time, workers reading every panel
         "in_place_filter_cost": 3e-11 / UNIT,  # 6
         "tap_call_cost": 7.5e-9 / UNIT,  # 1500
         "tap_load_cost": 4e-10 / UNIT,  # 80 per input vector loaded
@@ -381,6 +383,17 @@ def test_shapes_timed_in_the_loop_nest_set_their_own_mac_costs():
     assert derive_weights(MeasuredRates(**RATES, kernel_shape_flops=flat)).kernel_mac_costs == ()
     with pytest.raises(ValueError, match="loop_shape_seconds"):
         MeasuredRates(**RATES, loop_shape_seconds={"16x16w": 0.0})
+
+
+def test_records_without_the_shared_filter_packing_price_it_as_one_threads():
+    # Records made before it was measured, or on one core (0): the one-thread figure.
+    older = dict(RATES)
+    del older["filter_pack_shared_seconds"]
+    assert derive_weights(MeasuredRates(**older)).filter_pack_shared_cost == pytest.approx(
+        1.5e-9 / UNIT
+    )
+    one_core = MeasuredRates(**dict(RATES, filter_pack_shared_seconds=0.0))
+    assert derive_weights(one_core).filter_pack_shared_cost == pytest.approx(1.5e-9 / UNIT)
 
 
 def test_records_without_the_lane_transposes_price_them_as_shifted_packing():

@@ -50,3 +50,37 @@ def test_the_conflict_is_priced_and_steers_the_plan():
     assert packed.cost_of(packed.schedule).conflicting_filter_reads == 0
     assert "more to one L1 set than its 8 ways hold" in cso.explain(conflicted)
     assert "within the L1's 16 ways" in cso.explain(spared)
+
+
+def test_filters_packed_for_workers_reading_every_panel_cost_the_shared_rate():
+    # filter_pack_shared_cost prices a call's filter packing exactly when the
+    # plan runs on more than one thread and its workers each read every
+    # panel: IS, or WS with its window tiles split into parts.  One thread,
+    # or WS workers that read the filter blocks they packed: filter_pack_cost.
+    from dataclasses import replace
+
+    from cso.analysis.cost import filter_pack_cost_for
+
+    base = cso.Hardware(vector_bytes=64, vector_registers=32, cores=2)
+    weights = replace(base.weights, filter_pack_cost=100.0, filter_pack_shared_cost=100.0)
+    dear_weights = replace(weights, filter_pack_shared_cost=250.0)
+    assert filter_pack_cost_for(dear_weights, 1, "IS", 1) == 100.0
+    assert filter_pack_cost_for(dear_weights, 1, "WS", 2) == 100.0
+    assert filter_pack_cost_for(dear_weights, 2, "WS", 1) == 100.0
+    assert filter_pack_cost_for(dear_weights, 2, "WS", 2) == 250.0
+    assert filter_pack_cost_for(dear_weights, 2, "IS", 1) == 250.0
+    cheap, dear = base.with_changes(weights=weights), base.with_changes(weights=dear_weights)
+    x_shape, w_shape = (1, 128, 28, 28), (512, 128, 1, 1)
+    forced = dict(filters_per_tile=32, windows_per_tile=14, vector_operand="filters")
+
+    def cost(hardware, threads, schedule):
+        plan = cso.plan_conv2d(
+            x_shape, w_shape, hardware=hardware, threads=threads, schedule=schedule, **forced
+        )
+        return plan.cost_of(plan.schedule).cost
+
+    # One thread: the shared figure is never used, the plans cost the same.
+    for schedule in ("IS", "WS"):
+        assert cost(dear, 1, schedule) == cost(cheap, 1, schedule)
+    # Two threads, IS: every candidate packs for workers reading every panel.
+    assert cost(dear, 2, "IS") > cost(cheap, 2, "IS")
