@@ -116,13 +116,18 @@ def far_level_costs(weights, shared: bool) -> tuple:
     return weights.l3_cost, weights.dram_cost
 
 
+def workers_read_every_panel(threads: int, schedule, window_parts: int) -> bool:
+    """Whether a plan's workers each read every filter panel: more than one
+    thread, and IS or WS with its window tiles split into parts (WS workers
+    otherwise read only the filter blocks they own)."""
+    return threads > 1 and not (schedule == Schedule.WS and window_parts == 1)
+
+
 def filter_pack_cost_for(weights, threads: int, schedule, window_parts: int) -> float:
-    """``c_pack``: ``filter_pack_shared_cost`` for a plan on more than one
-    thread whose workers each read every packed panel (IS, or WS with its
-    window tiles split into parts), else ``filter_pack_cost`` (one thread,
-    or WS workers that read only the filter blocks they packed)."""
-    own_blocks = schedule == Schedule.WS and window_parts == 1
-    if threads > 1 and not own_blocks:
+    """``c_pack``: ``filter_pack_shared_cost`` when the workers each read
+    every panel (:func:`workers_read_every_panel`: the panels are packed in a
+    parallel pass, half of them on the other core), else ``filter_pack_cost``."""
+    if workers_read_every_panel(threads, schedule, window_parts):
         return weights.filter_pack_shared_cost
     return weights.filter_pack_cost
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 import numpy as np
 
 from ..geometry import ceil_div
-from . import counts, depthwise, tiles
+from . import counts, tiles
 from .choices import TAP_ALGORITHMS, Algorithm, Schedule, VectorOperand
-from .cost import hidden_stream_cost
+from .cost import hidden_stream_cost, workers_read_every_panel
 from .explain_lanes import lane_story
+from .explain_taps import tap_story
 from .planner import plan_for_geometry
 from .weights import kernel_shape_key
 
@@ -194,6 +195,17 @@ def _input_pack_story(plan) -> str:
     return f"input packing: {kind}, c_input {input_pack_cost(plan):.3g} per element ({where})"
 
 
+def _filter_pack_story(plan) -> str:
+    """What packing the filters in the call is priced at, when the plan does."""
+    packed = plan.cost_of(plan.schedule).packed_filter_elements
+    weights, parts = plan.hardware.weights, (plan.schedule, plan.window_parts)
+    if workers_read_every_panel(plan.threads, *parts):
+        why = f"{weights.filter_pack_shared_cost:.3g}, shared: every worker reads every panel"
+    else:
+        why = f"{weights.filter_pack_cost:.3g}"
+    return f"filter packing in the call: {packed} elements at c_pack {why}" if packed else ""
+
+
 def _mac_cost_story(plan) -> str:
     own = kernel_mac_cost(plan)
     shape = kernel_shape_key(plan.filters_per_tile, plan.windows_per_tile, plan.vector_operand)
@@ -264,76 +276,14 @@ def _explain_lanes(plan) -> str:
 
 
 def _explain_depthwise(plan) -> str:
-    """A tap plan's story (depthwise or grouped): the tap kernel, the packed
-    channels, the memory moved against the multiply-adds, and why not dense."""
+    """A tap plan's story (depthwise or grouped): the machine and problem, then
+    :func:`~.explain_taps.tap_story`, weighed against the best dense plan."""
     g, hw = plan.geometry, plan.hardware
-    s = np.dtype(plan.dtype).itemsize
-    segment, lanes = plan.windows_per_tile, plan.vector_lanes
-    grouped = plan.algorithm == Algorithm.GROUPED
-    taps = g.channels_per_group * g.kernel_height * g.kernel_width
-    traffic = plan.cost_of(plan.schedule)
     dense = plan_for_geometry(
         g, plan.dtype, hw, None, None, None, plan.threads, algorithm=Algorithm.DENSE
     )
-    dense_cost = dense.cost_of(dense.schedule).cost
-    rows = plan.rows_per_call
-    vectors = segment // lanes
-    packed = depthwise.packed_channel_elements(g, segment, lanes)
-    loads = depthwise.kernel_loads(g, rows, segment, lanes)
-    fmas = rows * vectors * taps
-    lines = _tap_family_header(plan) + [
-        "Algorithm: " + ("grouped" if grouped else "depthwise"),
-        f"  tap kernel: {rows} output row(s) x {vectors} vector(s) of {lanes} outputs "
-        f"({rows} x {segment}) in registers; {fmas} FMAs from {loads} input vector loads a "
-        f"call ({fmas / loads:.2f} FMAs per load"
-        + (
-            f": each load feeds every row of the block that reads it, the {g.kernel_height} "
-            "weights of a column tap held as broadcasts)"
-            + (
-                f"; its columns run over the group's {g.channels_per_group} channels: "
-                f"{taps} taps a filter, weights read in place from KCRS"
-                if grouped
-                else ""
-            )
-            if rows > 1
-            else ": one row, one load per FMA)"
-        ),
-        f"  {padding_share(plan):.1%} of its multiply-adds are padding or computed twice ("
-        + (
-            f"rows narrower than a vector: all but the last "
-            f"{depthwise.masked_rows(g, segment, rows)} row(s) store whole vectors that run on "
-            "into the rows after them)"
-            if depthwise.masked_rows(g, segment, rows)
-            else "a row's last segment and a plane's last block start early enough to end at "
-            "the edge: every store is whole)"
-        ),
-        f"  packed channel: {g.stride_w} phase(s) x {depthwise.packed_rows(g)} rows x "
-        f"{depthwise.phase_width(g, segment, lanes)} = {_size(packed * s)}, "
-        f"{g.channels_per_group} per worker (every tap a contiguous load, zeros for the "
-        "padding; each input element packed once, not once per tap as dense panels are)",
-        _compulsory_traffic(plan),
-        "",
-        "Choice",
-        f"  {plan.algorithm}: modelled cost {traffic.cost:.3g} per (group, image) against the best "
-        f"dense plan's {dense_cost:.3g} ({dense.filters_per_tile}x{dense.windows_per_tile} "
-        f"{dense.schedule}); {traffic.kernel_calls} kernel calls, {traffic.tap_loads} loads, "
-        f"{traffic.packed_input_elements} elements packed per job; busiest thread "
-        f"{traffic.imbalance:.3f}x an even share",
-        "",
-        "Loop nest",
-        f"  for (image, group) in {g.batch} x {g.groups} jobs over {plan.threads} "
-        "thread(s)",
-        f"    pack the group's {g.channels_per_group} channel(s)' phases",
-        f"    for k in its {g.filters_per_group} output channel(s)",
-    ]
-    lines += [
-        f"      for p0 in {ceil_div(g.out_height, rows)} block(s) of {rows} output row(s)"
-        " (the last ending at the last row)",
-        f"        for q0 in {ceil_div(g.out_width, segment)} segment(s) of {segment}"
-        " (the last ending at the row's end)",
-        f"          tap kernel: y[k, p0:p0+{rows}, q0:q0+{segment}] = bias + sum of {taps} taps",
-    ]
-    return "\n".join(lines)
+    story = tap_story(plan, dense, _size, _compulsory_traffic(plan), padding_share(plan))
+    return "\n".join(_tap_family_header(plan) + story)
 
 
 def explain(plan) -> str:
@@ -420,6 +370,8 @@ def explain(plan) -> str:
         "work over an even share, which scales the cost)"
     )
     lines.append("  " + _input_pack_story(plan))
+    if _filter_pack_story(plan):
+        lines.append("  " + _filter_pack_story(plan))
     lines += ["", "Choice", "  " + _why(plan)]
     chosen = plan.cost_of(plan.schedule)
     if chosen.in_place_filter_reads:

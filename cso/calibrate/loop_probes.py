@@ -15,7 +15,7 @@ import numpy as np
 
 from .. import pack_filters, plan_conv2d
 from ..analysis import counts, tiles
-from ..analysis.choices import Schedule
+from ..analysis.cost import workers_read_every_panel
 from ..analysis.weights import kernel_shape_key
 from ..analysis.retile import with_tiles
 from ..executor import available_threads
@@ -132,8 +132,7 @@ def filter_pack_shared_seconds(hardware, rounds=5) -> float:
             x_shape, w_shape, stride=stride, padding=padding, threads=threads,
             hardware=hardware, vector_operand="filters", schedule=schedule,
         )  # fmt: skip
-        # WS workers that each read only the filter blocks they packed are not it.
-        if not (plan.schedule == Schedule.WS and plan.window_parts == 1):
+        if workers_read_every_panel(threads, plan.schedule, plan.window_parts):
             break
     else:
         return 0.0

@@ -84,3 +84,8 @@ def test_filters_packed_for_workers_reading_every_panel_cost_the_shared_rate():
         assert cost(dear, 1, schedule) == cost(cheap, 1, schedule)
     # Two threads, IS: every candidate packs for workers reading every panel.
     assert cost(dear, 2, "IS") > cost(cheap, 2, "IS")
+    # explain says which price the call's filter packing got.
+    shared = cso.plan_conv2d(x_shape, w_shape, hardware=dear, threads=2, schedule="IS", **forced)
+    alone = cso.plan_conv2d(x_shape, w_shape, hardware=dear, threads=1, schedule="IS", **forced)
+    assert "c_pack 250, shared: every worker reads every panel" in cso.explain(shared)
+    assert "filter packing in the call: 65536 elements at c_pack 100\n" in cso.explain(alone) + "\n"

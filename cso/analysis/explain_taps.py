@@ -1,0 +1,89 @@
+"""The tap plans in words (depthwise and grouped): the tap kernel, the packed
+channels, the choice against dense, the loop nest.
+
+:func:`cso.analysis.explain.explain` heads it with the machine and the
+problem, as for every plan.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..geometry import ceil_div
+from . import depthwise
+from .choices import Algorithm
+
+
+def tap_story(plan, dense, size, compulsory, padding) -> list:
+    """The lines that tell ``plan``'s (a tap plan's) story: the tap kernel,
+    the packed channels, the memory moved against the multiply-adds, and
+    why not ``dense`` (the best dense plan).
+
+    ``size`` formats a byte count, ``compulsory`` is the line on the call's
+    compulsory traffic and ``padding`` the share of the kernel's
+    multiply-adds spent on padding, as :mod:`.explain` gives them.
+    """
+    g = plan.geometry
+    s = np.dtype(plan.dtype).itemsize
+    segment, lanes = plan.windows_per_tile, plan.vector_lanes
+    grouped = plan.algorithm == Algorithm.GROUPED
+    taps = g.channels_per_group * g.kernel_height * g.kernel_width
+    traffic = plan.cost_of(plan.schedule)
+    dense_cost = dense.cost_of(dense.schedule).cost
+    rows = plan.rows_per_call
+    vectors = segment // lanes
+    packed = depthwise.packed_channel_elements(g, segment, lanes)
+    loads = depthwise.kernel_loads(g, rows, segment, lanes)
+    fmas = rows * vectors * taps
+    lines = [
+        "Algorithm: " + ("grouped" if grouped else "depthwise"),
+        f"  tap kernel: {rows} output row(s) x {vectors} vector(s) of {lanes} outputs "
+        f"({rows} x {segment}) in registers; {fmas} FMAs from {loads} input vector loads a "
+        f"call ({fmas / loads:.2f} FMAs per load"
+        + (
+            f": each load feeds every row of the block that reads it, the {g.kernel_height} "
+            "weights of a column tap held as broadcasts)"
+            + (
+                f"; its columns run over the group's {g.channels_per_group} channels: "
+                f"{taps} taps a filter, weights read in place from KCRS"
+                if grouped
+                else ""
+            )
+            if rows > 1
+            else ": one row, one load per FMA)"
+        ),
+        f"  {padding:.1%} of its multiply-adds are padding or computed twice ("
+        + (
+            f"rows narrower than a vector: all but the last "
+            f"{depthwise.masked_rows(g, segment, rows)} row(s) store whole vectors that run on "
+            "into the rows after them)"
+            if depthwise.masked_rows(g, segment, rows)
+            else "a row's last segment and a plane's last block start early enough to end at "
+            "the edge: every store is whole)"
+        ),
+        f"  packed channel: {g.stride_w} phase(s) x {depthwise.packed_rows(g)} rows x "
+        f"{depthwise.phase_width(g, segment, lanes)} = {size(packed * s)}, "
+        f"{g.channels_per_group} per worker (every tap a contiguous load, zeros for the "
+        "padding; each input element packed once, not once per tap as dense panels are)",
+        compulsory,
+        "",
+        "Choice",
+        f"  {plan.algorithm}: modelled cost {traffic.cost:.3g} per (group, image) against the best "
+        f"dense plan's {dense_cost:.3g} ({dense.filters_per_tile}x{dense.windows_per_tile} "
+        f"{dense.schedule}); {traffic.kernel_calls} kernel calls, {traffic.tap_loads} loads, "
+        f"{traffic.packed_input_elements} elements packed per job; busiest thread "
+        f"{traffic.imbalance:.3f}x an even share",
+        "",
+        "Loop nest",
+        f"  for (image, group) in {g.batch} x {g.groups} jobs over {plan.threads} thread(s)",
+        f"    pack the group's {g.channels_per_group} channel(s)' phases",
+        f"    for k in its {g.filters_per_group} output channel(s)",
+    ]
+    lines += [
+        f"      for p0 in {ceil_div(g.out_height, rows)} block(s) of {rows} output row(s)"
+        " (the last ending at the last row)",
+        f"        for q0 in {ceil_div(g.out_width, segment)} segment(s) of {segment}"
+        " (the last ending at the row's end)",
+        f"          tap kernel: y[k, p0:p0+{rows}, q0:q0+{segment}] = bias + sum of {taps} taps",
+    ]
+    return lines
