@@ -136,14 +136,9 @@ def filter_pack_shared_seconds(hardware, rounds=5) -> float:
             break
     else:
         return 0.0
-    panels = pack_filters(w, x_shape, stride=stride, padding=padding, plan=plan)
-    programs = {
-        "call": plan_program(plan, x, w),
-        "packed": plan_program(plan, x, w, prepacked=panels),
-    }
-    best = best_times(programs, rounds, MIN_SECONDS)
+    extra = _call_over_packed(plan, PACK_FILTER_LAYER, x, w, rounds)
     elements = plan.cost_of(plan.schedule).packed_filter_elements
-    return max(0.0, threads * (best["call"] - best["packed"])) / max(1, elements)
+    return max(0.0, threads * extra) / max(1, elements)
 
 
 def in_place_shapes(hardware) -> list:
@@ -185,15 +180,22 @@ def in_place_filter_seconds(hardware, shape, rounds=5) -> float:
     plan = _plan(
         FILTER_LAYER, hardware, vector_operand="windows", windows_per_tile=nwin, filters_per_tile=nf
     )
-    x_shape, _, stride, padding = FILTER_LAYER
+    extra = _call_over_packed(plan, FILTER_LAYER, x, w, rounds)
+    reads = plan.cost_of(plan.schedule).in_place_filter_reads
+    return max(0.0, extra) / max(1, reads)
+
+
+def _call_over_packed(plan, layer, x, w, rounds) -> float:
+    """``plan``'s time per call less its time on filters packed ahead, the
+    two timed in interleaved rounds (best of each)."""
+    x_shape, _, stride, padding = layer
     panels = pack_filters(w, x_shape, stride=stride, padding=padding, plan=plan)
     programs = {
-        "in place": plan_program(plan, x, w),
+        "call": plan_program(plan, x, w),
         "packed": plan_program(plan, x, w, prepacked=panels),
     }
     best = best_times(programs, rounds, MIN_SECONDS)
-    reads = plan.cost_of(plan.schedule).in_place_filter_reads
-    return max(0.0, best["in place"] - best["packed"]) / max(1, reads)
+    return best["call"] - best["packed"]
 
 
 def loop_shape_seconds(hardware, shapes, rounds=5) -> dict:
