@@ -395,9 +395,7 @@ def schedule_traffic(
         mac_cost=hardware.weights.mac_cost_of(shape),
         in_place_cost=hardware.weights.in_place_cost_of(shape),
         input_pack_cost=hardware.weights.input_pack_cost_of(input_pack_kind),
-        filter_pack_cost=filter_pack_cost_for(
-            hardware.weights, threads, schedule, window_parts if schedule == Schedule.WS else 1
-        ),
+        filter_pack_cost=filter_pack_cost_for(hardware.weights, threads, schedule, window_parts),
     )
     cost = (
         imbalance * weighted_cost(hardware, s, **counts, shared=threads > 1, **shape_costs) / images

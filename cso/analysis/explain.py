@@ -7,7 +7,7 @@ import numpy as np
 from ..geometry import ceil_div
 from . import counts, tiles
 from .choices import TAP_ALGORITHMS, Algorithm, Schedule, VectorOperand
-from .cost import hidden_stream_cost, workers_read_every_panel
+from .cost import filter_pack_cost_for, hidden_stream_cost, workers_read_every_panel
 from .explain_lanes import lane_story
 from .explain_taps import tap_story
 from .planner import plan_for_geometry
@@ -198,12 +198,11 @@ def _input_pack_story(plan) -> str:
 def _filter_pack_story(plan) -> str:
     """What packing the filters in the call is priced at, when the plan does."""
     packed = plan.cost_of(plan.schedule).packed_filter_elements
-    weights, parts = plan.hardware.weights, (plan.schedule, plan.window_parts)
-    if workers_read_every_panel(plan.threads, *parts):
-        why = f"{weights.filter_pack_shared_cost:.3g}, shared: every worker reads every panel"
-    else:
-        why = f"{weights.filter_pack_cost:.3g}"
-    return f"filter packing in the call: {packed} elements at c_pack {why}" if packed else ""
+    parts = (plan.threads, plan.schedule, plan.window_parts)
+    price = f"{filter_pack_cost_for(plan.hardware.weights, *parts):.3g}"
+    if workers_read_every_panel(*parts):
+        price += ", shared: every worker reads every panel"
+    return f"filter packing in the call: {packed} elements at c_pack {price}" if packed else ""
 
 
 def _mac_cost_story(plan) -> str:
