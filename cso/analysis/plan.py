@@ -197,7 +197,17 @@ class Plan:
 
     def matches(self, geometry: ConvGeometry, dtype) -> bool:
         """Whether this plan was made for ``geometry`` and ``dtype``."""
-        return self.geometry == geometry and self.dtype == np.dtype(dtype).name
+        return self.geometry == geometry and self.dtype == _dtype_name(dtype)
+
+
+# NumPy works a dtype's name out in Python each time (1.2 microseconds of a
+# 12-microsecond conv2d call given a plan): the two a plan can have are kept.
+_DTYPE_NAMES = {np.dtype(np.float32): "float32", np.dtype(np.float64): "float64"}
+
+
+def _dtype_name(dtype) -> str:
+    name = _DTYPE_NAMES.get(dtype) if isinstance(dtype, np.dtype) else None
+    return name if name is not None else np.dtype(dtype).name
 
 
 def check_plan(plan, geometry: ConvGeometry, dtype) -> None:
