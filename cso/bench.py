@@ -195,14 +195,21 @@ def _print_roofline(rows, programs, out):
 
 
 def _print_breakdown(rows, out):
-    stages = ("kernel", "input packing", "filters", "rest")
+    stages = ["kernel", "input packing", "filters", "rest"]
+    if any("stage_output unpacking_ms" in r for r in rows):
+        # The lane nest (depthwise) transposes its pixels back to the output planes.
+        stages.insert(2, "output unpacking")
     print(
-        "\nwhere cso's time goes (share of each layer's total; by difference of variants)", file=out
-    )
-    print(f"{'layer':<28} {'total ms':>9} " + " ".join(f"{s:>14}" for s in stages), file=out)
+        "\nwhere cso's time goes (share of each layer's total; by difference of variants;"
+        " - : no such stage)", file=out,
+    )  # fmt: skip
+    print(f"{'layer':<28} {'total ms':>9} " + " ".join(f"{s:>16}" for s in stages), file=out)
     for r in rows:
         total = r["stage_total_ms"]
-        shares = " ".join(f"{r[f'stage_{s}_ms'] / total:>14.0%}" for s in stages)
+        shares = " ".join(
+            f"{r[f'stage_{s}_ms'] / total:>16.0%}" if f"stage_{s}_ms" in r else f"{'-':>16}"
+            for s in stages
+        )
         print(f"{r['layer']:<28} {total:>9.3f} {shares}", file=out)
 
 

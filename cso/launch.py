@@ -138,15 +138,7 @@ def _depthwise_launch(plan: Plan, module) -> Launch:
         workspace_stride=stride,
     )
     if module is None:
-        module = depthwise_module(
-            *depthwise.kernel_shape(g, rows),
-            rows,
-            segment // plan.vector_lanes,
-            plan.dtype,
-            plan.vector_lanes,
-            depthwise.masked_rows(g, segment, rows),
-            serial=plan.threads == 1,
-        )
+        module = loop_module_for(plan)
     offsets = np.array(depthwise.kernel_offsets(g, segment, lanes, rows), dtype=np.intp)
     return Launch(module.convolve_depthwise, tuple(bounds), plan.threads * stride, offsets)
 
@@ -180,18 +172,35 @@ def _lanes_launch(plan: Plan, module) -> Launch:
         workspace_stride=stride,
     )
     if module is None:
-        module = lanes_module(
-            g.kernel_width, g.stride_w, g.dilation_w, plan.windows_per_tile, plan.dtype,
-            plan.vector_lanes, serial=plan.threads == 1,
-        )  # fmt: skip
+        module = loop_module_for(plan)
     targets = lanes.pack_targets(g, plan.vector_lanes)
     return Launch(module.convolve_lanes, tuple(bounds), plan.threads * stride, targets)
 
 
 def loop_module_for(plan: Plan, patch: LoopPatch = None):
-    """The loop module specialised for ``plan``'s micro-kernel (and ``patch``,
-    a measurement variant, when given), serial for a one-thread plan:
-    :func:`~cso.macrokernel.specialise.loop_module`."""
+    """The loop module specialised for ``plan`` (and ``patch``, a measurement
+    variant, when given), serial for a one-thread plan: the dense nests
+    bound to its micro-kernel (:func:`~cso.macrokernel.specialise.loop_module`),
+    or its family's (:func:`~cso.macrokernel.specialise.depthwise_module`,
+    :func:`~cso.macrokernel.specialise.lanes_module`)."""
+    g, serial = plan.geometry, plan.threads == 1
+    if plan.algorithm == Algorithm.DEPTHWISE_LANES:
+        return lanes_module(
+            g.kernel_width, g.stride_w, g.dilation_w, plan.windows_per_tile, plan.dtype,
+            plan.vector_lanes, serial=serial, patch=patch,
+        )  # fmt: skip
+    if plan.algorithm in KCRS_ALGORITHMS:
+        segment, rows = plan.windows_per_tile, plan.rows_per_call
+        return depthwise_module(
+            *depthwise.kernel_shape(g, rows),
+            rows,
+            segment // plan.vector_lanes,
+            plan.dtype,
+            plan.vector_lanes,
+            depthwise.masked_rows(g, segment, rows),
+            serial=serial,
+            patch=patch,
+        )
     return loop_module(
         plan.filters_per_tile,
         plan.windows_per_tile,
@@ -199,7 +208,7 @@ def loop_module_for(plan: Plan, patch: LoopPatch = None):
         plan.vector_lanes,
         plan.vector_operand,
         patch=patch,
-        serial=plan.threads == 1,
+        serial=serial,
     )
 
 

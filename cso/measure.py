@@ -16,7 +16,7 @@ import numpy as np
 
 from . import executor
 from . import launch as launches
-from .analysis.choices import Algorithm, VectorOperand
+from .analysis.choices import TAP_ALGORITHMS, Algorithm, VectorOperand
 from .analysis.plan import Plan
 from .macrokernel.specialise import LoopPatch
 
@@ -67,6 +67,40 @@ VARIANTS["skeleton"] = LoopPatch(
 )
 
 
+def _no_ops(*names) -> str:
+    """Source rebinding each of ``names`` to a function that does nothing."""
+    return "".join(f"\n@njit(nogil=True)\ndef {name}(*args):\n    return\n" for name in names)
+
+
+# The tap nest's (depthwise and small grouped) stages: its kernel, and the
+# packing of each group's channels (cso.macrokernel.depthwise).
+TAP_VARIANTS = {
+    "no-kernel": LoopPatch("no-kernel", _no_ops("tap_kernel")),
+    "no-pack": LoopPatch("no-pack", _no_ops("pack_channel_phases")),
+    "skeleton": LoopPatch("skeleton", _no_ops("tap_kernel", "pack_channel_phases")),
+}
+# The lane nest's stages (cso.macrokernel.lanes): its kernel, the transposes
+# laying each block's filters and input planes out as pixel vectors
+# (lane_pack), and those writing the pixels back to the output planes
+# (lane_unpack).
+LANE_VARIANTS = {
+    "no-kernel": LoopPatch("no-kernel", _no_ops("lane_tap_kernel")),
+    "no-pack": LoopPatch("no-pack", _no_ops("lane_pack")),
+    "no-unpack": LoopPatch("no-unpack", _no_ops("lane_unpack")),
+    "skeleton": LoopPatch("skeleton", _no_ops("lane_tap_kernel", "lane_pack", "lane_unpack")),
+}
+
+
+def variants_for(plan: Plan) -> dict:
+    """The measurement variants of ``plan``'s loop nest, by name:
+    :data:`VARIANTS` (dense), :data:`TAP_VARIANTS` or :data:`LANE_VARIANTS`."""
+    if plan.algorithm == Algorithm.DEPTHWISE_LANES:
+        return LANE_VARIANTS
+    if plan.algorithm in TAP_ALGORITHMS:
+        return TAP_VARIANTS
+    return VARIANTS
+
+
 def best_times(programs, rounds=5, min_seconds=0.0):
     """Best time of each program over interleaved rounds (at least ``rounds``,
     more until ``min_seconds`` have passed, 50 at most).
@@ -106,18 +140,22 @@ def plan_program(plan: Plan, x, w, bias=None, *, variant=None, prepacked=None):
     x, w, bias : numpy.ndarray
         The operands (``bias`` may be None).
     variant : str, optional
-        A name of :data:`VARIANTS`: the loop nest with that change (its
-        results are meaningless for the ``no-*`` and ``skeleton`` ones).
+        A name of the plan's family's variants (:func:`variants_for`): the
+        loop nest with that change (its results are meaningless for the
+        ``no-*`` and ``skeleton`` ones).
     prepacked : PackedFilters, optional
         Filters packed ahead of time for ``plan`` (:func:`cso.pack_filters`):
         read as a call with packed filters reads them (``w`` and ``bias``
         are then ignored).
     """
-    if variant is not None and variant not in VARIANTS:
-        raise ValueError(f"variant must be one of {sorted(VARIANTS)} or None, got {variant!r}")
-    if variant is not None and plan.algorithm != Algorithm.DENSE:
+    known = sorted(set(VARIANTS) | set(TAP_VARIANTS) | set(LANE_VARIANTS))
+    if variant is not None and variant not in known:
+        raise ValueError(f"variant must be one of {known} or None, got {variant!r}")
+    variants = variants_for(plan)
+    if variant is not None and variant not in variants:
         raise ValueError(
-            f"variants patch the dense loop nests; this plan's algorithm is {plan.algorithm}"
+            f"variant must be one of {sorted(variants)} (those of a {plan.algorithm.value} "
+            f"plan's loop nest) or None, got {variant!r}"
         )
     y = np.empty(plan.geometry.output_shape, np.dtype(plan.dtype))
     operands = None
@@ -129,7 +167,7 @@ def plan_program(plan: Plan, x, w, bias=None, *, variant=None, prepacked=None):
     )
     launch = None
     if variant is not None:
-        module = launches.loop_module_for(plan, VARIANTS[variant])
+        module = launches.loop_module_for(plan, variants[variant])
         launch = launches.launch_for(plan, filters_packed, module)
 
     if operands is not None:
@@ -157,33 +195,37 @@ def stage_times(plan: Plan, x, w, rounds=5) -> dict:
     that preparation (packing the filters for a filter-vectorised plan, or
     a group's tile when it has fewer than ``Nf`` filters, and the bias).
     ``kernel``: total minus the same program with a no-op micro-kernel.
-    ``input packing``: total minus the program that never packs.
-    ``rest``: the skeleton (neither kernel nor packing) less the filter
-    preparation: the loops, edge-tile copies, thread launch and Python
-    around them.  Timing noise can make a difference slightly negative; it
-    is reported as measured, so that ``kernel + input packing + filters +
-    rest`` is ``total`` within that noise.
+    ``input packing``: total minus the program that never packs (the lane
+    nest: the transposes laying filters and input out as pixel vectors).
+    ``output unpacking`` (the lane nest only): total minus the program that
+    never transposes its pixels back to the output planes.  ``rest``: the
+    skeleton (none of those stages) less the filter preparation: the loops,
+    edge-tile copies, thread launch and Python around them.  Timing noise
+    can make a difference slightly negative; it is reported as measured, so
+    that the stages sum to ``total`` within that noise.
     """
+    stages = [("total", None), ("no-kernel", "no-kernel"), ("no-pack", "no-pack")]
+    unpacks = "no-unpack" in variants_for(plan)
+    if unpacks:
+        stages.append(("no-unpack", "no-unpack"))
+    stages.append(("skeleton", "skeleton"))
     programs = {
-        name: plan_program(plan, x, w, variant=variant)
-        for name, variant in (
-            ("total", None),
-            ("no-kernel", "no-kernel"),
-            ("no-pack", "no-pack"),
-            ("skeleton", "skeleton"),
-        )
+        name: plan_program(plan, x, w, variant=variant) for name, variant in stages
     }
     programs["filters"] = filter_program(plan, w)
     for program in programs.values():
         program()
     best = best_times(programs, rounds)
-    return {
+    times = {
         "total": best["total"],
         "kernel": best["total"] - best["no-kernel"],
         "input packing": best["total"] - best["no-pack"],
-        "filters": best["filters"],
-        "rest": best["skeleton"] - best["filters"],
     }
+    if unpacks:
+        times["output unpacking"] = best["total"] - best["no-unpack"]
+    times["filters"] = best["filters"]
+    times["rest"] = best["skeleton"] - best["filters"]
+    return times
 
 
 def kernel_name(plan: Plan) -> str:

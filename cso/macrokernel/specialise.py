@@ -165,8 +165,7 @@ def loop_module(
         With ``convolve_input_stationary`` and ``convolve_weight_stationary``
         bound to the ``Nf x Nwin`` micro-kernel for ``dtype_name``.
     """
-    if patch is not None and not isinstance(patch, LoopPatch):
-        raise TypeError(f"patch must be a LoopPatch or None, got {type(patch).__name__}")
+    _check_patch(patch, kernel_options=True)
     key = (
         int(filters_per_tile),
         int(windows_per_tile),
@@ -174,9 +173,8 @@ def loop_module(
         int(vector_lanes),
         VectorOperand(vector_operand),
     )
-    suffix = "" if patch is None else "_" + patch.name.replace("-", "_")
     orientation = {"windows": "", "filters": "_fvec", "reduction": "_dot"}[key[4].value]
-    name = f"cso_loops_f{key[0]}_w{key[1]}_{key[2]}_l{key[3]}{orientation}{suffix}"
+    name = f"cso_loops_f{key[0]}_w{key[1]}_{key[2]}_l{key[3]}{orientation}{_patch_suffix(patch)}"
     return _specialised((key, patch), name, lambda: _module_source(key, patch), serial)
 
 
@@ -190,15 +188,19 @@ def depthwise_module(
     vector_lanes: int,
     masked_rows: int = 0,
     serial: bool = False,
+    patch: LoopPatch = None,
 ):
     """The depthwise loop nest (:mod:`.depthwise`) bound to the tap kernel of
     ``rows x vectors`` accumulators for filters ``kernel_height`` high at
     ``stride_h`` and ``dilation_h`` down, of ``vector_lanes`` ``dtype_name``
     elements, its last ``masked_rows`` rows' stores masked
     (:func:`~cso.microkernels.taps.build_tap_kernel`), memoised; ``serial``:
-    its serial twin (see the module docstring)."""
+    its serial twin (see the module docstring); ``patch``: a measurement
+    variant (:class:`LoopPatch`: its source rebinding ``tap_kernel`` or
+    ``pack_channel_phases``), None for the real thing."""
+    _check_patch(patch)
     shape = tuple(int(n) for n in (kernel_height, stride_h, dilation_h, rows, vectors))
-    key = ("depthwise",) + shape + (str(dtype_name), int(vector_lanes), int(masked_rows))
+    key = ("depthwise",) + shape + (str(dtype_name), int(vector_lanes), int(masked_rows), patch)
 
     def source():
         template = pathlib.Path(depthwise_source.__file__).read_text()
@@ -209,25 +211,29 @@ def depthwise_module(
             f"tap_kernel = build_tap_kernel({arguments}, {dtype_name!r}, {int(vector_lanes)}, "
             f"{int(masked_rows)})\n"
             f"VECTOR_TOKEN = (None,) * {int(vector_lanes)}\n"
-        )
+        ) + (patch.source if patch else "")
 
     name = "cso_depthwise_r{}_s{}_d{}_b{}_v{}".format(*shape)
     name += f"_{dtype_name}_l{int(vector_lanes)}" + (f"_m{int(masked_rows)}" if masked_rows else "")
-    return _specialised(key, name, source, serial)
+    return _specialised(key, name + _patch_suffix(patch), source, serial)
 
 
 def lanes_module(
     kernel_width: int, stride_w: int, dilation_w: int, outputs: int, dtype_name: str,
-    vector_lanes: int, serial: bool = False,
+    vector_lanes: int, serial: bool = False, patch: LoopPatch = None,
 ):  # fmt: skip
     """The lane loop nest (:mod:`.lanes`) bound to the lane tap kernel of
     ``outputs`` pixels for filters ``kernel_width`` wide at ``stride_w`` and
     ``dilation_w`` across, and to the pixel-vector packing of
     ``vector_lanes`` ``dtype_name`` lanes
     (:mod:`cso.microkernels.lane_taps`, :mod:`cso.microkernels.lane_transposes`), memoised;
-    ``serial``: its serial twin (see the module docstring)."""
+    ``serial``: its serial twin (see the module docstring); ``patch``: a
+    measurement variant (:class:`LoopPatch`: its source rebinding
+    ``lane_tap_kernel``, ``lane_pack`` or ``lane_unpack``), None for the
+    real thing."""
+    _check_patch(patch)
     shape = tuple(int(n) for n in (kernel_width, stride_w, dilation_w, outputs))
-    key = ("lanes",) + shape + (str(dtype_name), int(vector_lanes))
+    key = ("lanes",) + shape + (str(dtype_name), int(vector_lanes), patch)
 
     def source():
         template = pathlib.Path(lanes_source.__file__).read_text()
@@ -241,10 +247,25 @@ def lanes_module(
             f"lane_pack = build_lane_pack({kind})\n"
             f"lane_unpack = build_lane_unpack({kind})\n"
             f"LANES = {int(vector_lanes)}\n"
-        )
+        ) + (patch.source if patch else "")
 
     name = "cso_lanes_s{}_sw{}_dw{}_o{}".format(*shape) + f"_{dtype_name}_l{int(vector_lanes)}"
-    return _specialised(key, name, source, serial)
+    return _specialised(key, name + _patch_suffix(patch), source, serial)
+
+
+def _check_patch(patch, kernel_options: bool = False) -> None:
+    if patch is not None and not isinstance(patch, LoopPatch):
+        raise TypeError(f"patch must be a LoopPatch or None, got {type(patch).__name__}")
+    if patch is not None and patch.kernel_options and not kernel_options:
+        raise ValueError(
+            f"patch {patch.name!r} has kernel options: only the dense loop module's "
+            "outer-product kernel takes them"
+        )
+
+
+def _patch_suffix(patch) -> str:
+    """What a measurement variant adds to its module's name (and cache)."""
+    return "" if patch is None else "_" + patch.name.replace("-", "_")
 
 
 def _specialised(key, name, source_of, serial=False):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import cso
-from cso import measure
+from cso import launch, measure
 from cso.macrokernel import specialise
 
 SCRIPT = textwrap.dedent("""
@@ -143,6 +143,31 @@ def test_stage_times_add_up_to_the_total():
     # micro-kernel's share above none.  Speed itself is the bench's, not a test's.
     assert stages["total"] / 3 <= parts <= 3 * stages["total"]
     assert stages["kernel"] > 0
+
+
+@pytest.mark.parametrize("algorithm", ["depthwise", "depthwise_lanes"])
+def test_depthwise_nests_have_stages_of_their_own(algorithm):
+    # bench --breakdown times every layer's stages, depthwise ones included.
+    import cso
+
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((1, 32, 30, 30)).astype(np.float32)
+    w = rng.standard_normal((32, 1, 3, 3)).astype(np.float32)
+    plan = cso.plan_conv2d(x.shape, w.shape, padding=1, groups=32, threads=1, algorithm=algorithm)
+    shipped = measure.plan_program(plan, x, w)()
+    assert np.allclose(shipped, cso.conv2d(x, w, padding=1, groups=32, plan=plan))
+    stages = measure.stage_times(plan, x, w, rounds=3)
+    expected = {"total", "kernel", "input packing", "filters", "rest"}
+    if algorithm == "depthwise_lanes":
+        expected.add("output unpacking")
+    assert set(stages) == expected
+    parts = sum(seconds for stage, seconds in stages.items() if stage != "total")
+    # Differences of best times (see test_stage_times_add_up_to_the_total).
+    assert stages["total"] / 3 <= parts <= 3 * stages["total"]
+    module = launch.loop_module_for(plan, measure.variants_for(plan)["no-kernel"])
+    assert "_no_kernel_" in module.__file__ and module is not launch.loop_module_for(plan)
+    with pytest.raises(ValueError, match="kernel options"):
+        launch.loop_module_for(plan, measure.VARIANTS["no-prefetch"])
 
 
 def test_a_variant_reads_packed_dot_product_filters_as_the_call_does():
