@@ -7,10 +7,13 @@ in interleaved rounds (so that the comparison is not biased by the tuner's
 own minimum over noisy timings).  Also: for each layer, the best measured
 time of each schedule against the model's predicted order.
 
-With ``--confirm``, every layer whose analysis plan came out more than 5%
-behind is timed again after all layers are done, analysis and tuned side by
+With ``--confirm``, every layer whose analysis plan differs from the tuned
+best is timed again after all layers are done, analysis and tuned side by
 side with more rounds: on a shared two-core machine a layer's first timing
-at two threads can meet the other tenant, and both figures are printed.
+at two threads can meet the other tenant.  All of them, not only those that
+came out behind: timing only those again would let noise turn misses into
+hits and never hits into misses.  The layers that cross the 5% line either
+way are printed, and the share within 5% after the second timing.
 
 Writes a CSV of everything and a PNG of predicted cost against measured
 time (needs matplotlib: pip install ".[plot]").
@@ -70,7 +73,7 @@ def main():
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--confirm", action="store_true",
-                        help="time the layers more than 5%% behind again at the end")
+                        help="time every layer whose plans differ again at the end")
     parser.add_argument("--out", default="experiments/results")
     args = parser.parse_args()
     out = pathlib.Path(args.out)
@@ -114,9 +117,10 @@ def main():
             "measured_ws_ms": schedule_best["WS"] * 1e3,
             "candidates_timed": len(timed),
             "candidates": len(result.candidates),
+            "tuned_is_analysis": result.best == result.analysis,
         }
         rows.append(row)
-        if row["ratio"] > 1.05:
+        if not row["tuned_is_analysis"]:
             retimed.append((row, x_shape, w_shape, params, plans))
         print(
             f"[{index}/{len(layers)}] {name[:44]:<44} analysis {row['analysis_ms']:8.3f} ms "
@@ -125,9 +129,12 @@ def main():
             flush=True,
         )
     for row in rows:
-        row["confirmed_ratio"] = row["ratio"]
+        # Unless timed again: the first figure, or 1 where the tuner's best is
+        # the analysis' own plan (two timings of one plan differ by noise alone).
+        row["confirmed_ratio"] = 1.0 if row["tuned_is_analysis"] else row["ratio"]
     if args.confirm and retimed:
-        print(f"\ntiming the {len(retimed)} layers more than 5% behind again")
+        print(f"\ntiming again the {len(retimed)} layers whose plans differ "
+              "(those crossing the 5% line either way shown)")
         for row, x_shape, w_shape, params, plans in retimed:
             x = rng.standard_normal(x_shape, dtype=np.float32)
             w = rng.standard_normal(w_shape, dtype=np.float32)
@@ -140,7 +147,9 @@ def main():
                 min_seconds=0.5,
             )
             row["confirmed_ratio"] = best["analysis"] / min(best["tuned"], best["analysis"])
-            print(f"  {row['layer'][:44]:<44} x{row['ratio']:.3f} -> x{row['confirmed_ratio']:.3f}")
+            if (row["ratio"] > 1.05) != (row["confirmed_ratio"] > 1.05):
+                first, again = row["ratio"], row["confirmed_ratio"]
+                print(f"  {row['layer'][:44]:<44} x{first:.3f} -> x{again:.3f}")
     with open(out / "model_vs_tuned.csv", "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
         writer.writeheader()
@@ -165,7 +174,7 @@ def main():
     if args.confirm:
         confirmed = np.array([r["confirmed_ratio"] for r in rows])
         print(
-            f"with the layers behind timed again: {np.mean(confirmed <= 1.05):.0%} within 5%; "
+            f"timed again: {np.mean(confirmed <= 1.05):.0%} within 5%; "
             f"worst {confirmed.max():.3f}"
         )
     print(
