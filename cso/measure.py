@@ -76,8 +76,10 @@ def _no_ops(*names) -> str:
 # packing of each group's channels (cso.macrokernel.depthwise).
 TAP_VARIANTS = {
     "no-kernel": LoopPatch("no-kernel", _no_ops("tap_kernel")),
-    "no-pack": LoopPatch("no-pack", _no_ops("pack_channel_phases")),
-    "skeleton": LoopPatch("skeleton", _no_ops("tap_kernel", "pack_channel_phases")),
+    "no-pack": LoopPatch("no-pack", _no_ops("pack_channel_phases", "pack_channel_rows")),
+    "skeleton": LoopPatch(
+        "skeleton", _no_ops("tap_kernel", "pack_channel_phases", "pack_channel_rows")
+    ),
 }
 # The lane nest's stages (cso.macrokernel.lanes): its kernel, the transposes
 # laying each block's filters and input planes out as pixel vectors

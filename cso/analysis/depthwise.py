@@ -147,6 +147,23 @@ def packed_channel_elements(geometry: ConvGeometry, segment: int, lanes: int) ->
     return g.stride_w * packed_rows(g) * phase_width(g, segment, lanes)
 
 
+def packed_channel_writes(geometry: ConvGeometry, segment: int, lanes: int) -> int:
+    """Elements a job writes packing one channel.  Stride 1: the rows that
+    hold the input, each up to the vector holding its last column,
+    ``rows_in * min(phase_width, ceil((pad_left + W) / lanes) * lanes)``
+    (the tap nest zeroes the rest of the packed channel once a call,
+    :func:`cso.packing.depthwise.pack_channel_rows`); otherwise the whole
+    packed channel, :func:`packed_channel_elements`."""
+    g = geometry
+    if g.stride_w != 1:
+        return packed_channel_elements(g, segment, lanes)
+    rows = packed_rows(g)
+    first = min(max(g.pad_top, 0), rows)
+    inside = min(max(g.pad_top + g.height, first), rows) - first
+    width = min(phase_width(g, segment, lanes), ceil_div(g.pad_left + g.width, lanes) * lanes)
+    return inside * width
+
+
 def column_offsets(
     geometry: ConvGeometry, segment: int, lanes: int, rows_per_call: int = 1
 ) -> list:
@@ -221,7 +238,7 @@ def depthwise_traffic(
 
     Counts per job: the compulsory bytes (its ``C_g`` input planes, ``m``
     filters and ``m`` output planes) from the level the whole call's
-    operands fit in; the ``C_g`` packed channels' elements; ``m * ceil(P /
+    operands fit in; its ``C_g`` packed channels' elements; ``m * ceil(P /
     rows) * ceil(Q / seg)`` kernel calls of ``rows * seg * C_g * R * S``
     multiply-adds and
     :func:`kernel_loads` vector loads each.  The bytes and packing are
@@ -249,6 +266,12 @@ def depthwise_traffic(
         calls=calls,
         macs=calls * rows_per_call * segment * taps,
         loads=calls * kernel_loads(g, rows_per_call, segment, lanes),
+        # Priced as the whole packed channel, though a stride-1 job writes only
+        # packed_channel_writes: priced at those, the model took the tap plan
+        # for EfficientNet-B0's dw 5x5 480 @14 and 672 @14, where it ran 1.5x
+        # slower than the lane plan (75.9 and 102.9 us against 49.2 and 65.6,
+        # one thread, Xeon): the tap block kernel runs at about half the rate
+        # tap_kernel_cost gives it (139 cycles against 61 a 3x3 call of 14 rows).
         packed_elements=g.channels_per_group * packed_channel_elements(g, segment, lanes),
     )
 

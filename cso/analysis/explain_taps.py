@@ -64,7 +64,14 @@ def tap_story(plan, dense, size, compulsory, padding) -> list:
         f"  packed channel: {g.stride_w} phase(s) x {depthwise.packed_rows(g)} rows x "
         f"{depthwise.phase_width(g, segment, lanes)} = {size(packed * s)}, "
         f"{g.channels_per_group} per worker (every tap a contiguous load, zeros for the "
-        "padding; each input element packed once, not once per tap as dense panels are)",
+        "padding; each input element packed once, not once per tap as dense panels are)"
+        + (
+            f"; stride 1: a job writes {depthwise.packed_channel_writes(g, segment, lanes)} "
+            "elements a channel, the rows holding the input, and the padding is zeroed once "
+            "a call"
+            if g.stride_w == 1
+            else ""
+        ),
         compulsory,
         "",
         "Choice",
@@ -76,7 +83,8 @@ def tap_story(plan, dense, size, compulsory, padding) -> list:
         "",
         "Loop nest",
         f"  for (image, group) in {g.batch} x {g.groups} jobs over {plan.threads} thread(s)",
-        f"    pack the group's {g.channels_per_group} channel(s)' phases",
+        f"    pack the group's {g.channels_per_group} channel(s)' "
+        + ("input rows" if g.stride_w == 1 else "phases"),
         f"    for k in its {g.filters_per_group} output channel(s)",
     ]
     lines += [

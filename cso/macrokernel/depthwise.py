@@ -30,14 +30,16 @@ Contracts relied on
 * ``workspace``: ``W`` parts of ``b.workspace_stride`` elements, one per
   worker, each holding one packed group: its ``C_g`` channels
   (:mod:`cso.packing.depthwise`) one after another, each ``stride_w``
-  phases of ``b.rows`` rows of ``b.phase_width``.  Worker ``i``
+  phases of ``b.rows`` rows of ``b.phase_width``.  At stride 1 this nest
+  zeroes a worker's part once a call and packs only the input rows into
+  it.  Worker ``i``
   of ``W`` takes jobs ``(image, group)`` ``[i*J//W, (i+1)*J//W)``.
 """
 
 from numba import njit, prange
 
 from cso.macrokernel.bounds import DepthwiseBounds
-from cso.packing.depthwise import pack_channel_phases
+from cso.packing.depthwise import pack_channel_phases, pack_channel_rows
 
 # Bound by cso.macrokernel.specialise in each generated specialisation.
 tap_kernel = None
@@ -53,7 +55,8 @@ def convolve_depthwise(
 
     for worker                                         # parallel
      for job = (image, group g)                        # the worker's share
-       pack g's C_g channels' phases                    # once, ~ L1/L2
+       pack g's C_g channels' phases (stride 1: their rows;  # once, ~ L1/L2
+         the padding zeroed once a call)
        for k in g's m output channels
          for p0 in blocks of rows_per_call output rows (the last ending at P)
            for q0 in segments of Nv*VL outputs (the last ending at Q)
@@ -74,24 +77,42 @@ def convolve_depthwise(
     for worker in prange(workers):
         start = worker * b.workspace_stride
         buffer = workspace[start : start + b.workspace_stride]
+        if b.stride_w == 1:
+            # The padding, once a call: every job writes the same inside.
+            buffer[: b.group_channels * channel_stride] = 0
         for job in range(worker * jobs // workers, (worker + 1) * jobs // workers):
             image = job // b.groups
             group = job % b.groups
             for c in range(b.group_channels):
-                pack_channel_phases(
-                    x_flat,
-                    (job * b.group_channels + c) * plane,
-                    b.height,
-                    b.width,
-                    b.pad_top,
-                    b.pad_left,
-                    b.stride_w,
-                    b.rows,
-                    b.phase_width,
-                    buffer,
-                    c * channel_stride,
-                    VECTOR_TOKEN,
-                )
+                if b.stride_w == 1:
+                    pack_channel_rows(
+                        x_flat,
+                        (job * b.group_channels + c) * plane,
+                        b.height,
+                        b.width,
+                        b.pad_top,
+                        b.pad_left,
+                        b.rows,
+                        b.phase_width,
+                        buffer,
+                        c * channel_stride,
+                        VECTOR_TOKEN,
+                    )
+                else:
+                    pack_channel_phases(
+                        x_flat,
+                        (job * b.group_channels + c) * plane,
+                        b.height,
+                        b.width,
+                        b.pad_top,
+                        b.pad_left,
+                        b.stride_w,
+                        b.rows,
+                        b.phase_width,
+                        buffer,
+                        c * channel_stride,
+                        VECTOR_TOKEN,
+                    )
             for j in range(b.multiplier):
                 k = group * b.multiplier + j
                 bias_value = bias[k] if has_bias else bias[0] * 0

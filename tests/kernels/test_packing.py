@@ -302,3 +302,36 @@ def test_bias_packing():
     packed = pack_bias(np.arange(1, 7), 6, 2, 2, np.float32).reshape(2, 4)
     assert np.array_equal(packed, [[1, 2, 3, 0], [4, 5, 6, 0]])
     assert not pack_bias(None, 6, 2, 2, np.float32).any()
+
+
+@pytest.mark.parametrize(
+    "height, width, pad_top, pad_left, rows, phase_width",
+    [
+        (14, 14, 1, 1, 16, 32),  # a 3x3 layer's channel
+        (7, 7, 2, 2, 11, 16),  # 5x5 on a 7x7 plane
+        (9, 20, 0, 3, 7, 32),  # rows past the last one the kernel reads are not packed
+        (5, 16, 3, 0, 9, 16),  # a row exactly one vector wide
+    ],
+)
+def test_stride_one_channel_rows_are_the_phases_inside(
+    height, width, pad_top, pad_left, rows, phase_width
+):
+    # The tap nest zeroes a worker's channel once a call and packs only the
+    # input rows at stride 1: what it then holds is the whole packed channel.
+    from cso.packing.depthwise import pack_channel_phases, pack_channel_rows
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(3 * height * width).astype(np.float32)
+    offset = height * width  # the middle of three planes
+    whole = np.full(rows * phase_width + 5, np.nan, np.float32)
+    pack_channel_phases(
+        x, offset, height, width, pad_top, pad_left, 1, rows, phase_width, whole, 2,
+        vector_token(16),
+    )  # fmt: skip
+    inside = np.zeros_like(whole)
+    inside[:2] = inside[-3:] = np.nan
+    pack_channel_rows(
+        x, offset, height, width, pad_top, pad_left, rows, phase_width, inside, 2,
+        vector_token(16),
+    )  # fmt: skip
+    assert np.array_equal(inside, whole, equal_nan=True)
