@@ -84,6 +84,9 @@ def convolve_depthwise(
             image = job // b.groups
             group = job % b.groups
             for c in range(b.group_channels):
+                # Two functions, not one with an inside-only flag: the flag ran
+                # the small planes' nests 0.7-0.8x as fast (Xeon), though the
+                # packing alone timed alike.
                 if b.stride_w == 1:
                     pack_channel_rows(
                         x_flat,
