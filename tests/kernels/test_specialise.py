@@ -150,13 +150,16 @@ def test_depthwise_nests_have_stages_of_their_own(algorithm):
     # bench --breakdown times every layer's stages, depthwise ones included.
     import cso
 
+    # A layer of a few hundred microseconds: the stages are differences of
+    # times, and on 30x30 planes of 32 channels (tens of microseconds) the
+    # other test worker's compiling once pushed their sum out of the band.
     rng = np.random.default_rng(2)
-    x = rng.standard_normal((1, 32, 30, 30)).astype(np.float32)
-    w = rng.standard_normal((32, 1, 3, 3)).astype(np.float32)
-    plan = cso.plan_conv2d(x.shape, w.shape, padding=1, groups=32, threads=1, algorithm=algorithm)
+    x = rng.standard_normal((1, 64, 56, 56)).astype(np.float32)
+    w = rng.standard_normal((64, 1, 3, 3)).astype(np.float32)
+    plan = cso.plan_conv2d(x.shape, w.shape, padding=1, groups=64, threads=1, algorithm=algorithm)
     shipped = measure.plan_program(plan, x, w)()
-    assert np.allclose(shipped, cso.conv2d(x, w, padding=1, groups=32, plan=plan))
-    stages = measure.stage_times(plan, x, w, rounds=3)
+    assert np.allclose(shipped, cso.conv2d(x, w, padding=1, groups=64, plan=plan))
+    stages = measure.stage_times(plan, x, w, rounds=5)
     expected = {"total", "kernel", "input packing", "filters", "rest"}
     if algorithm == "depthwise_lanes":
         expected.add("output unpacking")
