@@ -13,12 +13,18 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .analysis import depthwise, lanes
+from .analysis import depthwise, lanes, planes
 from .analysis.choices import KCRS_ALGORITHMS, Algorithm, Schedule, VectorOperand
 from .analysis.plan import Plan
 from .geometry import ceil_div
-from .macrokernel.bounds import DepthwiseBounds, LaneBounds, LoopBounds
-from .macrokernel.specialise import LoopPatch, depthwise_module, lanes_module, loop_module
+from .macrokernel.bounds import DepthwiseBounds, LaneBounds, LoopBounds, PlaneBounds
+from .macrokernel.specialise import (
+    LoopPatch,
+    depthwise_module,
+    lanes_module,
+    loop_module,
+    planes_module,
+)
 from .workspace import worker_stride
 
 
@@ -28,7 +34,9 @@ class Launch(NamedTuple):
     loop_nest: object
     bounds: tuple  # the LoopBounds or DepthwiseBounds fields, as a plain tuple
     workspace_elements: int
-    offsets: np.ndarray = None  # the tap nest's offsets, the lane nest's pack targets; None: dense
+    # the tap nest's offsets, the lane nest's pack targets, the plane nest's
+    # calls and masks; None: dense
+    offsets: np.ndarray = None
 
 
 _launches: dict = {}
@@ -58,6 +66,8 @@ def launch_for(plan: Plan, filters_packed: bool, module=None) -> Launch:
 
 
 def _make_launch(plan: Plan, filters_packed: bool, module) -> Launch:
+    if plan.algorithm == Algorithm.DEPTHWISE_PLANES:
+        return _planes_launch(plan, module)
     if plan.algorithm == Algorithm.DEPTHWISE_LANES:
         return _lanes_launch(plan, module)
     if plan.algorithm in KCRS_ALGORITHMS:
@@ -177,13 +187,45 @@ def _lanes_launch(plan: Plan, module) -> Launch:
     return Launch(module.convolve_lanes, tuple(bounds), plan.threads * stride, targets)
 
 
+def _planes_launch(plan: Plan, module) -> Launch:
+    """The plane nest (:mod:`cso.macrokernel.planes`) and its bounds; no
+    workspace (nothing is packed); its offsets are the calls a plane takes
+    and the kernel's masks (:func:`~cso.analysis.planes.plane_offsets`)."""
+    g = plan.geometry
+    bounds = PlaneBounds(
+        batch=g.batch,
+        channels=g.channels,
+        filters=g.filters,
+        multiplier=g.filters_per_group,
+        height=g.height,
+        width=g.width,
+        out_height=g.out_height,
+        pad_top=g.pad_top,
+        pad_left=g.pad_left,
+        taps=g.kernel_height * g.kernel_width,
+        entries=planes.mask_entries(g),
+        workers=plan.threads,
+    )
+    if module is None:
+        module = loop_module_for(plan)
+    offsets = planes.plane_offsets(g, plan.vector_lanes)
+    return Launch(module.convolve_planes, tuple(bounds), 0, offsets)
+
+
 def loop_module_for(plan: Plan, patch: LoopPatch = None):
     """The loop module specialised for ``plan`` (and ``patch``, a measurement
     variant, when given), serial for a one-thread plan: the dense nests
     bound to its micro-kernel (:func:`~cso.macrokernel.specialise.loop_module`),
     or its family's (:func:`~cso.macrokernel.specialise.depthwise_module`,
-    :func:`~cso.macrokernel.specialise.lanes_module`)."""
+    :func:`~cso.macrokernel.specialise.lanes_module`,
+    :func:`~cso.macrokernel.specialise.planes_module`)."""
     g, serial = plan.geometry, plan.threads == 1
+    if plan.algorithm == Algorithm.DEPTHWISE_PLANES:
+        return planes_module(
+            g.kernel_height, g.kernel_width, g.dilation_h, g.dilation_w,
+            plan.windows_per_tile // plan.vector_lanes, plan.dtype, plan.vector_lanes,
+            serial=serial, patch=patch,
+        )  # fmt: skip
     if plan.algorithm == Algorithm.DEPTHWISE_LANES:
         return lanes_module(
             g.kernel_width, g.stride_w, g.dilation_w, plan.windows_per_tile, plan.dtype,

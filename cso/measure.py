@@ -93,9 +93,24 @@ LANE_VARIANTS = {
 }
 
 
+# The plane nest's stages (cso.macrokernel.planes): its kernels only; it
+# packs nothing.
+PLANE_VARIANTS = {
+    "no-kernel": LoopPatch(
+        "no-kernel", _no_ops("plane_tap_kernel", "plane_tap_kernel_checked")
+    ),
+    "skeleton": LoopPatch(
+        "skeleton", _no_ops("plane_tap_kernel", "plane_tap_kernel_checked")
+    ),
+}
+
+
 def variants_for(plan: Plan) -> dict:
     """The measurement variants of ``plan``'s loop nest, by name:
-    :data:`VARIANTS` (dense), :data:`TAP_VARIANTS` or :data:`LANE_VARIANTS`."""
+    :data:`VARIANTS` (dense), :data:`TAP_VARIANTS`, :data:`LANE_VARIANTS` or
+    :data:`PLANE_VARIANTS`."""
+    if plan.algorithm == Algorithm.DEPTHWISE_PLANES:
+        return PLANE_VARIANTS
     if plan.algorithm == Algorithm.DEPTHWISE_LANES:
         return LANE_VARIANTS
     if plan.algorithm in TAP_ALGORITHMS:
@@ -200,14 +215,18 @@ def stage_times(plan: Plan, x, w, rounds=5) -> dict:
     ``input packing``: total minus the program that never packs (the lane
     nest: the transposes laying filters and input out as pixel vectors).
     ``output unpacking`` (the lane nest only): total minus the program that
-    never transposes its pixels back to the output planes.  ``rest``: the
+    never transposes its pixels back to the output planes.  The plane nest
+    packs nothing: it has neither.  ``rest``: the
     skeleton (none of those stages) less the filter preparation: the loops,
     edge-tile copies, thread launch and Python around them.  Timing noise
     can make a difference slightly negative; it is reported as measured, so
     that the stages sum to ``total`` within that noise.
     """
-    stages = [("total", None), ("no-kernel", "no-kernel"), ("no-pack", "no-pack")]
-    unpacks = "no-unpack" in variants_for(plan)
+    variants = variants_for(plan)
+    packs, unpacks = "no-pack" in variants, "no-unpack" in variants
+    stages = [("total", None), ("no-kernel", "no-kernel")]
+    if packs:
+        stages.append(("no-pack", "no-pack"))
     if unpacks:
         stages.append(("no-unpack", "no-unpack"))
     stages.append(("skeleton", "skeleton"))
@@ -221,8 +240,9 @@ def stage_times(plan: Plan, x, w, rounds=5) -> dict:
     times = {
         "total": best["total"],
         "kernel": best["total"] - best["no-kernel"],
-        "input packing": best["total"] - best["no-pack"],
     }
+    if packs:
+        times["input packing"] = best["total"] - best["no-pack"]
     if unpacks:
         times["output unpacking"] = best["total"] - best["no-unpack"]
     times["filters"] = best["filters"]

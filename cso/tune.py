@@ -18,6 +18,8 @@ import numpy as np
 from . import executor
 from .analysis import tiles
 from .analysis.choices import SCHEDULES, KCRS_ALGORITHMS, Algorithm, Schedule, VectorOperand
+from .analysis.depthwise import is_depthwise
+from .analysis.planes import is_plane_depthwise
 from .analysis.tiles import is_lane_depthwise
 from .analysis.plan import Plan
 from .analysis.planner import plan_conv2d, plan_for_geometry
@@ -247,13 +249,19 @@ def tune(
     kernels = list(dict.fromkeys([own] + windows + others))
     pool = candidate_plans(base, kernels)
     if base is not analysis:
-        # The analysis' plan, the other depthwise family where one applies
-        # (tap or lane), then the dense variants.
-        lanes_apply = is_lane_depthwise(analysis.geometry)
-        siblings = {
-            Algorithm.DEPTHWISE: [Algorithm.DEPTHWISE_LANES] if lanes_apply else [],
-            Algorithm.DEPTHWISE_LANES: [Algorithm.DEPTHWISE],
-        }.get(analysis.algorithm, [])
+        # The analysis' plan, the other depthwise families where they apply
+        # (tap, lane, plane), then the dense variants.
+        g = analysis.geometry
+        applies = {
+            Algorithm.DEPTHWISE: is_depthwise(g),
+            Algorithm.DEPTHWISE_LANES: is_lane_depthwise(g),
+            Algorithm.DEPTHWISE_PLANES: is_plane_depthwise(g),
+        }
+        siblings = (
+            [family for family, runs in applies.items() if runs and family != analysis.algorithm]
+            if analysis.algorithm in applies
+            else []
+        )
         others = [
             plan_for_geometry(
                 analysis.geometry,

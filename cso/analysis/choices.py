@@ -59,13 +59,17 @@ class Algorithm(_Choice):
     taps of all the group's channels (no ``R*S``-fold window expansion).
     ``DEPTHWISE_LANES``: depthwise with channel multiplier 1, a block of
     vector-lanes channels at a time, each vector one pixel of them (the
-    lane tap kernel, :mod:`cso.analysis.lanes`).
+    lane tap kernel, :mod:`cso.analysis.lanes`).  ``DEPTHWISE_PLANES``:
+    depthwise at stride 1 with ``Q == W``, runs of output pixels of one
+    plane computed from the unpacked input by shifted, masked loads (the
+    plane tap kernel, :mod:`cso.analysis.planes`).
     """
 
     DENSE = "dense"
     DEPTHWISE = "depthwise"
     GROUPED = "grouped"
     DEPTHWISE_LANES = "depthwise_lanes"
+    DEPTHWISE_PLANES = "depthwise_planes"
 
 
 # The families the tap kernel and its nest (cso.macrokernel.depthwise) run.
@@ -73,7 +77,7 @@ TAP_ALGORITHMS = frozenset((Algorithm.DEPTHWISE, Algorithm.GROUPED))
 
 # The families that read the filters as KCRS rows, in place (packed ahead
 # of time, the rows are the panel).
-KCRS_ALGORITHMS = TAP_ALGORITHMS | {Algorithm.DEPTHWISE_LANES}
+KCRS_ALGORITHMS = TAP_ALGORITHMS | {Algorithm.DEPTHWISE_LANES, Algorithm.DEPTHWISE_PLANES}
 
 
 class Activation(_Choice):

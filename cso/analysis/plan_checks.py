@@ -17,7 +17,7 @@ from dataclasses import fields
 import numpy as np
 
 from ..geometry import SUPPORTED_DTYPES, ConvGeometry, ceil_div, make_geometry
-from . import tiles
+from . import plane_shapes, tiles
 from .choices import SCHEDULES, TAP_ALGORITHMS, Algorithm, VectorOperand
 from .cost import Traffic
 from .hardware import Hardware
@@ -136,6 +136,19 @@ def _check_kernel(plan) -> None:
             f"Plan.threads ({plan.threads}) exceeds the machine's cores ({hardware.cores})"
         )
     nf, nwin = plan.filters_per_tile, plan.windows_per_tile
+    if plan.algorithm == Algorithm.DEPTHWISE_PLANES:
+        per_call = plane_shapes.vectors_per_call(plan.geometry, lanes)
+        if nf != 1 or nwin != per_call * lanes:
+            raise ValueError(
+                f"a plane plan computes 1 x {per_call * lanes} pixels a call ({per_call} "
+                f"vectors of {lanes} lanes), got filters_per_tile={nf}, windows_per_tile={nwin}"
+            )
+        if lanes > plane_shapes.MAX_PLANE_LANES:
+            raise ValueError(
+                f"a plane plan needs at most {plane_shapes.MAX_PLANE_LANES} vector lanes, "
+                f"got {lanes}"
+            )
+        return
     if plan.algorithm == Algorithm.DEPTHWISE_LANES:
         most = min(
             plan.geometry.out_width,
@@ -230,6 +243,11 @@ def _check_layout(plan) -> None:
     g = plan.geometry
     if plan.algorithm == Algorithm.DEPTHWISE and g.channels_per_group != 1:
         raise ValueError(f"a depthwise plan needs one input channel per group: got {g}")
+    if plan.algorithm == Algorithm.DEPTHWISE_PLANES and not plane_shapes.is_plane_depthwise(g):
+        raise ValueError(
+            "a plane plan needs a depthwise layer (groups == C) at stride 1 with an output as "
+            f"wide as its input: got {g}"
+        )
     if plan.algorithm == Algorithm.DEPTHWISE_LANES and not tiles.is_lane_depthwise(g):
         raise ValueError(
             "a lane plan needs a depthwise layer of channel multiplier 1 (K == C == groups) "

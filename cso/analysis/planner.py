@@ -29,6 +29,7 @@ from .choices import SCHEDULES, Algorithm, Schedule, VectorOperand, parse_choice
 from .depthwise import MAX_GROUP_CHANNELS, is_depthwise, plan_depthwise, weighs_grouped
 from .detect import detect_hardware
 from .lanes import is_lane_depthwise, plan_lanes
+from .planes import is_plane_depthwise, plan_planes
 from .hardware import Hardware
 from .plan import Plan
 from .plan_checks import whole_input_window
@@ -100,11 +101,12 @@ def plan_conv2d(
         Force folding the batch into the windows (``True``) or computing
         image by image (``False``) instead of the model's choice (see
         :attr:`Plan.batch_folded`).
-    algorithm : {"dense", "depthwise", "grouped", "depthwise_lanes"}, optional
+    algorithm : {"dense", "depthwise", "grouped", "depthwise_lanes", "depthwise_planes"}, optional
         Force the algorithm family instead of the cost model's choice
         (``"depthwise"`` needs ``groups == C``, ``"grouped"`` more than one
         group of 2 to 64 channels, ``"depthwise_lanes"`` ``groups == C ==
-        K`` and filters at most 16 wide).
+        K`` and filters at most 16 wide, ``"depthwise_planes"`` ``groups ==
+        C``, stride 1 and ``Q == W``).
 
     Returns
     -------
@@ -164,6 +166,12 @@ _FAMILIES = {
         "one input channel and one filter per group (groups == C == K > 1), filters at "
         f"most {tiles.MAX_LANE_KERNEL_WIDTH} wide",
         plan_lanes,
+    ),
+    Algorithm.DEPTHWISE_PLANES: _Family(
+        is_plane_depthwise,
+        "one input channel per group (groups == C > 1), stride 1 and an output as wide as "
+        "the input (horizontal padding adding up to (S-1)*dilation)",
+        plan_planes,
     ),
 }
 

@@ -90,3 +90,21 @@ LaneBounds = namedtuple(
         "workspace_stride",  # elements of the workspace per worker
     ],
 )
+
+PlaneBounds = namedtuple(
+    "PlaneBounds",
+    [
+        "batch",  # N
+        "channels",  # C (= groups: depthwise)
+        "filters",  # K = m * C
+        "multiplier",  # m: filter k reads input channel k // m
+        "height",
+        "width",  # H, W of the input as given (unpadded); Q == W
+        "out_height",  # P
+        "pad_top",
+        "pad_left",
+        "taps",  # R*S
+        "entries",  # mask-table entries a vector: 1 + S + R*S
+        "workers",  # threads the jobs are split over
+    ],
+)

@@ -45,6 +45,7 @@ from ..microkernels import epilogue as epilogue_source
 from ..microkernels import lane_taps as lane_taps_source
 from ..microkernels import lane_transposes as lane_transposes_source
 from ..microkernels import outer_product as outer_product_source
+from ..microkernels import plane_taps as plane_taps_source
 from ..microkernels import taps as taps_source
 from ..microkernels import vector_ir as vector_ir_source
 from ..packing import depthwise as depthwise_packing_source
@@ -56,6 +57,7 @@ from . import bounds as bounds_source
 from . import depthwise as depthwise_source
 from . import lanes as lanes_source
 from . import loops as loops_source
+from . import planes as planes_source
 
 _lock = threading.Lock()
 _modules: dict = {}
@@ -75,6 +77,8 @@ _DEPENDENCIES = (
     lanes_source,
     lane_taps_source,
     lane_transposes_source,
+    planes_source,
+    plane_taps_source,
     epilogue_source,
     vector_ir_source,
     activations_source,
@@ -250,6 +254,37 @@ def lanes_module(
         ) + (patch.source if patch else "")
 
     name = "cso_lanes_s{}_sw{}_dw{}_o{}".format(*shape) + f"_{dtype_name}_l{int(vector_lanes)}"
+    return _specialised(key, name + _patch_suffix(patch), source, serial)
+
+
+def planes_module(
+    kernel_height: int, kernel_width: int, dilation_h: int, dilation_w: int, vectors: int,
+    dtype_name: str, vector_lanes: int, serial: bool = False, patch: LoopPatch = None,
+):  # fmt: skip
+    """The plane loop nest (:mod:`.planes`) bound to the plane tap kernels of
+    ``vectors`` output vectors for ``kernel_height x kernel_width`` filters
+    at ``dilation_h, dilation_w``, of ``vector_lanes`` ``dtype_name`` lanes,
+    unchecked and checked (:mod:`cso.microkernels.plane_taps`), memoised;
+    ``serial``: its serial twin (see the module docstring); ``patch``: a
+    measurement variant (:class:`LoopPatch`: its source rebinding the
+    kernels), None for the real thing."""
+    _check_patch(patch)
+    shape = tuple(int(n) for n in (kernel_height, kernel_width, dilation_h, dilation_w, vectors))
+    key = ("planes",) + shape + (str(dtype_name), int(vector_lanes), patch)
+
+    def source():
+        template = pathlib.Path(planes_source.__file__).read_text()
+        arguments = ", ".join(str(n) for n in shape)
+        kind = f"{dtype_name!r}, {int(vector_lanes)}"
+        return template + (
+            "\n\n# ---- specialisation written by cso.macrokernel.specialise ----\n"
+            "from cso.microkernels.plane_taps import build_plane_tap_kernel\n"
+            f"plane_tap_kernel = build_plane_tap_kernel({arguments}, False, {kind})\n"
+            f"plane_tap_kernel_checked = build_plane_tap_kernel({arguments}, True, {kind})\n"
+            f"LANES = {int(vector_lanes)}\n"
+        ) + (patch.source if patch else "")
+
+    name = "cso_planes_r{}_s{}_dh{}_dw{}_u{}".format(*shape) + f"_{dtype_name}_l{int(vector_lanes)}"
     return _specialised(key, name + _patch_suffix(patch), source, serial)
 
 

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 import cso
 from cso.analysis.choices import ACTIVATIONS, Algorithm
+from cso.analysis.planes import is_plane_depthwise
 from cso.geometry import make_geometry
 
 
@@ -85,8 +86,8 @@ def test_lanes_with_packed_filters_round_trip(rng, tmp_path, dtype):
 
 
 def test_the_model_chooses_the_cheapest_family():
-    # The rule, not this machine's outcome: of dense, the tap plan and the
-    # lane plan, the cheapest.
+    # The rule, not this machine's outcome: of dense, the tap plan, the lane
+    # plan and, where it runs the layer, the plane plan, the cheapest.
     for x_shape, w_shape, params in (
         ((1, 144, 56, 56), (144, 1, 3, 3), dict(padding=1, groups=144)),
         ((1, 672, 14, 14), (672, 1, 5, 5), dict(stride=2, padding=2, groups=672)),
@@ -94,7 +95,10 @@ def test_the_model_chooses_the_cheapest_family():
     ):
         chosen = cso.plan_conv2d(x_shape, w_shape, hardware=AVX512_CORE, **params)
         costs = {}
-        for algorithm in ("dense", "depthwise", "depthwise_lanes"):
+        families = ["dense", "depthwise", "depthwise_lanes"]
+        if is_plane_depthwise(make_geometry(x_shape, w_shape, **params)):
+            families.append("depthwise_planes")
+        for algorithm in families:
             plan = cso.plan_conv2d(
                 x_shape, w_shape, hardware=AVX512_CORE, algorithm=algorithm, **params
             )

@@ -1,0 +1,44 @@
+"""Which layers the plane plan runs and its kernel's shape: the part of
+:mod:`.planes` that the plan checks need, with no import of the planner's
+modules (so :mod:`.plan_checks` can use it without a cycle).
+"""
+
+from __future__ import annotations
+
+from ..geometry import ConvGeometry, ceil_div
+
+# Output vectors one kernel call holds.  The kernel issues one load per
+# FMA, so it runs at the loads' rate; four chains of FMAs are enough to
+# keep up with that at a four-cycle FMA latency, and more only lengthen
+# the overlapping last call of each plane (on the Xeon, 4 and 6 ran alike,
+# 8 and 12 up to 1.3x slower on 112x112 and 56x56 planes).
+VECTORS_PER_CALL = 4
+
+# Mask-table entries are int32 bit sets of the vector lanes.
+MAX_PLANE_LANES = 32
+
+
+def is_plane_depthwise(geometry: ConvGeometry) -> bool:
+    """Depthwise (``groups == C > 1``, any channel multiplier), stride 1 and
+    an output as wide as the input (``Q == W``): the layers the plane plan
+    runs."""
+    g = geometry
+    return (
+        g.channels_per_group == 1
+        and g.groups > 1
+        and g.stride_h == 1
+        and g.stride_w == 1
+        and g.out_width == g.width
+    )
+
+
+def output_vectors(geometry: ConvGeometry, lanes: int) -> int:
+    """Vectors of one output plane: ``ceil(P*Q / VL)``."""
+    return ceil_div(geometry.out_height * geometry.out_width, lanes)
+
+
+def vectors_per_call(geometry: ConvGeometry, lanes: int) -> int:
+    """``min(VECTORS_PER_CALL, vectors of a plane)``."""
+    return min(VECTORS_PER_CALL, output_vectors(geometry, lanes))
+
+

@@ -1,0 +1,170 @@
+"""The plane algorithm: stride-1 depthwise convolutions on the planes as given.
+
+The tap plan (:mod:`.depthwise`) packs each channel into padded rows and
+the lane plan (:mod:`.lanes`) transposes blocks of channels into pixel
+vectors and back: both pay a pass over the data that a memory-bound layer
+feels.  Where the stride is 1 and the output is as wide as the input
+(``Q == W``: the horizontal padding adds up to ``(S-1)*dw``), output pixel
+``f = p*W + q`` of a channel reads tap ``(r, s)`` from input pixel ``f +
+(r*dh - pad_top)*W + (s*dw - pad_left)`` of the flattened plane: the same
+shift for every pixel.  So a vector of ``VL`` consecutive output pixels is
+``R*S`` unaligned, masked vector loads of the unpadded input times
+broadcast taps (:mod:`cso.microkernels.plane_taps`), and nothing is packed.
+The masks zero the taps that fall off the plane: per vector and tap column
+``s`` where ``q + s*dw - pad_left`` leaves ``[0, W)``, and, for the few
+vectors near the top and bottom, per tap where the row leaves ``[0, H)``.
+They are computed once per plan (:func:`mask_table`).
+
+Each load feeds one FMA and most are split across two cache lines, so the
+kernel runs at its loads' rate (``tap_load_cost``, as the one-row tap
+kernel does); what it saves is the packing, which is the whole difference
+on large planes.  On a Xeon (Sapphire Rapids), one thread, MobileNetV2's
+``dw 3x3 32 @112``, ``144 @56`` and ``192 @28`` ran 1.3-1.7x faster than
+their tap plans; 5x5 layers, two thirds of whose loads the lane kernel
+saves, ran 0.55-0.68x as fast as their lane plans.  The model weighs them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..geometry import ConvGeometry
+from .choices import Algorithm
+from .cost import Traffic
+from .depthwise import job_traffic, untiled_plan
+from .hardware import Hardware
+from .plan import Plan
+from .plane_shapes import (  # noqa: F401 (re-exported)
+    MAX_PLANE_LANES,
+    VECTORS_PER_CALL,
+    is_plane_depthwise,
+    output_vectors,
+    vectors_per_call,
+)
+
+def mask_entries(geometry: ConvGeometry) -> int:
+    """Entries of the mask table a vector: ``1 + S + R*S``."""
+    return 1 + geometry.kernel_width + geometry.kernel_height * geometry.kernel_width
+
+
+def mask_table(geometry: ConvGeometry, lanes: int):
+    """``(table, checked)``: the kernel's lane masks and which vectors need
+    the per-tap ones.
+
+    For output vector ``v`` (pixels ``f = v*VL + l``, ``p, q = divmod(f, Q)``),
+    as bit sets of lanes ``l`` (int32, ``1 + S + R*S`` entries a vector):
+
+    * entry 0, the stores: ``f < P*Q``;
+    * entry ``1 + s``: also ``0 <= q + s*dw - pad_left < W``;
+    * entry ``1 + S + r*S + s``: also ``0 <= p + r*dh - pad_top < H``.
+
+    ``checked[v]`` is True where some entry ``1 + S + r*S + s`` differs from
+    ``1 + s`` or entry 0 is not every lane: those vectors need the per-tap
+    masks (and the masked stores).
+    """
+    g = geometry
+    count = output_vectors(g, lanes)
+    pixels = np.arange(count * lanes).reshape(count, lanes)
+    bits = np.int64(1) << np.arange(lanes, dtype=np.int64)
+    p, q = np.divmod(pixels, g.out_width)
+    inside = pixels < g.out_height * g.out_width
+
+    def bitset(valid):
+        return (valid.astype(np.int64) * bits).sum(axis=1)
+
+    columns = [inside & (0 <= q + s * g.dilation_w - g.pad_left) for s in range(g.kernel_width)]
+    columns = [
+        valid & (q + s * g.dilation_w - g.pad_left < g.width) for s, valid in enumerate(columns)
+    ]
+    rows = [
+        (0 <= p + r * g.dilation_h - g.pad_top) & (p + r * g.dilation_h - g.pad_top < g.height)
+        for r in range(g.kernel_height)
+    ]
+    entries = [bitset(inside)] + [bitset(valid) for valid in columns]
+    checked = ~inside.all(axis=1)
+    for r in range(g.kernel_height):
+        for s in range(g.kernel_width):
+            entries.append(bitset(columns[s] & rows[r]))
+            checked |= (columns[s] & ~rows[r]).any(axis=1)
+    table = np.stack(entries, axis=1)
+    # Lane 31's bit as int32's sign: the kernel truncates, so only the bits matter.
+    return table.astype(np.uint32).view(np.int32).ravel(), checked
+
+
+def call_schedule(checked: np.ndarray, per_call: int) -> list:
+    """``[(v0, checked), ...]``: one plane's kernel calls, ``per_call``
+    vectors each from ``v0``, the last starting early enough to end at the
+    plane's last vector (it overlaps the one before and computes some
+    outputs twice, alike); a call is checked when any of its vectors is."""
+    count = len(checked)
+    calls, v = [], 0
+    while v < count:
+        start = min(v, count - per_call)
+        calls.append((start, bool(checked[start : start + per_call].any())))
+        v += per_call
+    return calls
+
+
+def plane_offsets(geometry: ConvGeometry, lanes: int) -> np.ndarray:
+    """What the plane nest reads besides the operands, as one int32 array:
+    the number of calls ``n``, the ``n`` pairs ``(v0, checked)`` of
+    :func:`call_schedule`, then the :func:`mask_table` (from ``1 + 2n``)."""
+    table, checked = mask_table(geometry, lanes)
+    calls = call_schedule(checked, vectors_per_call(geometry, lanes))
+    head = np.array([len(calls)] + [n for call in calls for n in call], dtype=np.int32)
+    return np.concatenate([head, table])
+
+
+def plane_traffic(
+    geometry: ConvGeometry, hardware: Hardware, element_bytes: int, threads: int
+) -> Traffic:
+    """What one (filter, image) plane costs under the plane nest, modelled.
+
+    Counts per job: the compulsory bytes (the input plane it reads, its
+    ``R*S`` taps and its output plane) from the level the whole call's
+    operands fit in; nothing packed; the :func:`call_schedule`'s calls of
+    ``per_call * VL * R*S`` multiply-adds and :func:`plane_kernel_loads`
+    loads, priced by :func:`~cso.analysis.depthwise.tap_kernel_cost`
+    (one load per FMA, unaligned, as in the one-row tap kernel whose rate
+    ``tap_load_cost`` is).  Scaled by the busiest thread's share of the
+    ``N * K`` jobs.
+    """
+    g = geometry
+    s = element_bytes
+    lanes = max(1, hardware.vector_bytes // s)
+    per_call = vectors_per_call(g, lanes)
+    _, checked = mask_table(g, lanes)
+    calls = call_schedule(checked, per_call)
+    checked_calls = sum(1 for _, is_checked in calls if is_checked)
+    taps = g.kernel_height * g.kernel_width
+    return job_traffic(
+        hardware,
+        s,
+        threads,
+        jobs=g.batch * g.filters,
+        job_bytes=(g.height * g.width + taps + g.out_height * g.out_width) * s,
+        calls=len(calls),
+        macs=len(calls) * per_call * lanes * taps,
+        loads=plane_kernel_loads(len(calls), checked_calls, per_call, taps),
+        packed_elements=0,
+    )
+
+
+def plane_kernel_loads(calls: int, checked_calls: int, per_call: int, taps: int) -> int:
+    """``(calls + checked_calls) * U * R*S``: one vector load per tap and
+    output vector, and in a checked call one mask load beside each (an
+    unchecked call's column masks serve all ``R`` rows and are not counted).
+    On the Xeon, 14x14 and 7x7 planes, most of whose calls are checked, ran
+    1.3-1.4x slower than large ones per output."""
+    return (calls + checked_calls) * per_call * taps
+
+
+def plan_planes(geometry: ConvGeometry, dtype_name: str, hardware: Hardware, threads: int) -> Plan:
+    """The plane plan of ``geometry`` (which must be :func:`is_plane_depthwise`)."""
+    element_bytes = np.dtype(dtype_name).itemsize
+    lanes = max(1, hardware.vector_bytes // element_bytes)
+    traffic = plane_traffic(geometry, hardware, element_bytes, threads)
+    return untiled_plan(
+        geometry, dtype_name, hardware, threads, traffic, Algorithm.DEPTHWISE_PLANES,
+        vectors_per_call(geometry, lanes) * lanes,
+    )  # fmt: skip

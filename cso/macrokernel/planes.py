@@ -1,0 +1,84 @@
+"""The plane loop nest: stride-1 depthwise convolutions on the planes as given.
+
+This file is a template as well as a module: ``plane_tap_kernel``,
+``plane_tap_kernel_checked`` and ``LANES`` are bound per specialisation
+(the filter size and dilations, vectors a call, dtype, vector lanes) by
+:mod:`cso.macrokernel.specialise`.  Only loops live here.
+
+Contracts relied on (:mod:`cso.microkernels.plane_taps` for the kernel's)
+-------------------------------------------------------------------------
+* ``x_flat``: the input ``[N][C][H][W]`` flattened, unpadded, read in place.
+* ``w_flat``: the filters ``[K][1][R][S]`` flattened (KCRS); filter ``k``
+  reads input channel ``k // m``.
+* ``bias``: ``(K,)``, or a placeholder when ``has_bias`` is False.
+* ``y_flat``: the output ``[N][K][P][Q]`` flattened, ``Q == W``; every
+  element is written.  ``residual``: its layout (a placeholder unless
+  ``has_residual``).
+* ``offsets`` (int32, :func:`cso.analysis.planes.plane_offsets`): the
+  number of calls ``n`` a plane takes, ``n`` pairs ``(v0, checked)``, then
+  the mask table from ``1 + 2n``, ``b.entries`` entries a vector.
+* ``workspace``: unused (nothing is packed).
+* ``bounds``: the :class:`~cso.macrokernel.bounds.PlaneBounds` fields as a
+  plain tuple.  Worker ``i`` of ``b.workers`` takes jobs ``(image,
+  filter)`` ``[i*J//W, (i+1)*J//W)``.
+"""
+
+from numba import njit, prange
+
+from cso.macrokernel.bounds import PlaneBounds
+
+# Bound by cso.macrokernel.specialise in each generated specialisation.
+plane_tap_kernel = None
+plane_tap_kernel_checked = None
+LANES = None
+
+
+@njit(nogil=True, parallel=True, cache=True)
+def convolve_planes(
+    x_flat,
+    w_flat,
+    bias,
+    has_bias,
+    residual,
+    activation,
+    has_residual,
+    y_flat,
+    workspace,
+    offsets,
+    bounds,
+):
+    """::
+
+    for worker                                  # parallel
+     for job = (image, filter k)                # the worker's share
+       for (v0, checked) in the plane's calls   # the same for every plane
+         plane tap kernel: y[k][v0*VL:(v0+U)*VL] = bias + sum of R*S shifted, masked taps
+    """
+    b = PlaneBounds(*bounds)
+    jobs = b.batch * b.filters
+    plane = b.height * b.width
+    outputs = b.out_height * b.width
+    calls = offsets[0]
+    masks_at = 1 + 2 * calls
+    shift = b.pad_top * b.width + b.pad_left
+    for worker in prange(b.workers):
+        for job in range(worker * jobs // b.workers, (worker + 1) * jobs // b.workers):
+            image = job // b.filters
+            k = job % b.filters
+            source = (image * b.channels + k // b.multiplier) * plane - shift
+            target = job * outputs
+            for call in range(calls):
+                v0 = offsets[1 + 2 * call]
+                at = v0 * LANES
+                if offsets[2 + 2 * call]:
+                    plane_tap_kernel_checked(
+                        x_flat, source + at, b.width, w_flat, k * b.taps,
+                        offsets, masks_at + v0 * b.entries, y_flat, target + at,
+                        bias, k, has_bias, residual, target + at, activation, has_residual,
+                    )  # fmt: skip
+                else:
+                    plane_tap_kernel(
+                        x_flat, source + at, b.width, w_flat, k * b.taps,
+                        offsets, masks_at + v0 * b.entries, y_flat, target + at,
+                        bias, k, has_bias, residual, target + at, activation, has_residual,
+                    )  # fmt: skip

@@ -1,0 +1,166 @@
+"""LLVM vector IR for stride-1 depthwise convolutions on unpacked planes.
+
+Why no packing
+--------------
+At stride 1 with an output as wide as its input (``Q == W``), output pixel
+``f = p*W + q`` of a plane reads tap ``(r, s)`` from input pixel ``f +
+(r*dh - pad_top)*W + s*dw - pad_left`` of the flattened input plane: one
+shift for every pixel.  A vector of ``VL`` consecutive output pixels is then
+the sum of ``R*S`` vectors loaded straight from the input as given, each
+times a broadcast tap, with the taps that fall off the plane masked to zero
+(:func:`cso.analysis.planes.mask_table`).  No pass packs the input or
+unpacks the output: the tap and lane kernels' packing is what a
+memory-bound layer pays for.
+
+Contract
+--------
+One call computes ``U`` (``vectors``) output vectors, pixels ``v0*VL ..
+(v0+U)*VL`` of one plane::
+
+    out[out_offset + u*VL + l] = bias + sum_{r < R, s < S}
+        filters[w_offset + r*S + s]
+        * (inputs[in_offset + u*VL + l + r*dh*width + s*dw]  where lane l of the tap's mask is set,
+           else 0)
+
+then the fused epilogue (:mod:`.epilogue`) in registers, the residual in
+the output's layout (``residual_offset + u*VL + l``).  ``in_offset`` is the
+plane's start plus ``v0*VL - pad_top*width - pad_left``: loads may start
+before the plane or end after it, but only the masked-in lanes, which lie
+inside it, are read.  The masks are ``masks[mask_offset + u*E + e]`` (int32
+bit sets of the lanes, ``E = 1 + S + R*S`` entries a vector): entry 0 the
+stores, ``1 + s`` the taps of column ``s``, ``1 + S + r*S + s`` each tap.
+
+* ``checked = False``: vectors wholly inside the plane whose taps only the
+  columns cut; each column's mask is read once and serves the ``R`` rows,
+  and the stores are whole vectors.
+* ``checked = True``: every tap's own mask, and masked stores (vectors at
+  the top and bottom, and the plane's last).
+"""
+
+from __future__ import annotations
+
+import functools
+
+from llvmlite import ir
+from numba import types
+from numba.extending import intrinsic
+
+from .epilogue import emit_epilogue
+from .vector_ir import KernelEmitter, check_dtype_and_lanes, check_float_arrays
+
+
+@functools.lru_cache(maxsize=None)
+def build_plane_tap_kernel(
+    kernel_height: int, kernel_width: int, dilation_h: int, dilation_w: int, vectors: int,
+    checked: bool, dtype_name: str, vector_lanes: int,
+):  # fmt: skip
+    """Return a Numba intrinsic computing ``vectors`` output vectors of one plane.
+
+    Parameters
+    ----------
+    kernel_height, kernel_width, dilation_h, dilation_w : int
+        ``R``, ``S`` and the dilations: the taps are unrolled at generation.
+    vectors : int
+        Output vectors a call holds in registers (``U``).
+    checked : bool
+        Per-tap masks and masked stores (see the module contract).
+    dtype_name : {"float32", "float64"}
+    vector_lanes : int
+        At most 32 (the masks are int32 bit sets).
+
+    Returns
+    -------
+    intrinsic
+        ``kernel(inputs, in_offset, width, filters, w_offset, masks,
+        mask_offset, out, out_offset, bias, bias_index, has_bias, residual,
+        residual_offset, activation, has_residual)``.
+    """
+    check_dtype_and_lanes(dtype_name, vector_lanes)
+    for label, value, top in (
+        ("kernel_height", kernel_height, 64), ("kernel_width", kernel_width, 64),
+        ("dilation_h", dilation_h, 64), ("dilation_w", dilation_w, 64), ("vectors", vectors, 32),
+    ):  # fmt: skip
+        if not 1 <= value <= top:
+            raise ValueError(f"{label} must be in [1, {top}], got {value}")
+    if vector_lanes > 32:
+        raise ValueError(f"vector_lanes must be at most 32 (int32 masks), got {vector_lanes}")
+    lanes, taps = vector_lanes, kernel_height * kernel_width
+    entries = 1 + kernel_width + taps
+
+    @intrinsic
+    def plane_tap_kernel(
+        typingctx, inputs, in_offset, width, filters, w_offset, masks, mask_offset, out,
+        out_offset, bias, bias_index, has_bias, residual, residual_offset, activation,
+        has_residual,
+    ):  # fmt: skip
+        check_float_arrays(
+            dtype_name, inputs=inputs, filters=filters, out=out, bias=bias, residual=residual
+        )
+        if not (isinstance(masks, types.Array) and masks.dtype == types.int32 and masks.ndim == 1):
+            raise TypeError(f"masks must be a 1-D int32 array, got {masks}")
+        intp = types.intp
+        sig = types.void(
+            inputs, intp, intp, filters, intp, masks, intp, out, intp, bias, intp,
+            types.boolean, residual, intp, intp, types.boolean,
+        )  # fmt: skip
+
+        def codegen(context, builder, signature, args):
+            (in_a, in_off, width_v, w_a, w_off, m_a, m_off, out_a, out_off, bias_a, bias_i,
+             has_bias_v, res_a, res_off, activation_v, has_residual_v) = args  # fmt: skip
+            e = KernelEmitter(context, builder, signature, dtype_name, lanes)
+            b = builder
+            inputs_base = e.base(0, in_a, in_off)
+            filters_base = e.base(3, w_a, w_off)
+            masks_base = e.base(5, m_a, m_off)
+            out_base = e.base(7, out_a, out_off)
+            bias_base = e.base(9, bias_a, bias_i)
+            residual_base = e.base(12, res_a, res_off)
+            bit_set = ir.IntType(lanes)
+
+            def mask(u, entry):
+                word = b.load(b.gep(masks_base, [e.constant(u * entries + entry)]))
+                return b.bitcast(b.trunc(word, bit_set), e.mask_type)
+
+            undef = ir.Constant(e.vector, ir.Undefined)
+            first = ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes)
+
+            def broadcast(scalar):
+                single = b.insert_element(undef, scalar, ir.Constant(ir.IntType(32), 0))
+                return b.shuffle_vector(single, undef, first)
+
+            zero = ir.Constant(e.vector.element, 0.0)
+            start = broadcast(b.select(has_bias_v, b.load(bias_base), zero))
+            weights = [broadcast(b.load(b.gep(filters_base, [e.constant(t)]))) for t in range(taps)]
+            columns = {}
+            if not checked:
+                columns = {
+                    (u, s): mask(u, 1 + s) for u in range(vectors) for s in range(kernel_width)
+                }
+            sums = [start] * vectors
+            for r in range(kernel_height):
+                row = b.mul(e.constant(r * dilation_h), width_v)
+                for s in range(kernel_width):
+                    for u in range(vectors):
+                        tap_mask = (
+                            mask(u, 1 + kernel_width + r * kernel_width + s)
+                            if checked
+                            else columns[u, s]
+                        )
+                        offset = b.add(row, e.constant(u * lanes + s * dilation_w))
+                        value = e.load(inputs_base, offset, tap_mask)
+                        sums[u] = b.call(e.fma, [value, weights[r * kernel_width + s], sums[u]])
+
+            def residual_of(u):
+                return e.load(residual_base, e.constant(u * lanes), mask(u, 0))
+
+            sums = emit_epilogue(b, sums, residual_of, activation_v, has_residual_v)
+            for u, value in enumerate(sums):
+                if checked:
+                    e.store(value, out_base, e.constant(u * lanes), mask(u, 0))
+                else:
+                    b.store(value, e.vector_at(out_base, e.constant(u * lanes)), align=e.align)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return plane_tap_kernel
