@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import cso
+from cso.analysis.planes import is_plane_depthwise
 from cso.geometry import make_geometry
 
 
@@ -56,10 +57,13 @@ def test_the_model_chooses_the_cheaper_algorithm():
         ((1, 4, 3, 3), (8, 1, 1, 1), dict(groups=4)),
     ):
         chosen = cso.plan_conv2d(x_shape, w_shape, hardware=AVX512_CORE, **params)
-        # The lane plan too where it applies (channel multiplier 1).
+        # The lane plan too where it applies (channel multiplier 1), and the
+        # plane plan (stride 1, Q == W).
         families = ["dense", "depthwise"] + (
             ["depthwise_lanes"] if w_shape[0] == x_shape[1] else []
         )
+        if is_plane_depthwise(make_geometry(x_shape, w_shape, **params)):
+            families.append("depthwise_planes")
         costs = {}
         for algorithm in families:
             plan = cso.plan_conv2d(
