@@ -10,6 +10,7 @@ import pytest
 from hypothesis import strategies as st
 
 import cso
+from cso.analysis.choices import ACTIVATIONS
 from cso.geometry import make_geometry
 
 
@@ -181,3 +182,27 @@ def check_tap_round_trip(rng, tmp_path, dtype, x_shape, w_shape, params, algorit
     loaded = cso.load_packed(path)["layer"]
     assert loaded.plan.algorithm == algorithm
     assert np.array_equal(cso.conv2d(x, loaded), y)
+
+
+def check_every_epilogue(x_shape, w_shape, params, dtype, algorithm, seed):
+    """Every activation, with and without a residual, through a plan forced
+    to ``algorithm``, against the float64 reference with its bound."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(x_shape).astype(dtype)
+    w = rng.standard_normal(w_shape).astype(dtype)
+    bias = rng.standard_normal(w_shape[0]).astype(dtype)
+    plan = cso.plan_conv2d(x_shape, w_shape, dtype=dtype, algorithm=algorithm, **params)
+    residual = rng.standard_normal(plan.geometry.output_shape).astype(dtype) * 3
+    exact = cso.reference.conv2d(x, w, bias, **params)
+    for activation in [None] + [member.value for member in ACTIVATIONS]:
+        for res in (None, residual):
+            before = exact if res is None else exact + res
+            bound = error_bound(x, w, bias, dtype, **params)
+            if res is not None:
+                bound = bound + np.finfo(dtype).eps * np.abs(res)
+            y = cso.conv2d(x, w, bias, activation=activation, residual=res, plan=plan, **params)
+            expected = activate(activation, before)
+            assert np.all(np.abs(y - expected) <= activation_bound(before, bound, dtype)), (
+                activation,
+                res is not None,
+            )

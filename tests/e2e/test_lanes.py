@@ -7,19 +7,17 @@ import numpy as np
 import pytest
 from conftest import (
     AVX512_CORE,
-    activate,
-    activation_bound,
     assert_matches_reference,
+    check_every_epilogue,
     check_tap_plan,
     check_tap_round_trip,
-    error_bound,
     tap_filter_params,
 )
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import cso
-from cso.analysis.choices import ACTIVATIONS, Algorithm
+from cso.analysis.choices import Algorithm
 from cso.analysis.planes import is_plane_depthwise
 from cso.geometry import make_geometry
 
@@ -55,26 +53,10 @@ def test_lanes_match_the_reference(problem, seed, shorter):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_every_activation_and_residual_in_the_lanes(dtype):
-    rng = np.random.default_rng(7)
-    x_shape, w_shape, params = (2, 21, 9, 11), (21, 1, 3, 5), dict(padding=(1, 2), groups=21)
-    x = rng.standard_normal(x_shape).astype(dtype)
-    w = rng.standard_normal(w_shape).astype(dtype)
-    bias = rng.standard_normal(21).astype(dtype)
-    plan = cso.plan_conv2d(x_shape, w_shape, dtype=dtype, algorithm="depthwise_lanes", **params)
-    residual = rng.standard_normal(plan.geometry.output_shape).astype(dtype) * 3
-    exact = cso.reference.conv2d(x, w, bias, **params)
-    for activation in [None] + [member.value for member in ACTIVATIONS]:
-        for res in (None, residual):
-            before = exact if res is None else exact + res
-            bound = error_bound(x, w, bias, dtype, **params)
-            if res is not None:
-                bound = bound + np.finfo(dtype).eps * np.abs(res)
-            y = cso.conv2d(x, w, bias, activation=activation, residual=res, plan=plan, **params)
-            expected = activate(activation, before)
-            assert np.all(np.abs(y - expected) <= activation_bound(before, bound, dtype)), (
-                activation,
-                res is not None,
-            )
+    check_every_epilogue(
+        (2, 21, 9, 11), (21, 1, 3, 5), dict(padding=(1, 2), groups=21), dtype,
+        "depthwise_lanes", 7,
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

@@ -7,17 +7,15 @@ import numpy as np
 import pytest
 from conftest import (
     AVX512_CORE,
-    activate,
-    activation_bound,
+    check_every_epilogue,
     check_tap_plan,
     check_tap_round_trip,
-    error_bound,
 )
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import cso
-from cso.analysis.choices import ACTIVATIONS, Algorithm
+from cso.analysis.choices import Algorithm
 from cso.geometry import make_geometry
 
 
@@ -54,27 +52,10 @@ def test_planes_match_the_reference(problem, seed):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_every_activation_and_residual_in_the_planes(dtype):
-    rng = np.random.default_rng(11)
-    x_shape, w_shape = (2, 6, 13, 21), (12, 1, 3, 5)
-    params = dict(padding=((2, 0), (1, 3)), groups=6)
-    x = rng.standard_normal(x_shape).astype(dtype)
-    w = rng.standard_normal(w_shape).astype(dtype)
-    bias = rng.standard_normal(12).astype(dtype)
-    plan = cso.plan_conv2d(x_shape, w_shape, dtype=dtype, algorithm="depthwise_planes", **params)
-    residual = rng.standard_normal(plan.geometry.output_shape).astype(dtype) * 3
-    exact = cso.reference.conv2d(x, w, bias, **params)
-    for activation in [None] + [member.value for member in ACTIVATIONS]:
-        for res in (None, residual):
-            before = exact if res is None else exact + res
-            bound = error_bound(x, w, bias, dtype, **params)
-            if res is not None:
-                bound = bound + np.finfo(dtype).eps * np.abs(res)
-            y = cso.conv2d(x, w, bias, activation=activation, residual=res, plan=plan, **params)
-            expected = activate(activation, before)
-            assert np.all(np.abs(y - expected) <= activation_bound(before, bound, dtype)), (
-                activation,
-                res is not None,
-            )
+    check_every_epilogue(
+        (2, 6, 13, 21), (12, 1, 3, 5), dict(padding=((2, 0), (1, 3)), groups=6), dtype,
+        "depthwise_planes", 11,
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
