@@ -13,17 +13,18 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .analysis import depthwise, lanes, planes
+from .analysis import depthwise, lanes, planes, rows
 from .analysis.choices import KCRS_ALGORITHMS, Algorithm, Schedule, VectorOperand
 from .analysis.plan import Plan
 from .geometry import ceil_div
-from .macrokernel.bounds import DepthwiseBounds, LaneBounds, LoopBounds, PlaneBounds
+from .macrokernel.bounds import DepthwiseBounds, LaneBounds, LoopBounds, PlaneBounds, RowBounds
 from .macrokernel.specialise import (
     LoopPatch,
     depthwise_module,
     lanes_module,
     loop_module,
     planes_module,
+    rows_module,
 )
 from .workspace import worker_stride
 
@@ -68,6 +69,8 @@ def launch_for(plan: Plan, filters_packed: bool, module=None) -> Launch:
 def _make_launch(plan: Plan, filters_packed: bool, module) -> Launch:
     if plan.algorithm == Algorithm.DEPTHWISE_PLANES:
         return _planes_launch(plan, module)
+    if plan.algorithm == Algorithm.DEPTHWISE_ROWS:
+        return _rows_launch(plan, module)
     if plan.algorithm == Algorithm.DEPTHWISE_LANES:
         return _lanes_launch(plan, module)
     if plan.algorithm in KCRS_ALGORITHMS:
@@ -212,17 +215,55 @@ def _planes_launch(plan: Plan, module) -> Launch:
     return Launch(module.convolve_planes, tuple(bounds), 0, offsets)
 
 
+def _rows_launch(plan: Plan, module) -> Launch:
+    """The row nest (:mod:`cso.macrokernel.rows`), its bounds and workspace
+    (one zero row per worker, after ``pad_left`` more); its offsets are the calls a row takes and
+    the kernel's masks (:func:`~cso.analysis.rows.row_offsets`)."""
+    g = plan.geometry
+    vectors = plan.windows_per_tile // plan.vector_lanes
+    stride = worker_stride(g.pad_left + g.width, plan.dtype)
+    bounds = RowBounds(
+        batch=g.batch,
+        channels=g.channels,
+        filters=g.filters,
+        multiplier=g.filters_per_group,
+        height=g.height,
+        width=g.width,
+        out_height=g.out_height,
+        out_width=g.out_width,
+        stride_h=g.stride_h,
+        stride_w=g.stride_w,
+        pad_top=g.pad_top,
+        pad_left=g.pad_left,
+        taps=g.kernel_height * g.kernel_width,
+        entries=rows.entries_per_call(g, vectors),
+        workers=plan.threads,
+        workspace_stride=stride,
+    )
+    if module is None:
+        module = loop_module_for(plan)
+    offsets = rows.row_offsets(g, plan.vector_lanes)
+    return Launch(module.convolve_rows, tuple(bounds), plan.threads * stride, offsets)
+
+
 def loop_module_for(plan: Plan, patch: LoopPatch = None):
     """The loop module specialised for ``plan`` (and ``patch``, a measurement
     variant, when given), serial for a one-thread plan: the dense nests
     bound to its micro-kernel (:func:`~cso.macrokernel.specialise.loop_module`),
     or its family's (:func:`~cso.macrokernel.specialise.depthwise_module`,
     :func:`~cso.macrokernel.specialise.lanes_module`,
-    :func:`~cso.macrokernel.specialise.planes_module`)."""
+    :func:`~cso.macrokernel.specialise.planes_module`,
+    :func:`~cso.macrokernel.specialise.rows_module`)."""
     g, serial = plan.geometry, plan.threads == 1
     if plan.algorithm == Algorithm.DEPTHWISE_PLANES:
         return planes_module(
             g.kernel_height, g.kernel_width, g.dilation_h, g.dilation_w,
+            plan.windows_per_tile // plan.vector_lanes, plan.dtype, plan.vector_lanes,
+            serial=serial, patch=patch,
+        )  # fmt: skip
+    if plan.algorithm == Algorithm.DEPTHWISE_ROWS:
+        return rows_module(
+            g.kernel_height, g.kernel_width, g.dilation_h, g.dilation_w, g.stride_w,
             plan.windows_per_tile // plan.vector_lanes, plan.dtype, plan.vector_lanes,
             serial=serial, patch=patch,
         )  # fmt: skip

@@ -105,12 +105,21 @@ PLANE_VARIANTS = {
 }
 
 
+# The row nest's stages (cso.macrokernel.rows): its kernel only; it packs nothing.
+ROW_VARIANTS = {
+    "no-kernel": LoopPatch("no-kernel", _no_ops("row_tap_kernel")),
+    "skeleton": LoopPatch("skeleton", _no_ops("row_tap_kernel")),
+}
+
+
 def variants_for(plan: Plan) -> dict:
     """The measurement variants of ``plan``'s loop nest, by name:
     :data:`VARIANTS` (dense), :data:`TAP_VARIANTS`, :data:`LANE_VARIANTS` or
-    :data:`PLANE_VARIANTS`."""
+    :data:`PLANE_VARIANTS` or :data:`ROW_VARIANTS`."""
     if plan.algorithm == Algorithm.DEPTHWISE_PLANES:
         return PLANE_VARIANTS
+    if plan.algorithm == Algorithm.DEPTHWISE_ROWS:
+        return ROW_VARIANTS
     if plan.algorithm == Algorithm.DEPTHWISE_LANES:
         return LANE_VARIANTS
     if plan.algorithm in TAP_ALGORITHMS:

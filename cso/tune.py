@@ -20,6 +20,7 @@ from .analysis import tiles
 from .analysis.choices import SCHEDULES, KCRS_ALGORITHMS, Algorithm, Schedule, VectorOperand
 from .analysis.depthwise import is_depthwise
 from .analysis.planes import is_plane_depthwise
+from .analysis.rows import is_row_depthwise
 from .analysis.tiles import is_lane_depthwise
 from .analysis.plan import Plan
 from .analysis.planner import plan_conv2d, plan_for_geometry
@@ -250,12 +251,13 @@ def tune(
     pool = candidate_plans(base, kernels)
     if base is not analysis:
         # The analysis' plan, the other depthwise families where they apply
-        # (tap, lane, plane), then the dense variants.
+        # (tap, lane, plane, row), then the dense variants.
         g = analysis.geometry
         applies = {
             Algorithm.DEPTHWISE: is_depthwise(g),
             Algorithm.DEPTHWISE_LANES: is_lane_depthwise(g),
             Algorithm.DEPTHWISE_PLANES: is_plane_depthwise(g),
+            Algorithm.DEPTHWISE_ROWS: is_row_depthwise(g),
         }
         siblings = (
             [family for family, runs in applies.items() if runs and family != analysis.algorithm]

@@ -62,7 +62,9 @@ class Algorithm(_Choice):
     lane tap kernel, :mod:`cso.analysis.lanes`).  ``DEPTHWISE_PLANES``:
     depthwise at stride 1 with ``Q == W``, runs of output pixels of one
     plane computed from the unpacked input by shifted, masked loads (the
-    plane tap kernel, :mod:`cso.analysis.planes`).
+    plane tap kernel, :mod:`cso.analysis.planes`).  ``DEPTHWISE_ROWS``:
+    depthwise at horizontal stride 1 or 2, runs of one output row computed
+    from the unpacked input (the row tap kernel, :mod:`cso.analysis.rows`).
     """
 
     DENSE = "dense"
@@ -70,6 +72,7 @@ class Algorithm(_Choice):
     GROUPED = "grouped"
     DEPTHWISE_LANES = "depthwise_lanes"
     DEPTHWISE_PLANES = "depthwise_planes"
+    DEPTHWISE_ROWS = "depthwise_rows"
 
 
 # The families the tap kernel and its nest (cso.macrokernel.depthwise) run.
@@ -77,7 +80,11 @@ TAP_ALGORITHMS = frozenset((Algorithm.DEPTHWISE, Algorithm.GROUPED))
 
 # The families that read the filters as KCRS rows, in place (packed ahead
 # of time, the rows are the panel).
-KCRS_ALGORITHMS = TAP_ALGORITHMS | {Algorithm.DEPTHWISE_LANES, Algorithm.DEPTHWISE_PLANES}
+KCRS_ALGORITHMS = TAP_ALGORITHMS | {
+    Algorithm.DEPTHWISE_LANES,
+    Algorithm.DEPTHWISE_PLANES,
+    Algorithm.DEPTHWISE_ROWS,
+}
 
 
 class Activation(_Choice):

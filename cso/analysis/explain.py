@@ -9,7 +9,7 @@ from . import counts, tiles
 from .choices import TAP_ALGORITHMS, Algorithm, Schedule, VectorOperand
 from .cost import filter_pack_cost_for, hidden_stream_cost, workers_read_every_panel
 from .explain_lanes import lane_story
-from .explain_planes import plane_story, weighed_against
+from .explain_planes import plane_story, row_story, weighed_against
 from .explain_taps import tap_story
 from .planner import plan_for_geometry
 from .weights import kernel_shape_key
@@ -290,8 +290,9 @@ def explain(plan) -> str:
     """Everything the analysis decided for ``plan``, as text."""
     if plan.algorithm == Algorithm.DEPTHWISE_LANES:
         return _explain_lanes(plan)
-    if plan.algorithm == Algorithm.DEPTHWISE_PLANES:
-        story = plane_story(plan, weighed_against(plan), _compulsory_traffic(plan))
+    unpacked = {Algorithm.DEPTHWISE_PLANES: plane_story, Algorithm.DEPTHWISE_ROWS: row_story}
+    if plan.algorithm in unpacked:
+        story = unpacked[plan.algorithm](plan, weighed_against(plan), _compulsory_traffic(plan))
         return "\n".join(_tap_family_header(plan) + story)
     if plan.algorithm in TAP_ALGORITHMS:
         return _explain_depthwise(plan)

@@ -1,4 +1,5 @@
-"""The plane plan in words: the kernel, its masks, the choice, the loop nest.
+"""The plane and row plans in words (the families that pack nothing): the
+kernel, its masks, the choice, the loop nest.
 
 :func:`cso.analysis.explain.explain` heads it with the machine and the
 problem, as for every plan.
@@ -6,18 +7,24 @@ problem, as for every plan.
 
 from __future__ import annotations
 
-from . import planes, tiles
+from . import planes, rows, tiles
 from .choices import Algorithm
 from .planner import plan_for_geometry
 
 
 def weighed_against(plan) -> list:
     """``[(label, plan)]``: the other families' plans for ``plan``'s layer
-    (tap, lane where it runs, dense), as the planner weighed them."""
+    (tap, then lane, plane and row where they run, dense), as the planner
+    weighed them."""
     g, hw = plan.geometry, plan.hardware
-    algorithms = [Algorithm.DEPTHWISE, Algorithm.DEPTHWISE_LANES, Algorithm.DENSE]
-    if not tiles.is_lane_depthwise(g):
-        algorithms.remove(Algorithm.DEPTHWISE_LANES)
+    runs = {
+        Algorithm.DEPTHWISE: True,
+        Algorithm.DEPTHWISE_LANES: tiles.is_lane_depthwise(g),
+        Algorithm.DEPTHWISE_PLANES: planes.is_plane_depthwise(g),
+        Algorithm.DEPTHWISE_ROWS: rows.is_row_depthwise(g),
+        Algorithm.DENSE: True,
+    }
+    algorithms = [name for name, applies in runs.items() if applies and name != plan.algorithm]
     return [
         (f"{algorithm} plan", plan_for_geometry(
             g, plan.dtype, hw, None, None, None, plan.threads, algorithm=algorithm
@@ -66,4 +73,48 @@ def plane_story(plan, others, compulsory) -> list:
         f"    for (v0, checked) in the plane's {len(calls)} call(s)",
         f"      plane tap kernel: y[v0*{vl} : (v0+{per_call})*{vl}] = bias + sum of {taps} "
         "shifted, masked taps, epilogue applied",
+    ]
+
+
+def row_story(plan, others, compulsory) -> list:
+    """The lines that tell ``plan``'s (a row plan's) story; ``others`` and
+    ``compulsory`` as for :func:`plane_story`."""
+    g = plan.geometry
+    vl = plan.vector_lanes
+    per_call = plan.windows_per_tile // vl
+    traffic = plan.cost_of(plan.schedule)
+    taps = g.kernel_height * g.kernel_width
+    groups = rows.load_groups(g.kernel_width, g.dilation_w, g.stride_w)
+    starts = rows.row_calls(g.out_width, per_call * vl)
+    picked = (
+        f"one of every {g.stride_w} elements picked by one shuffle"
+        if g.stride_w > 1
+        else "the loaded vector itself"
+    )
+    return [
+        "Algorithm: depthwise on the planes as given, a run of one output row at a time",
+        f"  row tap kernel: {per_call} vector(s) of {vl} consecutive outputs of one row in "
+        f"registers; per filter row, {len(groups)} group(s) of {g.stride_w} masked, unaligned "
+        f"load(s) serve the {g.kernel_width} column taps ({picked}), each times the broadcast "
+        "weight; filter rows off the plane read a row of zeros",
+        f"  {len(starts)} call(s) a row at q0 = {starts}"
+        + (" (the last overlapping the one before)" if len(starts) > 1 and
+           g.out_width % (per_call * vl) else "")
+        + (f" ({g.out_width} of {per_call * vl} lanes used)" if g.out_width < per_call * vl
+           else ""),
+        "  nothing packed: no pass over the input or output besides the kernel's own",
+        compulsory,
+        "",
+        "Choice",
+        f"  {Algorithm.DEPTHWISE_ROWS}: modelled cost {traffic.cost:.3g} per (filter, image)"
+        + "".join(f"; {label} {other.cost_of(other.schedule).cost:.3g}" for label, other in others),
+        f"  per plane: {traffic.kernel_calls} kernel calls, {traffic.tap_loads} loads and "
+        f"shuffles; busiest thread {traffic.imbalance:.3f}x an even share",
+        "",
+        "Loop nest",
+        f"  for (image, filter) in {g.batch} x {g.filters} jobs over {plan.threads} thread(s)",
+        f"    for p in {g.out_height} output rows",
+        f"      for q0 in the row's {len(starts)} call(s)",
+        f"        row tap kernel: y[p, q0 : q0+{per_call * vl}] = bias + sum of {taps} taps, "
+        "epilogue applied",
     ]

@@ -149,6 +149,19 @@ def _check_kernel(plan) -> None:
                 f"got {lanes}"
             )
         return
+    if plan.algorithm == Algorithm.DEPTHWISE_ROWS:
+        per_call = plane_shapes.row_vectors_per_call(plan.geometry, lanes)
+        if nf != 1 or nwin != per_call * lanes:
+            raise ValueError(
+                f"a row plan computes 1 x {per_call * lanes} pixels a call ({per_call} "
+                f"vectors of {lanes} lanes), got filters_per_tile={nf}, windows_per_tile={nwin}"
+            )
+        if lanes > plane_shapes.MAX_PLANE_LANES:
+            raise ValueError(
+                f"a row plan needs at most {plane_shapes.MAX_PLANE_LANES} vector lanes, "
+                f"got {lanes}"
+            )
+        return
     if plan.algorithm == Algorithm.DEPTHWISE_LANES:
         most = min(
             plan.geometry.out_width,
@@ -247,6 +260,11 @@ def _check_layout(plan) -> None:
         raise ValueError(
             "a plane plan needs a depthwise layer (groups == C) at stride 1 with an output as "
             f"wide as its input: got {g}"
+        )
+    if plan.algorithm == Algorithm.DEPTHWISE_ROWS and not plane_shapes.is_row_depthwise(g):
+        raise ValueError(
+            "a row plan needs a depthwise layer (groups == C) with a horizontal stride of at "
+            f"most {plane_shapes.MAX_ROW_STRIDE}: got {g}"
         )
     if plan.algorithm == Algorithm.DEPTHWISE_LANES and not tiles.is_lane_depthwise(g):
         raise ValueError(

@@ -1,6 +1,7 @@
-"""Which layers the plane plan runs and its kernel's shape: the part of
-:mod:`.planes` that the plan checks need, with no import of the planner's
-modules (so :mod:`.plan_checks` can use it without a cycle).
+"""Which layers the plane and row plans run and their kernels' shapes: the
+part of :mod:`.planes` and :mod:`.rows` that the plan checks need, with no
+import of the planner's modules (so :mod:`.plan_checks` can use it without
+a cycle).
 """
 
 from __future__ import annotations
@@ -42,3 +43,22 @@ def vectors_per_call(geometry: ConvGeometry, lanes: int) -> int:
     return min(VECTORS_PER_CALL, output_vectors(geometry, lanes))
 
 
+
+
+# The row kernel's largest horizontal stride: a stride-t row of outputs is
+# every t-th element of t loaded vectors, and one two-source shuffle picks
+# them from two.
+MAX_ROW_STRIDE = 2
+
+
+def is_row_depthwise(geometry: ConvGeometry) -> bool:
+    """Depthwise (``groups == C > 1``, any channel multiplier), horizontal
+    stride at most :data:`MAX_ROW_STRIDE`: the layers the row plan runs."""
+    g = geometry
+    return g.channels_per_group == 1 and g.groups > 1 and g.stride_w <= MAX_ROW_STRIDE
+
+
+def row_vectors_per_call(geometry: ConvGeometry, lanes: int) -> int:
+    """``min(VECTORS_PER_CALL, ceil(Q / VL))``: vectors of one output row a
+    row-kernel call holds."""
+    return min(VECTORS_PER_CALL, ceil_div(geometry.out_width, lanes))

@@ -30,6 +30,7 @@ from .depthwise import MAX_GROUP_CHANNELS, is_depthwise, plan_depthwise, weighs_
 from .detect import detect_hardware
 from .lanes import is_lane_depthwise, plan_lanes
 from .planes import is_plane_depthwise, plan_planes
+from .rows import MAX_ROW_STRIDE, is_row_depthwise, plan_rows
 from .hardware import Hardware
 from .plan import Plan
 from .plan_checks import whole_input_window
@@ -101,12 +102,14 @@ def plan_conv2d(
         Force folding the batch into the windows (``True``) or computing
         image by image (``False``) instead of the model's choice (see
         :attr:`Plan.batch_folded`).
-    algorithm : {"dense", "depthwise", "grouped", "depthwise_lanes", "depthwise_planes"}, optional
+    algorithm : {"dense", "depthwise", "grouped", "depthwise_lanes", "depthwise_planes", \
+"depthwise_rows"}, optional
         Force the algorithm family instead of the cost model's choice
         (``"depthwise"`` needs ``groups == C``, ``"grouped"`` more than one
         group of 2 to 64 channels, ``"depthwise_lanes"`` ``groups == C ==
         K`` and filters at most 16 wide, ``"depthwise_planes"`` ``groups ==
-        C``, stride 1 and ``Q == W``).
+        C``, stride 1 and ``Q == W``, ``"depthwise_rows"`` ``groups == C``
+        and a horizontal stride of 1 or 2).
 
     Returns
     -------
@@ -172,6 +175,12 @@ _FAMILIES = {
         "one input channel per group (groups == C > 1), stride 1 and an output as wide as "
         "the input (horizontal padding adding up to (S-1)*dilation)",
         plan_planes,
+    ),
+    Algorithm.DEPTHWISE_ROWS: _Family(
+        is_row_depthwise,
+        f"one input channel per group (groups == C > 1) and a horizontal stride of at most "
+        f"{MAX_ROW_STRIDE}",
+        plan_rows,
     ),
 }
 

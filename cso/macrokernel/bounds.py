@@ -108,3 +108,25 @@ PlaneBounds = namedtuple(
         "workers",  # threads the jobs are split over
     ],
 )
+
+RowBounds = namedtuple(
+    "RowBounds",
+    [
+        "batch",  # N
+        "channels",  # C (= groups: depthwise)
+        "filters",  # K = m * C
+        "multiplier",  # m: filter k reads input channel k // m
+        "height",
+        "width",  # H, W of the input as given (unpadded)
+        "out_height",
+        "out_width",  # P, Q
+        "stride_h",
+        "stride_w",
+        "pad_top",
+        "pad_left",
+        "taps",  # R*S
+        "entries",  # mask-table entries a call: analysis.rows.entries_per_call
+        "workers",  # threads the jobs are split over
+        "workspace_stride",  # elements of the workspace per worker (its zero row first)
+    ],
+)

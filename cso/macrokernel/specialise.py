@@ -38,6 +38,7 @@ from typing import NamedTuple
 import numba
 
 from ..analysis import choices as choices_source
+from ..analysis import rows as row_analysis_source
 from ..analysis.choices import VectorOperand
 from ..cachedir import cache_directory, write_text_atomically
 from ..microkernels import activations as activations_source
@@ -46,6 +47,7 @@ from ..microkernels import lane_taps as lane_taps_source
 from ..microkernels import lane_transposes as lane_transposes_source
 from ..microkernels import outer_product as outer_product_source
 from ..microkernels import plane_taps as plane_taps_source
+from ..microkernels import row_taps as row_taps_source
 from ..microkernels import taps as taps_source
 from ..microkernels import vector_ir as vector_ir_source
 from ..packing import depthwise as depthwise_packing_source
@@ -58,6 +60,7 @@ from . import depthwise as depthwise_source
 from . import lanes as lanes_source
 from . import loops as loops_source
 from . import planes as planes_source
+from . import rows as rows_source
 
 _lock = threading.Lock()
 _modules: dict = {}
@@ -79,6 +82,9 @@ _DEPENDENCIES = (
     lane_transposes_source,
     planes_source,
     plane_taps_source,
+    rows_source,
+    row_taps_source,
+    row_analysis_source,
     epilogue_source,
     vector_ir_source,
     activations_source,
@@ -285,6 +291,40 @@ def planes_module(
         ) + (patch.source if patch else "")
 
     name = "cso_planes_r{}_s{}_dh{}_dw{}_u{}".format(*shape) + f"_{dtype_name}_l{int(vector_lanes)}"
+    return _specialised(key, name + _patch_suffix(patch), source, serial)
+
+
+def rows_module(
+    kernel_height: int, kernel_width: int, dilation_h: int, dilation_w: int, stride_w: int,
+    vectors: int, dtype_name: str, vector_lanes: int, serial: bool = False,
+    patch: LoopPatch = None,
+):  # fmt: skip
+    """The row loop nest (:mod:`.rows`) bound to the row tap kernel of
+    ``vectors`` output vectors for ``kernel_height x kernel_width`` filters
+    at ``dilation_h, dilation_w`` and horizontal stride ``stride_w``, of
+    ``vector_lanes`` ``dtype_name`` lanes (:mod:`cso.microkernels.row_taps`),
+    memoised; ``serial``: its serial twin (see the module docstring);
+    ``patch``: a measurement variant (:class:`LoopPatch`: its source
+    rebinding the kernel), None for the real thing."""
+    _check_patch(patch)
+    shape = tuple(
+        int(n) for n in (kernel_height, kernel_width, dilation_h, dilation_w, stride_w, vectors)
+    )
+    key = ("rows",) + shape + (str(dtype_name), int(vector_lanes), patch)
+
+    def source():
+        template = pathlib.Path(rows_source.__file__).read_text()
+        arguments = ", ".join(str(n) for n in shape)
+        return template + (
+            "\n\n# ---- specialisation written by cso.macrokernel.specialise ----\n"
+            "from cso.microkernels.row_taps import build_row_tap_kernel\n"
+            f"row_tap_kernel = build_row_tap_kernel({arguments}, {dtype_name!r}, "
+            f"{int(vector_lanes)})\n"
+            f"LANES = {int(vector_lanes)}\n"
+        ) + (patch.source if patch else "")
+
+    name = "cso_rows_r{}_s{}_dh{}_dw{}_sw{}_u{}".format(*shape)
+    name += f"_{dtype_name}_l{int(vector_lanes)}"
     return _specialised(key, name + _patch_suffix(patch), source, serial)
 
 

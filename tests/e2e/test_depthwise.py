@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 import cso
 from cso.analysis.planes import is_plane_depthwise
+from cso.analysis.rows import is_row_depthwise
 from cso.geometry import make_geometry
 
 
@@ -62,8 +63,11 @@ def test_the_model_chooses_the_cheaper_algorithm():
         families = ["dense", "depthwise"] + (
             ["depthwise_lanes"] if w_shape[0] == x_shape[1] else []
         )
-        if is_plane_depthwise(make_geometry(x_shape, w_shape, **params)):
+        geometry = make_geometry(x_shape, w_shape, **params)
+        if is_plane_depthwise(geometry):
             families.append("depthwise_planes")
+        if is_row_depthwise(geometry):
+            families.append("depthwise_rows")
         costs = {}
         for algorithm in families:
             plan = cso.plan_conv2d(

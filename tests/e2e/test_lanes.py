@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 import cso
 from cso.analysis.choices import Algorithm
 from cso.analysis.planes import is_plane_depthwise
+from cso.analysis.rows import is_row_depthwise
 from cso.geometry import make_geometry
 
 
@@ -78,8 +79,11 @@ def test_the_model_chooses_the_cheapest_family():
         chosen = cso.plan_conv2d(x_shape, w_shape, hardware=AVX512_CORE, **params)
         costs = {}
         families = ["dense", "depthwise", "depthwise_lanes"]
-        if is_plane_depthwise(make_geometry(x_shape, w_shape, **params)):
+        geometry = make_geometry(x_shape, w_shape, **params)
+        if is_plane_depthwise(geometry):
             families.append("depthwise_planes")
+        if is_row_depthwise(geometry):
+            families.append("depthwise_rows")
         for algorithm in families:
             plan = cso.plan_conv2d(
                 x_shape, w_shape, hardware=AVX512_CORE, algorithm=algorithm, **params

@@ -75,7 +75,8 @@ def test_the_model_weighs_the_plane_plan():
     ):
         chosen = cso.plan_conv2d(x_shape, w_shape, hardware=AVX512_CORE, **params)
         costs = {}
-        for algorithm in ("dense", "depthwise", "depthwise_lanes", "depthwise_planes"):
+        families = ("dense", "depthwise", "depthwise_lanes", "depthwise_planes", "depthwise_rows")
+        for algorithm in families:
             plan = cso.plan_conv2d(
                 x_shape, w_shape, hardware=AVX512_CORE, algorithm=algorithm, **params
             )

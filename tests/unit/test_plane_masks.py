@@ -1,11 +1,11 @@
-"""The plane plan's analysis: its mask table and call schedule, against
-brute force."""
+"""The plane and row plans' analysis: their mask tables and call schedules,
+against brute force."""
 
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cso.analysis import planes
+from cso.analysis import planes, rows
 from cso.geometry import make_geometry
 
 
@@ -65,3 +65,68 @@ def test_the_calls_cover_every_vector_and_end_at_the_last(flags, per_call):
         covered[v0 : v0 + per_call] = True
     assert covered.all()
     assert calls[-1][0] == len(flags) - per_call
+
+
+@st.composite
+def row_geometries(draw):
+    R, S = draw(st.integers(1, 5)), draw(st.integers(1, 5))
+    stride = (draw(st.integers(1, 3)), draw(st.integers(1, 2)))
+    dilation = (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
+    padding = ((draw(st.integers(0, 3)), draw(st.integers(0, 3))),
+               (draw(st.integers(0, 3)), draw(st.integers(0, 3))))  # fmt: skip
+    H, W = draw(st.integers(1, 12)), draw(st.integers(1, 70))
+    try:
+        geometry = make_geometry(
+            (1, 4, H, W), (4, 1, R, S), stride=stride, padding=padding, dilation=dilation,
+            groups=4,
+        )  # fmt: skip
+    except ValueError:
+        geometry = make_geometry((1, 4, 3, 3), (4, 1, 1, 1), groups=4)
+    return geometry, draw(st.sampled_from([8, 16]))
+
+
+@settings(max_examples=80, deadline=None)
+@given(row_geometries())
+def test_the_row_masks_and_filter_rows_match_brute_force(case):
+    g, lanes = case
+    assert rows.is_row_depthwise(g)
+    vectors = rows.row_vectors_per_call(g, lanes)
+    table = rows.mask_table(g, lanes, vectors).view(np.uint32).astype(np.int64)
+    groups = rows.load_groups(g.kernel_width, g.dilation_w, g.stride_w)
+    # Every tap is in one group, at its offset plus its phase.
+    assert sorted(s for taps in groups.values() for s, _ in taps) == list(range(g.kernel_width))
+    for e, taps in groups.items():
+        assert all(e + phase == s * g.dilation_w for s, phase in taps)
+    starts = rows.row_calls(g.out_width, vectors * lanes)
+    per_vector = 1 + len(groups) * g.stride_w
+    assert len(table) == len(starts) * vectors * per_vector
+    at = 0
+    for q0 in starts:
+        for u in range(vectors):
+            for lane in range(lanes):
+                q = q0 + u * lanes + lane
+                assert bool(table[at] >> lane & 1) == (q < g.out_width)
+                for k, e in enumerate(groups):
+                    for half in range(g.stride_w):
+                        column = q0 * g.stride_w - g.pad_left + u * lanes * g.stride_w
+                        column += e + half * lanes + lane
+                        entry = table[at + 1 + k * g.stride_w + half]
+                        assert bool(entry >> lane & 1) == (0 <= column < g.width)
+            at += per_vector
+    for p, (first, last) in enumerate(rows.filter_rows_on_plane(g)):
+        on = [
+            r for r in range(g.kernel_height)
+            if 0 <= p * g.stride_h + r * g.dilation_h - g.pad_top < g.height
+        ]  # fmt: skip
+        assert list(range(first, last)) == on
+
+
+@given(st.integers(1, 200), st.integers(1, 64))
+def test_the_row_calls_cover_the_row(width, span):
+    starts = rows.row_calls(width, span)
+    covered = set()
+    for q0 in starts:
+        assert q0 >= 0
+        covered |= set(range(q0, min(q0 + span, width)))
+    assert covered == set(range(width))
+    assert starts[-1] + span == width or (width < span and starts == [0])

@@ -1,0 +1,91 @@
+"""The row loop nest: depthwise convolutions on the planes as given, a run of
+one output row at a time.
+
+This file is a template as well as a module: ``row_tap_kernel`` and
+``LANES`` are bound per specialisation (the filter size, dilations,
+horizontal stride, vectors a call, dtype, vector lanes) by
+:mod:`cso.macrokernel.specialise`.  Only loops live here.
+
+Contracts relied on (:mod:`cso.microkernels.row_taps` for the kernel's)
+-----------------------------------------------------------------------
+* ``x_flat``: the input ``[N][C][H][W]`` flattened, unpadded, read in place.
+* ``w_flat``: the filters ``[K][1][R][S]`` flattened (KCRS); filter ``k``
+  reads input channel ``k // m``.
+* ``bias``: ``(K,)``, or a placeholder when ``has_bias`` is False.
+* ``y_flat``: the output ``[N][K][P][Q]`` flattened; every element is
+  written.  ``residual``: its layout (a placeholder unless ``has_residual``).
+* ``offsets`` (int32, :func:`cso.analysis.rows.row_offsets`): the number of
+  calls ``n`` a row takes, their ``q0``, for each output row the filter
+  rows ``[r_first, r_last)`` on the plane, then the mask table from ``1 + n
+  + 2P``, ``b.entries`` entries a call.
+* ``workspace``: ``b.workers`` parts of ``b.workspace_stride`` elements; the
+  first ``pad_left + W`` of each are zeroed here, once a call: from
+  ``pad_left`` on, the zero row the kernel reads for filter rows off the
+  plane (at ``q0*sw`` from the part's start for a call at ``q0``, whose
+  loads start ``q0*sw - pad_left`` columns into a row).
+* ``bounds``: the :class:`~cso.macrokernel.bounds.RowBounds` fields as a
+  plain tuple.  Worker ``i`` of ``b.workers`` takes jobs ``(image,
+  filter)`` ``[i*J//W, (i+1)*J//W)``.
+"""
+
+from numba import njit, prange
+
+from cso.macrokernel.bounds import RowBounds
+
+# Bound by cso.macrokernel.specialise in each generated specialisation.
+row_tap_kernel = None
+LANES = None
+
+
+@njit(nogil=True, parallel=True, cache=True)
+def convolve_rows(
+    x_flat,
+    w_flat,
+    bias,
+    has_bias,
+    residual,
+    activation,
+    has_residual,
+    y_flat,
+    workspace,
+    offsets,
+    bounds,
+):
+    """::
+
+    for worker                                   # parallel
+     for job = (image, filter k)                 # the worker's share
+       for p in output rows
+         filter rows r_first <= r < r_last fall on the plane
+         for (j, q0) in the row's calls          # the same for every row
+           row tap kernel: y[k][p][q0 : q0 + U*VL] = bias + sum of R*S taps
+    """
+    b = RowBounds(*bounds)
+    jobs = b.batch * b.filters
+    plane = b.height * b.width
+    outputs = b.out_height * b.out_width
+    calls = offsets[0]
+    rows_at = 1 + calls
+    masks_at = rows_at + 2 * b.out_height
+    for worker in prange(b.workers):
+        start = worker * b.workspace_stride
+        workspace[start : start + b.pad_left + b.width] = 0
+        for job in range(worker * jobs // b.workers, (worker + 1) * jobs // b.workers):
+            image = job // b.filters
+            k = job % b.filters
+            source = (image * b.channels + k // b.multiplier) * plane
+            for p in range(b.out_height):
+                top = p * b.stride_h - b.pad_top
+                r_first = offsets[rows_at + 2 * p]
+                r_last = offsets[rows_at + 2 * p + 1]
+                row = source + top * b.width - b.pad_left
+                target = job * outputs + p * b.out_width
+                for call in range(calls):
+                    q0 = offsets[1 + call]
+                    row_tap_kernel(
+                        x_flat, row + q0 * b.stride_w, b.width,
+                        workspace, start + q0 * b.stride_w, r_first, r_last,
+                        w_flat, k * b.taps, y_flat, target + q0,
+                        offsets, masks_at + call * b.entries,
+                        bias, k, has_bias, residual, target + q0, activation, has_residual,
+                    )  # fmt: skip

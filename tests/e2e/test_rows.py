@@ -1,0 +1,110 @@
+"""The row algorithm (depthwise on the planes as given, a run of one output
+row at a time): against the float64 reference, with epilogues, packed, and
+chosen by the model."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+from conftest import AVX512_CORE, check_every_epilogue, check_tap_plan, check_tap_round_trip
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+import cso
+from cso.analysis.choices import Algorithm
+from cso.geometry import make_geometry
+
+
+@st.composite
+def row_problems(draw):
+    # Rows narrower and wider than a call, horizontal strides 1 and 2, any
+    # vertical stride, dilation, padding and channel multiplier.
+    channels = draw(st.integers(2, 12))
+    multiplier = draw(st.integers(1, 3))
+    R, S = draw(st.sampled_from([1, 2, 3, 5, 7])), draw(st.sampled_from([1, 3, 5]))
+    stride = (draw(st.integers(1, 3)), draw(st.integers(1, 2)))
+    dilation = (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
+    padding = draw(
+        st.tuples(
+            st.tuples(st.integers(0, 3), st.integers(0, 3)),
+            st.tuples(st.integers(0, 3), st.integers(0, 3)),
+        )
+    )
+    H, W = draw(st.integers(1, 20)), draw(st.integers(1, 80))
+    batch = draw(st.integers(1, 2))
+    params = dict(stride=stride, padding=padding, dilation=dilation, groups=channels)
+    x_shape, w_shape = (batch, channels, H, W), (channels * multiplier, 1, R, S)
+    try:
+        make_geometry(x_shape, w_shape, **params)
+    except ValueError:
+        assume(False)
+    dtype = draw(st.sampled_from([np.float32, np.float64]))
+    threads = draw(st.sampled_from([1, min(2, cso.executor.available_threads())]))
+    return x_shape, w_shape, params, dtype, threads, draw(st.booleans())
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(row_problems(), st.integers(0, 2**32 - 1))
+def test_rows_match_the_reference(problem, seed):
+    check_tap_plan(problem, seed, "depthwise_rows")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_every_activation_and_residual_in_the_rows(dtype):
+    check_every_epilogue(
+        (2, 6, 13, 41), (12, 1, 3, 5), dict(stride=2, padding=((2, 0), (1, 3)), groups=6),
+        dtype, "depthwise_rows", 13,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_rows_with_packed_filters_round_trip(rng, tmp_path, dtype):
+    check_tap_round_trip(
+        rng, tmp_path, dtype, (2, 20, 19, 40), (20, 1, 3, 3),
+        dict(stride=2, padding=1, groups=20), "depthwise_rows",
+    )  # fmt: skip
+
+
+def test_the_model_weighs_the_row_plan():
+    # The rule, not this machine's outcome: the cheapest family that runs the layer.
+    for x_shape, w_shape, params in (
+        ((1, 96, 112, 112), (96, 1, 3, 3), dict(stride=2, padding=1, groups=96)),
+        ((1, 240, 28, 28), (240, 1, 3, 3), dict(stride=2, padding=1, groups=240)),
+        ((1, 672, 14, 14), (672, 1, 5, 5), dict(stride=2, padding=2, groups=672)),
+    ):
+        chosen = cso.plan_conv2d(x_shape, w_shape, hardware=AVX512_CORE, **params)
+        costs = {}
+        for algorithm in ("dense", "depthwise", "depthwise_lanes", "depthwise_rows"):
+            plan = cso.plan_conv2d(
+                x_shape, w_shape, hardware=AVX512_CORE, algorithm=algorithm, **params
+            )
+            costs[algorithm] = plan.cost_of(plan.schedule).cost
+        assert chosen.algorithm == min(costs, key=costs.get)
+
+
+def test_the_row_plan_refuses_what_it_cannot_run():
+    with pytest.raises(ValueError, match="algorithm='depthwise_rows' needs one input channel"):
+        cso.plan_conv2d((1, 8, 9, 9), (8, 1, 3, 3), stride=3, groups=8, algorithm="depthwise_rows")
+    with pytest.raises(ValueError, match="a row plan needs a depthwise layer"):
+        dense = cso.plan_conv2d((1, 8, 9, 9), (8, 8, 3, 3), padding=1, algorithm="dense")
+        dataclasses.replace(
+            dense, algorithm=Algorithm.DEPTHWISE_ROWS, filters_per_tile=1,
+            windows_per_tile=dense.vector_lanes,
+        )  # fmt: skip
+    rows = cso.plan_conv2d(
+        (1, 8, 9, 9), (8, 1, 3, 3), padding=1, groups=8, algorithm="depthwise_rows"
+    )
+    with pytest.raises(ValueError, match="a row plan computes 1 x"):
+        dataclasses.replace(rows, windows_per_tile=rows.windows_per_tile + 1)
+
+
+def test_explain_tells_the_rows_story():
+    plan = cso.plan_conv2d(
+        (1, 32, 40, 150), (32, 1, 3, 3), stride=2, padding=1, groups=32,
+        algorithm="depthwise_rows", hardware=AVX512_CORE,
+    )  # fmt: skip
+    text = cso.explain(plan)
+    assert "Algorithm: depthwise on the planes as given, a run of one output row" in text
+    # Q = 75: calls of 4 vectors of 16 at q0 = 0 and 11 (the last overlapping).
+    assert "2 call(s) a row at q0 = [0, 11]" in text
+    assert "depthwise plan" in text and "depthwise_lanes plan" in text and "dense plan" in text
