@@ -10,7 +10,6 @@ cost model (:mod:`.cost`) and returns the cheapest as a frozen :class:`Plan`.
 from __future__ import annotations
 
 import functools
-from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -26,11 +25,9 @@ from .candidates import (
     traffic,
 )
 from .choices import SCHEDULES, Algorithm, Schedule, VectorOperand, parse_choice
-from .depthwise import MAX_GROUP_CHANNELS, is_depthwise, plan_depthwise, weighs_grouped
+from .depthwise import weighs_grouped
+from .families import FAMILIES
 from .detect import detect_hardware
-from .lanes import is_lane_depthwise, plan_lanes
-from .planes import is_plane_depthwise, plan_planes
-from .rows import MAX_ROW_STRIDE, is_row_depthwise, plan_rows
 from .hardware import Hardware
 from .plan import Plan
 from .plan_checks import whole_input_window
@@ -146,45 +143,6 @@ def plan_conv2d(
     )
 
 
-class _Family(NamedTuple):
-    """An algorithm family besides dense: which layers it runs (and what
-    that is, as its error says), and its planner."""
-
-    runs: Callable
-    needs: str
-    plan: Callable
-
-
-_FAMILIES = {
-    Algorithm.DEPTHWISE: _Family(
-        is_depthwise, "one input channel per group (groups == C > 1)", plan_depthwise
-    ),
-    Algorithm.GROUPED: _Family(
-        tiles.is_small_grouped,
-        f"more than one group of 2 to {MAX_GROUP_CHANNELS} channels",
-        plan_depthwise,
-    ),
-    Algorithm.DEPTHWISE_LANES: _Family(
-        is_lane_depthwise,
-        "one input channel and one filter per group (groups == C == K > 1), filters at "
-        f"most {tiles.MAX_LANE_KERNEL_WIDTH} wide",
-        plan_lanes,
-    ),
-    Algorithm.DEPTHWISE_PLANES: _Family(
-        is_plane_depthwise,
-        "one input channel per group (groups == C > 1), stride 1 and an output as wide as "
-        "the input (horizontal padding adding up to (S-1)*dilation)",
-        plan_planes,
-    ),
-    Algorithm.DEPTHWISE_ROWS: _Family(
-        is_row_depthwise,
-        f"one input channel per group (groups == C > 1) and a horizontal stride of at most "
-        f"{MAX_ROW_STRIDE}",
-        plan_rows,
-    ),
-}
-
-
 @functools.lru_cache(maxsize=1024)
 def plan_for_geometry(
     geometry: ConvGeometry,
@@ -209,7 +167,7 @@ def plan_for_geometry(
     dense setting (a tile size, schedule, vector operand or folding) plans
     densely.
     """
-    family = _FAMILIES.get(algorithm)
+    family = FAMILIES.get(algorithm)
     if family is not None:
         if not family.runs(geometry):
             raise ValueError(
@@ -237,10 +195,10 @@ def plan_for_geometry(
     if dense_forced:
         return dense
     # The cheapest of the families that run the layer (grouped weighed at
-    # stride 1 only); ties keep the earlier: dense, then _FAMILIES' order.
+    # stride 1 only); ties keep the earlier: dense, then FAMILIES' order.
     options = [dense] + [
         family.plan(geometry, dtype_name, hardware, threads)
-        for name, family in _FAMILIES.items()
+        for name, family in FAMILIES.items()
         if family.runs(geometry) and (name != Algorithm.GROUPED or weighs_grouped(geometry))
     ]
     return min(options, key=lambda plan: plan.cost_of(plan.schedule).cost)
