@@ -41,11 +41,6 @@ from .epilogue import emit_epilogue
 from .vector_ir import I32, KernelEmitter, check_dtype_and_lanes, check_float_arrays
 
 
-# Independent FMA chains a call keeps in flight: two FMA units of four
-# cycles' latency need eight.
-CHAINS = 8
-
-
 @functools.lru_cache(maxsize=None)
 def build_row_tap_kernel(
     kernel_height: int, kernel_width: int, dilation_h: int, dilation_w: int, stride_w: int,
@@ -149,11 +144,9 @@ def build_row_tap_kernel(
                 )
                 for phase in range(stride_w)
             }
-            # Partial sums by filter row, so that a call of few vectors still
-            # has about eight independent chains of FMAs in flight.
-            chains = max(1, min(kernel_height, -(-CHAINS // vectors)))
-            zero_vector = ir.Constant(e.vector, [0.0] * lanes)
-            partial = [[start] + [zero_vector] * (chains - 1) for _ in range(vectors)]
+            # One chain of FMAs a vector: partial sums by filter row ran alike on
+            # the Xeon (U = 1 rows of 7 and 14 outputs, U = 4 of 56).
+            sums = [start] * vectors
             for r in range(kernel_height):
                 on_plane = b.and_(
                     b.icmp_signed("<=", first_v, e.constant(r)),
@@ -177,16 +170,9 @@ def build_row_tap_kernel(
                                 if stride_w == 1
                                 else b.shuffle_vector(loaded[0], loaded[1], picks[phase])
                             )
-                            chain = r % chains
-                            partial[u][chain] = b.call(
-                                e.fma, [value, weights[r * kernel_width + s], partial[u][chain]]
+                            sums[u] = b.call(
+                                e.fma, [value, weights[r * kernel_width + s], sums[u]]
                             )
-            sums = []
-            for parts in partial:
-                while len(parts) > 1:
-                    parts = [b.fadd(*parts[i : i + 2]) if i + 1 < len(parts) else parts[i]
-                             for i in range(0, len(parts), 2)]  # fmt: skip
-                sums.append(parts[0])
 
             def residual_of(u):
                 return e.load(residual_base, e.constant(u * lanes), mask(u * per_vector))
