@@ -113,7 +113,24 @@ def kernel_in_place_costs(rates: MeasuredRates) -> tuple:
 
 
 def l2_cost(rates: MeasuredRates) -> float:
-    """``t_L2stream / u``: what a byte streamed from L2 adds to the kernels."""
+    """``0`` with the shapes timed in the loop nest, else ``t_L2stream / u``:
+    what a byte streamed from L2 adds to the kernels.
+
+    The loop-nest probe (``loop_shape_seconds``) times each micro-kernel
+    shape on a layer as the nests run it, its operand streaming from L2: a
+    shape whose stream costs it more runs slower there and is priced so
+    (:func:`kernel_mac_costs`).  Charging the L2 bytes again counted the
+    stream twice, and it was the weight two calibrations disagreed on most:
+    the least extra over the shapes from L1, ``t_L2stream``, came out 0 in
+    one calibration and 1.7 ps/byte (0.8 units) in the next on a Xeon, and
+    that alone changed 28 of 70 ResNet-50 and VGG-16 plans (8 x 48 to
+    32 x 14 with its filters packed per call; those layers ran 1.04x slower
+    in all).  With 0, model / oracle (``experiments/forced_shapes.py``) went
+    from 1.013, 1.025, 1.036, 1.004 to 1.003, 1.009, 1.014, 1.009 (ResNet-50
+    and VGG-16 at one and two threads).  Records without the loop-nest
+    timings keep the kernel probe's figure."""
+    if rates.loop_shape_seconds:
+        return 0.0
     return weight_of(rates.l2_stream_seconds_per_byte, rates.fma_flops)
 
 

@@ -45,7 +45,7 @@ def test_each_weight_is_its_formula_of_the_rates():
     assert calibration.unit_seconds(100e9) == pytest.approx(UNIT)
     expected = {
         "mac_cost": 4 * 100e9 / 80e9,  # 5.0: the kernels reach 80% of the peak
-        "l2_cost": 2.5e-12 / UNIT,  # 0.5
+        "l2_cost": 2.5e-12 / UNIT,  # 0.5 (no loop-nest shape timings in RATES)
         "l3_cost": (1 / 40e9) / UNIT,  # 5.0
         "dram_cost": (1 / 10e9) / UNIT,  # 20
         "l3_shared_cost": (1 / 20e9) / UNIT,  # 10
@@ -378,6 +378,9 @@ def test_shapes_timed_in_the_loop_nest_set_their_own_mac_costs():
     assert weights.mac_cost == 5.0
     assert weights.kernel_mac_costs == (("16x16w", 7.5),)
     assert weights.mac_cost_of("8x32w") == 5.0
+    # Their L2 streams are in those timings: the L2 bytes are not charged again.
+    assert weights.l2_cost == 0.0
+    assert derive_weights(MeasuredRates(**RATES)).l2_cost == pytest.approx(2.5e-12 / UNIT)
     assert MeasuredRates.from_dict(json.loads(json.dumps(rates.to_dict()))) == rates
     # Without loop timings (older records), the rates from L1 decide.
     assert derive_weights(MeasuredRates(**RATES, kernel_shape_flops=flat)).kernel_mac_costs == ()
