@@ -46,7 +46,13 @@ from numba import types
 from numba.extending import intrinsic
 
 from .epilogue import emit_epilogue
-from .vector_ir import KernelEmitter, check_dtype_and_lanes, check_float_arrays
+from .vector_ir import (
+    KernelEmitter,
+    check_bit_set_lanes,
+    check_dtype_and_lanes,
+    check_float_arrays,
+    check_mask_table,
+)
 
 
 @functools.lru_cache(maxsize=None)
@@ -82,8 +88,7 @@ def build_plane_tap_kernel(
     ):  # fmt: skip
         if not 1 <= value <= top:
             raise ValueError(f"{label} must be in [1, {top}], got {value}")
-    if vector_lanes > 32:
-        raise ValueError(f"vector_lanes must be at most 32 (int32 masks), got {vector_lanes}")
+    check_bit_set_lanes(vector_lanes)
     lanes, taps = vector_lanes, kernel_height * kernel_width
     entries = 1 + kernel_width + taps
 
@@ -96,8 +101,7 @@ def build_plane_tap_kernel(
         check_float_arrays(
             dtype_name, inputs=inputs, filters=filters, out=out, bias=bias, residual=residual
         )
-        if not (isinstance(masks, types.Array) and masks.dtype == types.int32 and masks.ndim == 1):
-            raise TypeError(f"masks must be a 1-D int32 array, got {masks}")
+        check_mask_table(masks)
         intp = types.intp
         sig = types.void(
             inputs, intp, intp, filters, intp, masks, intp, out, intp, bias, intp,
@@ -115,22 +119,15 @@ def build_plane_tap_kernel(
             out_base = e.base(7, out_a, out_off)
             bias_base = e.base(9, bias_a, bias_i)
             residual_base = e.base(12, res_a, res_off)
-            bit_set = ir.IntType(lanes)
 
             def mask(u, entry):
-                word = b.load(b.gep(masks_base, [e.constant(u * entries + entry)]))
-                return b.bitcast(b.trunc(word, bit_set), e.mask_type)
-
-            undef = ir.Constant(e.vector, ir.Undefined)
-            first = ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes)
-
-            def broadcast(scalar):
-                single = b.insert_element(undef, scalar, ir.Constant(ir.IntType(32), 0))
-                return b.shuffle_vector(single, undef, first)
+                return e.bit_set_mask(masks_base, u * entries + entry)
 
             zero = ir.Constant(e.vector.element, 0.0)
-            start = broadcast(b.select(has_bias_v, b.load(bias_base), zero))
-            weights = [broadcast(b.load(b.gep(filters_base, [e.constant(t)]))) for t in range(taps)]
+            start = e.broadcast(b.select(has_bias_v, b.load(bias_base), zero))
+            weights = [
+                e.broadcast(b.load(b.gep(filters_base, [e.constant(t)]))) for t in range(taps)
+            ]
             columns = {}
             if not checked:
                 columns = {

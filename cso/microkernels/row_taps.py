@@ -38,7 +38,14 @@ from numba.extending import intrinsic
 
 from ..analysis.rows import load_groups
 from .epilogue import emit_epilogue
-from .vector_ir import I32, KernelEmitter, check_dtype_and_lanes, check_float_arrays
+from .vector_ir import (
+    I32,
+    KernelEmitter,
+    check_bit_set_lanes,
+    check_dtype_and_lanes,
+    check_float_arrays,
+    check_mask_table,
+)
 
 
 @functools.lru_cache(maxsize=None)
@@ -75,8 +82,7 @@ def build_row_tap_kernel(
     ):  # fmt: skip
         if not 1 <= value <= top:
             raise ValueError(f"{label} must be in [1, {top}], got {value}")
-    if vector_lanes > 32:
-        raise ValueError(f"vector_lanes must be at most 32 (int32 masks), got {vector_lanes}")
+    check_bit_set_lanes(vector_lanes)
     lanes = vector_lanes
     groups = load_groups(kernel_width, dilation_w, stride_w)
     per_vector = 1 + len(groups) * stride_w
@@ -92,8 +98,7 @@ def build_row_tap_kernel(
             dtype_name, inputs=inputs, zeros=zeros, filters=filters, out=out, bias=bias,
             residual=residual,
         )  # fmt: skip
-        if not (isinstance(masks, types.Array) and masks.dtype == types.int32 and masks.ndim == 1):
-            raise TypeError(f"masks must be a 1-D int32 array, got {masks}")
+        check_mask_table(masks)
         intp = types.intp
         sig = types.void(
             inputs, intp, intp, zeros, intp, intp, intp, filters, intp, out, intp, masks, intp,
@@ -113,23 +118,14 @@ def build_row_tap_kernel(
             masks_base = e.base(11, m_a, m_off)
             bias_base = e.base(13, bias_a, bias_i)
             residual_base = e.base(16, res_a, res_off)
-            bit_set = ir.IntType(lanes)
 
             def mask(index):
-                word = b.load(b.gep(masks_base, [e.constant(index)]))
-                return b.bitcast(b.trunc(word, bit_set), e.mask_type)
-
-            undef = ir.Constant(e.vector, ir.Undefined)
-            first_lane = ir.Constant(ir.VectorType(I32, lanes), [0] * lanes)
-
-            def broadcast(scalar):
-                single = b.insert_element(undef, scalar, ir.Constant(I32, 0))
-                return b.shuffle_vector(single, undef, first_lane)
+                return e.bit_set_mask(masks_base, index)
 
             zero = ir.Constant(e.vector.element, 0.0)
-            start = broadcast(b.select(has_bias_v, b.load(bias_base), zero))
+            start = e.broadcast(b.select(has_bias_v, b.load(bias_base), zero))
             weights = [
-                broadcast(b.load(b.gep(filters_base, [e.constant(t)])))
+                e.broadcast(b.load(b.gep(filters_base, [e.constant(t)])))
                 for t in range(kernel_height * kernel_width)
             ]
             load_masks = {

@@ -154,6 +154,23 @@ class KernelEmitter:
         """The mask of lanes ``j < count``."""
         return lanes_below(self.builder, count, self.lanes)
 
+    def broadcast(self, scalar):
+        """``scalar`` (a float IR value) in every lane of a vector."""
+        undef = ir.Constant(self.vector, ir.Undefined)
+        single = self.builder.insert_element(undef, scalar, ir.Constant(I32, 0))
+        return self.builder.shuffle_vector(
+            single, undef, ir.Constant(ir.VectorType(I32, self.lanes), [0] * self.lanes)
+        )
+
+    def bit_set_mask(self, base, index):
+        """The lane mask stored as an int32 bit set at element ``index`` of
+        ``base`` (bit ``l``: lane ``l``; the mask tables of the plane and row
+        kernels)."""
+        word = self.builder.load(self.builder.gep(base, [self.constant(index)]))
+        return self.builder.bitcast(
+            self.builder.trunc(word, ir.IntType(self.lanes)), self.mask_type
+        )
+
     def masked_by(self, mask, condition):
         """``mask`` where the run-time ``condition`` holds, else no lane."""
         every = ir.Constant(self.mask_type, [1] * self.lanes)
@@ -181,3 +198,16 @@ class KernelEmitter:
             self.masked_store,
             [value, self.vector_at(base, offset), ir.Constant(I32, self.align), mask],
         )
+
+
+def check_mask_table(masks) -> None:
+    """At typing: raise TypeError unless ``masks`` is a 1-D int32 array (a
+    table of lane bit sets, :meth:`KernelEmitter.bit_set_mask`)."""
+    if not (isinstance(masks, types.Array) and masks.dtype == types.int32 and masks.ndim == 1):
+        raise TypeError(f"masks must be a 1-D int32 array, got {masks}")
+
+
+def check_bit_set_lanes(vector_lanes: int) -> None:
+    """Raise ValueError unless ``vector_lanes`` fits an int32 bit set."""
+    if vector_lanes > 32:
+        raise ValueError(f"vector_lanes must be at most 32 (int32 masks), got {vector_lanes}")
