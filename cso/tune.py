@@ -18,10 +18,7 @@ import numpy as np
 from . import executor
 from .analysis import tiles
 from .analysis.choices import SCHEDULES, KCRS_ALGORITHMS, Algorithm, Schedule, VectorOperand
-from .analysis.depthwise import is_depthwise
-from .analysis.planes import is_plane_depthwise
-from .analysis.rows import is_row_depthwise
-from .analysis.tiles import is_lane_depthwise
+from .analysis.families import FAMILIES
 from .analysis.plan import Plan
 from .analysis.planner import plan_conv2d, plan_for_geometry
 from .analysis.retile import with_tiles
@@ -250,20 +247,13 @@ def tune(
     kernels = list(dict.fromkeys([own] + windows + others))
     pool = candidate_plans(base, kernels)
     if base is not analysis:
-        # The analysis' plan, the other depthwise families where they apply
-        # (tap, lane, plane, row), then the dense variants.
-        g = analysis.geometry
-        applies = {
-            Algorithm.DEPTHWISE: is_depthwise(g),
-            Algorithm.DEPTHWISE_LANES: is_lane_depthwise(g),
-            Algorithm.DEPTHWISE_PLANES: is_plane_depthwise(g),
-            Algorithm.DEPTHWISE_ROWS: is_row_depthwise(g),
-        }
-        siblings = (
-            [family for family, runs in applies.items() if runs and family != analysis.algorithm]
-            if analysis.algorithm in applies
-            else []
-        )
+        # The analysis' plan, the other families that run the layer (tap,
+        # lane, plane, row: analysis.families), then the dense variants.
+        siblings = [
+            name
+            for name, family in FAMILIES.items()
+            if name != analysis.algorithm and family.runs(analysis.geometry)
+        ]
         others = [
             plan_for_geometry(
                 analysis.geometry,

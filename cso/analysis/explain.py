@@ -264,14 +264,7 @@ def _compulsory_traffic(plan) -> str:
 
 def _explain_lanes(plan) -> str:
     """A lane plan's story: the machine and problem, then :func:`~.explain_lanes.lane_story`."""
-    g, hw = plan.geometry, plan.hardware
-    others = [
-        (f"{algorithm} plan", plan_for_geometry(
-            g, plan.dtype, hw, None, None, None, plan.threads, algorithm=algorithm
-        ))
-        for algorithm in (Algorithm.DEPTHWISE, Algorithm.DENSE)
-    ]  # fmt: skip
-    story = lane_story(plan, others, _size, _compulsory_traffic(plan))
+    story = lane_story(plan, weighed_against(plan), _size, _compulsory_traffic(plan))
     return "\n".join(_tap_family_header(plan) + story)
 
 

@@ -7,24 +7,20 @@ problem, as for every plan.
 
 from __future__ import annotations
 
-from . import planes, rows, tiles
+from . import planes, rows
 from .choices import Algorithm
+from .families import FAMILIES
 from .planner import plan_for_geometry
 
 
 def weighed_against(plan) -> list:
     """``[(label, plan)]``: the other families' plans for ``plan``'s layer
-    (tap, then lane, plane and row where they run, dense), as the planner
-    weighed them."""
+    (each of :data:`~.families.FAMILIES` that runs it, then dense), as the
+    planner weighed them."""
     g, hw = plan.geometry, plan.hardware
-    runs = {
-        Algorithm.DEPTHWISE: True,
-        Algorithm.DEPTHWISE_LANES: tiles.is_lane_depthwise(g),
-        Algorithm.DEPTHWISE_PLANES: planes.is_plane_depthwise(g),
-        Algorithm.DEPTHWISE_ROWS: rows.is_row_depthwise(g),
-        Algorithm.DENSE: True,
-    }
-    algorithms = [name for name, applies in runs.items() if applies and name != plan.algorithm]
+    algorithms = [
+        name for name, family in FAMILIES.items() if name != plan.algorithm and family.runs(g)
+    ] + [Algorithm.DENSE]
     return [
         (f"{algorithm} plan", plan_for_geometry(
             g, plan.dtype, hw, None, None, None, plan.threads, algorithm=algorithm
