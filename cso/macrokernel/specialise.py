@@ -208,24 +208,18 @@ def depthwise_module(
     its serial twin (see the module docstring); ``patch``: a measurement
     variant (:class:`LoopPatch`: its source rebinding ``tap_kernel`` or
     ``pack_channel_phases``), None for the real thing."""
-    _check_patch(patch)
     shape = tuple(int(n) for n in (kernel_height, stride_h, dilation_h, rows, vectors))
-    key = ("depthwise",) + shape + (str(dtype_name), int(vector_lanes), int(masked_rows), patch)
-
-    def source():
-        template = pathlib.Path(depthwise_source.__file__).read_text()
-        arguments = ", ".join(str(n) for n in shape)
-        return template + (
-            "\n\n# ---- specialisation written by cso.macrokernel.specialise ----\n"
-            "from cso.microkernels.taps import build_tap_kernel\n"
-            f"tap_kernel = build_tap_kernel({arguments}, {dtype_name!r}, {int(vector_lanes)}, "
-            f"{int(masked_rows)})\n"
-            f"VECTOR_TOKEN = (None,) * {int(vector_lanes)}\n"
-        ) + (patch.source if patch else "")
-
+    arguments = ", ".join(str(n) for n in shape)
+    binding = (
+        "from cso.microkernels.taps import build_tap_kernel\n"
+        f"tap_kernel = build_tap_kernel({arguments}, {dtype_name!r}, {int(vector_lanes)}, "
+        f"{int(masked_rows)})\n"
+        f"VECTOR_TOKEN = (None,) * {int(vector_lanes)}\n"
+    )
     name = "cso_depthwise_r{}_s{}_d{}_b{}_v{}".format(*shape)
     name += f"_{dtype_name}_l{int(vector_lanes)}" + (f"_m{int(masked_rows)}" if masked_rows else "")
-    return _specialised(key, name + _patch_suffix(patch), source, serial)
+    key = ("depthwise",) + shape + (str(dtype_name), int(vector_lanes), int(masked_rows))
+    return _family_module(key, name, depthwise_source, binding, patch, serial)
 
 
 def lanes_module(
@@ -241,26 +235,20 @@ def lanes_module(
     measurement variant (:class:`LoopPatch`: its source rebinding
     ``lane_tap_kernel``, ``lane_pack`` or ``lane_unpack``), None for the
     real thing."""
-    _check_patch(patch)
     shape = tuple(int(n) for n in (kernel_width, stride_w, dilation_w, outputs))
-    key = ("lanes",) + shape + (str(dtype_name), int(vector_lanes), patch)
-
-    def source():
-        template = pathlib.Path(lanes_source.__file__).read_text()
-        arguments = ", ".join(str(n) for n in shape)
-        kind = f"{dtype_name!r}, {int(vector_lanes)}"
-        return template + (
-            "\n\n# ---- specialisation written by cso.macrokernel.specialise ----\n"
-            "from cso.microkernels.lane_taps import build_lane_tap_kernel\n"
-            "from cso.microkernels.lane_transposes import build_lane_pack, build_lane_unpack\n"
-            f"lane_tap_kernel = build_lane_tap_kernel({arguments}, {kind})\n"
-            f"lane_pack = build_lane_pack({kind})\n"
-            f"lane_unpack = build_lane_unpack({kind})\n"
-            f"LANES = {int(vector_lanes)}\n"
-        ) + (patch.source if patch else "")
-
+    arguments = ", ".join(str(n) for n in shape)
+    kind = f"{dtype_name!r}, {int(vector_lanes)}"
+    binding = (
+        "from cso.microkernels.lane_taps import build_lane_tap_kernel\n"
+        "from cso.microkernels.lane_transposes import build_lane_pack, build_lane_unpack\n"
+        f"lane_tap_kernel = build_lane_tap_kernel({arguments}, {kind})\n"
+        f"lane_pack = build_lane_pack({kind})\n"
+        f"lane_unpack = build_lane_unpack({kind})\n"
+        f"LANES = {int(vector_lanes)}\n"
+    )
     name = "cso_lanes_s{}_sw{}_dw{}_o{}".format(*shape) + f"_{dtype_name}_l{int(vector_lanes)}"
-    return _specialised(key, name + _patch_suffix(patch), source, serial)
+    key = ("lanes",) + shape + (str(dtype_name), int(vector_lanes))
+    return _family_module(key, name, lanes_source, binding, patch, serial)
 
 
 def planes_module(
@@ -274,24 +262,18 @@ def planes_module(
     ``serial``: its serial twin (see the module docstring); ``patch``: a
     measurement variant (:class:`LoopPatch`: its source rebinding the
     kernels), None for the real thing."""
-    _check_patch(patch)
     shape = tuple(int(n) for n in (kernel_height, kernel_width, dilation_h, dilation_w, vectors))
-    key = ("planes",) + shape + (str(dtype_name), int(vector_lanes), patch)
-
-    def source():
-        template = pathlib.Path(planes_source.__file__).read_text()
-        arguments = ", ".join(str(n) for n in shape)
-        kind = f"{dtype_name!r}, {int(vector_lanes)}"
-        return template + (
-            "\n\n# ---- specialisation written by cso.macrokernel.specialise ----\n"
-            "from cso.microkernels.plane_taps import build_plane_tap_kernel\n"
-            f"plane_tap_kernel = build_plane_tap_kernel({arguments}, False, {kind})\n"
-            f"plane_tap_kernel_checked = build_plane_tap_kernel({arguments}, True, {kind})\n"
-            f"LANES = {int(vector_lanes)}\n"
-        ) + (patch.source if patch else "")
-
+    arguments = ", ".join(str(n) for n in shape)
+    kind = f"{dtype_name!r}, {int(vector_lanes)}"
+    binding = (
+        "from cso.microkernels.plane_taps import build_plane_tap_kernel\n"
+        f"plane_tap_kernel = build_plane_tap_kernel({arguments}, False, {kind})\n"
+        f"plane_tap_kernel_checked = build_plane_tap_kernel({arguments}, True, {kind})\n"
+        f"LANES = {int(vector_lanes)}\n"
+    )
     name = "cso_planes_r{}_s{}_dh{}_dw{}_u{}".format(*shape) + f"_{dtype_name}_l{int(vector_lanes)}"
-    return _specialised(key, name + _patch_suffix(patch), source, serial)
+    key = ("planes",) + shape + (str(dtype_name), int(vector_lanes))
+    return _family_module(key, name, planes_source, binding, patch, serial)
 
 
 def rows_module(
@@ -306,26 +288,38 @@ def rows_module(
     memoised; ``serial``: its serial twin (see the module docstring);
     ``patch``: a measurement variant (:class:`LoopPatch`: its source
     rebinding the kernel), None for the real thing."""
-    _check_patch(patch)
     shape = tuple(
         int(n) for n in (kernel_height, kernel_width, dilation_h, dilation_w, stride_w, vectors)
     )
-    key = ("rows",) + shape + (str(dtype_name), int(vector_lanes), patch)
-
-    def source():
-        template = pathlib.Path(rows_source.__file__).read_text()
-        arguments = ", ".join(str(n) for n in shape)
-        return template + (
-            "\n\n# ---- specialisation written by cso.macrokernel.specialise ----\n"
-            "from cso.microkernels.row_taps import build_row_tap_kernel\n"
-            f"row_tap_kernel = build_row_tap_kernel({arguments}, {dtype_name!r}, "
-            f"{int(vector_lanes)})\n"
-            f"LANES = {int(vector_lanes)}\n"
-        ) + (patch.source if patch else "")
-
+    arguments = ", ".join(str(n) for n in shape)
+    binding = (
+        "from cso.microkernels.row_taps import build_row_tap_kernel\n"
+        f"row_tap_kernel = build_row_tap_kernel({arguments}, {dtype_name!r}, "
+        f"{int(vector_lanes)})\n"
+        f"LANES = {int(vector_lanes)}\n"
+    )
     name = "cso_rows_r{}_s{}_dh{}_dw{}_sw{}_u{}".format(*shape)
     name += f"_{dtype_name}_l{int(vector_lanes)}"
-    return _specialised(key, name + _patch_suffix(patch), source, serial)
+    key = ("rows",) + shape + (str(dtype_name), int(vector_lanes))
+    return _family_module(key, name, rows_source, binding, patch, serial)
+
+
+def _family_module(key, name, template, binding, patch, serial):
+    """A depthwise family's loop module: its nest ``template`` (a module whose
+    file is the template) followed by ``binding`` (the lines binding the
+    template's kernels for ``key``) and ``patch``'s source, memoised by
+    ``key`` and ``patch`` (:func:`_specialised`)."""
+    _check_patch(patch)
+
+    def source():
+        return (
+            pathlib.Path(template.__file__).read_text()
+            + "\n\n# ---- specialisation written by cso.macrokernel.specialise ----\n"
+            + binding
+            + (patch.source if patch else "")
+        )
+
+    return _specialised(key + (patch,), name + _patch_suffix(patch), source, serial)
 
 
 def _check_patch(patch, kernel_options: bool = False) -> None:
