@@ -49,7 +49,12 @@ import functools
 from numba import types
 from numba.extending import intrinsic
 
-from .vector_ir import KernelEmitter, check_dtype_and_lanes, check_float_arrays
+from .vector_ir import (
+    KernelEmitter,
+    check_dtype_and_lanes,
+    check_float_arrays,
+    check_shape_bounds,
+)
 
 
 def column_uses(outputs: int, kernel_width: int, stride_w: int, dilation_w: int) -> list:
@@ -90,12 +95,10 @@ def build_lane_tap_kernel(
         ``bias[bias_offset + l]`` when ``has_bias``, else 0.
     """
     check_dtype_and_lanes(dtype_name, vector_lanes)
-    for label, value, top in (
+    check_shape_bounds(
         ("kernel_width", kernel_width, 32), ("stride_w", stride_w, 16),
         ("dilation_w", dilation_w, 16), ("outputs", outputs, 64),
-    ):  # fmt: skip
-        if not 1 <= value <= top:
-            raise ValueError(f"{label} must be in [1, {top}], got {value}")
+    )  # fmt: skip
     lanes = vector_lanes
     uses = column_uses(outputs, kernel_width, stride_w, dilation_w)
 

@@ -47,6 +47,7 @@ from numba.extending import intrinsic
 
 from .epilogue import emit_epilogue
 from .vector_ir import (
+    check_shape_bounds,
     KernelEmitter,
     check_bit_set_lanes,
     check_dtype_and_lanes,
@@ -82,12 +83,10 @@ def build_plane_tap_kernel(
         residual_offset, activation, has_residual)``.
     """
     check_dtype_and_lanes(dtype_name, vector_lanes)
-    for label, value, top in (
+    check_shape_bounds(
         ("kernel_height", kernel_height, 64), ("kernel_width", kernel_width, 64),
         ("dilation_h", dilation_h, 64), ("dilation_w", dilation_w, 64), ("vectors", vectors, 32),
-    ):  # fmt: skip
-        if not 1 <= value <= top:
-            raise ValueError(f"{label} must be in [1, {top}], got {value}")
+    )  # fmt: skip
     check_bit_set_lanes(vector_lanes)
     lanes, taps = vector_lanes, kernel_height * kernel_width
     entries = 1 + kernel_width + taps

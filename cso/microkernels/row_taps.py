@@ -39,6 +39,7 @@ from numba.extending import intrinsic
 from ..analysis.rows import load_groups
 from .epilogue import emit_epilogue
 from .vector_ir import (
+    check_shape_bounds,
     I32,
     KernelEmitter,
     check_bit_set_lanes,
@@ -75,13 +76,11 @@ def build_row_tap_kernel(
         has_bias, residual, residual_offset, activation, has_residual)``.
     """
     check_dtype_and_lanes(dtype_name, vector_lanes)
-    for label, value, top in (
+    check_shape_bounds(
         ("kernel_height", kernel_height, 64), ("kernel_width", kernel_width, 64),
         ("dilation_h", dilation_h, 64), ("dilation_w", dilation_w, 64), ("stride_w", stride_w, 2),
         ("vectors", vectors, 32),
-    ):  # fmt: skip
-        if not 1 <= value <= top:
-            raise ValueError(f"{label} must be in [1, {top}], got {value}")
+    )  # fmt: skip
     check_bit_set_lanes(vector_lanes)
     lanes = vector_lanes
     groups = load_groups(kernel_width, dilation_w, stride_w)

@@ -67,7 +67,7 @@ from numba.extending import intrinsic
 
 from ..analysis.depthwise import rows_read
 from .epilogue import emit_epilogue
-from .vector_ir import KernelEmitter, check_float_arrays
+from .vector_ir import KernelEmitter, check_float_arrays, check_shape_bounds
 
 _NUMBA_FLOAT = {"float32": types.float32, "float64": types.float64}
 
@@ -120,13 +120,11 @@ def build_tap_kernel(
     """
     if dtype_name not in _NUMBA_FLOAT:
         raise ValueError(f"dtype_name must be float32 or float64, got {dtype_name!r}")
-    for label, value, top in (
+    check_shape_bounds(
         ("kernel_height", kernel_height, 16), ("stride_h", stride_h, 16),
         ("dilation_h", dilation_h, 16), ("rows", rows, 16), ("vectors", vectors, 16),
         ("vector_lanes", vector_lanes, 64), ("masked_rows", masked_rows + 1, rows + 1),
-    ):  # fmt: skip
-        if not 1 <= value <= top:
-            raise ValueError(f"{label} must be in [1, {top}], got {value}")
+    )  # fmt: skip
     numba_type = _NUMBA_FLOAT[dtype_name]
     lanes = vector_lanes
     uses = row_uses(rows, kernel_height, stride_h, dilation_h)

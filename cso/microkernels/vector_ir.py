@@ -106,6 +106,14 @@ def transpose(builder, rows) -> list:
     return rows
 
 
+def check_shape_bounds(*bounds) -> None:
+    """Raise ValueError unless every ``(label, value, top)`` has ``1 <= value
+    <= top``: a generated kernel's shape parameters, checked before any IR."""
+    for label, value, top in bounds:
+        if not 1 <= value <= top:
+            raise ValueError(f"{label} must be in [1, {top}], got {value}")
+
+
 def check_dtype_and_lanes(dtype_name: str, lanes: int) -> None:
     """Raise ValueError unless ``dtype_name`` is float32 or float64 and
     ``lanes`` a power of two in [2, 64]."""
