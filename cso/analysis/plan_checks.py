@@ -122,6 +122,14 @@ def _check_remade(g: ConvGeometry) -> None:
         raise ValueError(f"geometry is inconsistent: {g}")
 
 
+# The families that read the planes as given: the word their errors use, and
+# the vectors a call of their kernel holds.
+_UNPACKED_FAMILIES = {
+    Algorithm.DEPTHWISE_PLANES: ("plane", plane_shapes.vectors_per_call),
+    Algorithm.DEPTHWISE_ROWS: ("row", plane_shapes.row_vectors_per_call),
+}
+
+
 def _check_kernel(plan) -> None:
     hardware = plan.hardware
     element_bytes = _DTYPE_NAMES[plan.dtype].itemsize
@@ -136,29 +144,17 @@ def _check_kernel(plan) -> None:
             f"Plan.threads ({plan.threads}) exceeds the machine's cores ({hardware.cores})"
         )
     nf, nwin = plan.filters_per_tile, plan.windows_per_tile
-    if plan.algorithm == Algorithm.DEPTHWISE_PLANES:
-        per_call = plane_shapes.vectors_per_call(plan.geometry, lanes)
+    if plan.algorithm in _UNPACKED_FAMILIES:
+        label, vectors_per_call = _UNPACKED_FAMILIES[plan.algorithm]
+        per_call = vectors_per_call(plan.geometry, lanes)
         if nf != 1 or nwin != per_call * lanes:
             raise ValueError(
-                f"a plane plan computes 1 x {per_call * lanes} pixels a call ({per_call} "
+                f"a {label} plan computes 1 x {per_call * lanes} pixels a call ({per_call} "
                 f"vectors of {lanes} lanes), got filters_per_tile={nf}, windows_per_tile={nwin}"
             )
         if lanes > plane_shapes.MAX_PLANE_LANES:
             raise ValueError(
-                f"a plane plan needs at most {plane_shapes.MAX_PLANE_LANES} vector lanes, "
-                f"got {lanes}"
-            )
-        return
-    if plan.algorithm == Algorithm.DEPTHWISE_ROWS:
-        per_call = plane_shapes.row_vectors_per_call(plan.geometry, lanes)
-        if nf != 1 or nwin != per_call * lanes:
-            raise ValueError(
-                f"a row plan computes 1 x {per_call * lanes} pixels a call ({per_call} "
-                f"vectors of {lanes} lanes), got filters_per_tile={nf}, windows_per_tile={nwin}"
-            )
-        if lanes > plane_shapes.MAX_PLANE_LANES:
-            raise ValueError(
-                f"a row plan needs at most {plane_shapes.MAX_PLANE_LANES} vector lanes, "
+                f"a {label} plan needs at most {plane_shapes.MAX_PLANE_LANES} vector lanes, "
                 f"got {lanes}"
             )
         return
