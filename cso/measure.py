@@ -94,27 +94,23 @@ LANE_VARIANTS = {
 
 
 # The plane nest's stages (cso.macrokernel.planes): its kernels only; it
-# packs nothing.
+# packs nothing, so its skeleton is the no-kernel variant.
 PLANE_VARIANTS = {
     "no-kernel": LoopPatch(
         "no-kernel", _no_ops("plane_tap_kernel", "plane_tap_kernel_checked")
     ),
-    "skeleton": LoopPatch(
-        "skeleton", _no_ops("plane_tap_kernel", "plane_tap_kernel_checked")
-    ),
 }
 
 
-# The row nest's stages (cso.macrokernel.rows): its kernel only; it packs nothing.
+# The row nest's stages (cso.macrokernel.rows): its kernel only, as the plane nest's.
 ROW_VARIANTS = {
     "no-kernel": LoopPatch("no-kernel", _no_ops("row_tap_kernel")),
-    "skeleton": LoopPatch("skeleton", _no_ops("row_tap_kernel")),
 }
 
 
 def variants_for(plan: Plan) -> dict:
     """The measurement variants of ``plan``'s loop nest, by name:
-    :data:`VARIANTS` (dense), :data:`TAP_VARIANTS`, :data:`LANE_VARIANTS` or
+    :data:`VARIANTS` (dense), :data:`TAP_VARIANTS`, :data:`LANE_VARIANTS`,
     :data:`PLANE_VARIANTS` or :data:`ROW_VARIANTS`."""
     if plan.algorithm == Algorithm.DEPTHWISE_PLANES:
         return PLANE_VARIANTS
@@ -224,8 +220,9 @@ def stage_times(plan: Plan, x, w, rounds=5) -> dict:
     ``input packing``: total minus the program that never packs (the lane
     nest: the transposes laying filters and input out as pixel vectors).
     ``output unpacking`` (the lane nest only): total minus the program that
-    never transposes its pixels back to the output planes.  The plane nest
-    packs nothing: it has neither.  ``rest``: the
+    never transposes its pixels back to the output planes.  The plane and
+    row nests pack nothing: they have neither, and their skeleton is the
+    no-kernel program.  ``rest``: the
     skeleton (none of those stages) less the filter preparation: the loops,
     edge-tile copies, thread launch and Python around them.  Timing noise
     can make a difference slightly negative; it is reported as measured, so
@@ -238,7 +235,9 @@ def stage_times(plan: Plan, x, w, rounds=5) -> dict:
         stages.append(("no-pack", "no-pack"))
     if unpacks:
         stages.append(("no-unpack", "no-unpack"))
-    stages.append(("skeleton", "skeleton"))
+    skeleton = "skeleton" if packs or unpacks else "no-kernel"
+    if skeleton == "skeleton":
+        stages.append(("skeleton", "skeleton"))
     programs = {
         name: plan_program(plan, x, w, variant=variant) for name, variant in stages
     }
@@ -255,7 +254,7 @@ def stage_times(plan: Plan, x, w, rounds=5) -> dict:
     if unpacks:
         times["output unpacking"] = best["total"] - best["no-unpack"]
     times["filters"] = best["filters"]
-    times["rest"] = best["skeleton"] - best["filters"]
+    times["rest"] = best[skeleton] - best["filters"]
     return times
 
 
