@@ -33,7 +33,7 @@ class Launch(NamedTuple):
     """What a plan's loop nest is called with, besides the operands."""
 
     loop_nest: object
-    bounds: tuple  # the LoopBounds or DepthwiseBounds fields, as a plain tuple
+    bounds: tuple  # the family's bounds (cso.macrokernel.bounds) fields, as a plain tuple
     workspace_elements: int
     # the tap nest's offsets, the lane nest's pack targets, the plane nest's
     # calls and masks; None: dense
@@ -217,8 +217,9 @@ def _planes_launch(plan: Plan, module) -> Launch:
 
 def _rows_launch(plan: Plan, module) -> Launch:
     """The row nest (:mod:`cso.macrokernel.rows`), its bounds and workspace
-    (one zero row per worker, after ``pad_left`` more); its offsets are the calls a row takes and
-    the kernel's masks (:func:`~cso.analysis.rows.row_offsets`)."""
+    (one zero row per worker, after ``pad_left`` more); its offsets are the
+    calls a row takes, the filter rows on the plane and the kernel's masks
+    (:func:`~cso.analysis.rows.row_offsets`)."""
     g = plan.geometry
     vectors = plan.windows_per_tile // plan.vector_lanes
     stride = worker_stride(g.pad_left + g.width, plan.dtype)
