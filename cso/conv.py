@@ -9,15 +9,13 @@ import numpy as np
 from . import executor
 from .analysis.choices import KCRS_ALGORITHMS, activation_code
 from .analysis.detect import detect_hardware
-from .analysis.plan import check_plan
+from .analysis.plan import check_plan, dtype_name
 from .analysis.planner import plan_for_geometry
 from .checks import as_array, check_bias, check_ndim, check_out, check_residual, check_threads
 from .geometry import make_geometry, result_dtype
 from .packed import PackedFilters
 from .tuned_store import check_tuned, tuned_plan
 
-# dtype.name is slow enough (a microsecond) to show in a small layer's call.
-_DTYPE_NAMES = {np.dtype(np.float32): "float32", np.dtype(np.float64): "float64"}
 
 
 def conv2d(
@@ -130,7 +128,7 @@ def conv2d(
         plan = call.plan
         if plan is None:
             plan = plan_for_geometry(
-                geometry, _DTYPE_NAMES[dtype], detect_hardware(), None, None, None, call.threads
+                geometry, dtype_name(dtype), detect_hardware(), None, None, None, call.threads
             )
             # detect_hardware() is fixed once it has succeeded: so is this plan.
             call.plan = plan

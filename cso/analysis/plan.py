@@ -197,7 +197,7 @@ class Plan:
 
     def matches(self, geometry: ConvGeometry, dtype) -> bool:
         """Whether this plan was made for ``geometry`` and ``dtype``."""
-        return self.geometry == geometry and self.dtype == _dtype_name(dtype)
+        return self.geometry == geometry and self.dtype == dtype_name(dtype)
 
 
 # NumPy works a dtype's name out in Python each time (1.2 microseconds of a
@@ -205,7 +205,8 @@ class Plan:
 _DTYPE_NAMES = {np.dtype(np.float32): "float32", np.dtype(np.float64): "float64"}
 
 
-def _dtype_name(dtype) -> str:
+def dtype_name(dtype) -> str:
+    """``np.dtype(dtype).name``, looked up for the dtypes a plan can have."""
     name = _DTYPE_NAMES.get(dtype) if isinstance(dtype, np.dtype) else None
     return name if name is not None else np.dtype(dtype).name
 
