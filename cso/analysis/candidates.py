@@ -91,23 +91,34 @@ def cache_tiles_for(problem: Problem, schedule, nc, nf, nwin):
     share = hardware.usable_fraction * hardware.weights.sweep_fraction
     l2 = tiles.usable_bytes(hardware.l2_bytes, share)
     l3 = tiles.usable_bytes(hardware.l3_bytes, share)
+    # In L2 the input's panel sits beside the rows it is packed from.
+    in_l2 = in_bytes + packing_source_tile_bytes(problem, nc, nwin)
     if schedule == Schedule.IS:
-        resident, streamed, resident_count, streamed_count = (
-            in_bytes,
-            fs_bytes,
-            window_tiles,
-            filter_tiles,
-        )
+        k2 = tiles.l2_tiles(l2, in_l2, fs_bytes, out_bytes, filter_tiles)
+        k3 = tiles.l3_tiles(l3, in_bytes, fs_bytes, out_bytes, k2, window_tiles)
     else:
-        resident, streamed, resident_count, streamed_count = (
-            fs_bytes,
-            in_bytes,
-            filter_tiles,
-            window_tiles,
-        )
-    k2 = tiles.l2_tiles(l2, resident, streamed, out_bytes, streamed_count)
-    k3 = tiles.l3_tiles(l3, resident, streamed, out_bytes, k2, resident_count)
+        k2 = tiles.l2_tiles(l2, fs_bytes, in_l2, out_bytes, window_tiles)
+        k3 = tiles.l3_tiles(l3, fs_bytes, in_bytes, out_bytes, k2, filter_tiles)
     return k2, k3
+
+
+def packing_source_tile_bytes(problem: Problem, nc: int, nwin: int) -> int:
+    """``SRC``: the input rows packing one panel of ``nc`` channels and
+    ``nwin`` windows reads (:func:`~cso.analysis.tiles.packing_source_bytes`);
+    0 when the plan reads its input in place (it packs nothing)."""
+    if problem.input_in_place:
+        return 0
+    g = problem.geometry
+    return tiles.packing_source_bytes(
+        nc,
+        nwin,
+        g.out_width,
+        g.height,
+        g.width,
+        g.dilation_h * (g.kernel_height - 1) + 1,
+        g.stride_h,
+        problem.element_bytes,
+    )
 
 
 def input_read_in_place(geometry: ConvGeometry, operand, element_bytes, hardware) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..geometry import ceil_div
-from . import counts, tiles
+from . import candidates, counts, tiles
 from .choices import TAP_ALGORITHMS, Algorithm, Schedule, VectorOperand
 from .cost import filter_pack_cost_for, hidden_stream_cost, workers_read_every_panel
 from .explain_lanes import lane_story
@@ -33,10 +33,13 @@ def _occupancy(plan) -> list:
     fs_b = tiles.filter_tile_bytes(plan.channel_tile, area, plan.filters_per_tile, s)
     out_b = tiles.output_tile_bytes(plan.windows_per_tile, plan.filters_per_tile, s)
     resident, streamed = (in_b, fs_b) if plan.schedule == Schedule.IS else (fs_b, in_b)
+    # In L2 the input's panels sit beside the rows they are packed from.
+    in_l2 = in_b + _source_bytes(plan)
+    resident_l2, streamed_l2 = (in_l2, fs_b) if plan.schedule == Schedule.IS else (fs_b, in_l2)
     k2, k3 = plan.l2_tiles, plan.l3_tiles
     rows = [
         ("L1", in_b + fs_b + out_b, hw.l1_bytes),
-        ("L2", resident + k2 * streamed + k2 * out_b, hw.l2_bytes),
+        ("L2", resident_l2 + k2 * streamed_l2 + k2 * out_b, hw.l2_bytes),
         ("L3", k3 * resident + k2 * streamed + k2 * k3 * out_b, hw.l3_bytes),
     ]
     return [
@@ -50,6 +53,13 @@ def _occupancy(plan) -> list:
         )
         for name, used, cap in rows
     ]
+
+
+def _source_bytes(plan) -> int:
+    """``SRC`` of ``plan``'s input panel (:func:`candidates.packing_source_tile_bytes`)."""
+    return candidates.packing_source_tile_bytes(
+        candidates.problem_of(plan), plan.channel_tile, plan.windows_per_tile
+    )
 
 
 def _loop_nest(plan) -> str:
@@ -338,6 +348,8 @@ def explain(plan) -> str:
         f"  IN  = Nc*R*S*Nwin*s = {_size(in_b)}",
         f"  FS  = Nc*R*S*Nf*s   = {_size(fs_b)}",
         f"  OUT = Nwin*Nf*s     = {_size(out_b)}",
+        f"  SRC = {_size(_source_bytes(plan))}: the input rows packing one panel reads "
+        "(beside the panels in the L2 rule; 0 when the input is read in place)",
         "",
         f"Cache occupancy ({plan.schedule})",
     ]

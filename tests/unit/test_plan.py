@@ -9,6 +9,7 @@ from conftest import AVX512_CORE
 
 from cso import Hardware, Plan, plan_conv2d
 from cso.analysis import tiles
+from cso.analysis.candidates import packing_source_tile_bytes, problem_of
 from cso.analysis.cost import schedule_traffic
 from cso.geometry import ceil_div
 
@@ -77,9 +78,14 @@ def test_each_rule_holds_and_is_tight(hardware, x_shape, w_shape, stride, paddin
         resident_count, streamed_count = (
             (window_tiles, filter_tiles) if name == "IS" else (filter_tiles, window_tiles)
         )
+        # In L2 the input panel's term also holds the rows it is packed from.
+        source = packing_source_tile_bytes(problem_of(plan), nc, plan.windows_per_tile)
+        resident_l2, streamed_l2 = (
+            (in_b + source, fs_b) if name == "IS" else (fs_b, in_b + source)
+        )
 
         def l2_rule(k):
-            return resident + k * streamed + k * out_b <= l2
+            return resident_l2 + k * streamed_l2 + k * out_b <= l2
 
         def l3_rule(k):
             return k * resident + k2 * streamed + k2 * k * out_b <= l3
@@ -107,6 +113,54 @@ def test_channel_tile_is_the_cheapest_candidate():
             assert chosen <= other.cost * (1 + TIE_TOLERANCE)
     # Few windows: deeper tiles than the L1 rule's pay for themselves (fewer calls).
     assert plan.channel_tile > rule
+
+
+@pytest.mark.parametrize(
+    "height, width, kernel, stride, dilation, padding",
+    [(56, 56, 1, 1, 1, 0), (56, 56, 1, 2, 1, 0), (112, 112, 3, 1, 1, 1), (56, 56, 3, 2, 1, 1),
+     (224, 224, 7, 2, 1, 3), (28, 28, 3, 1, 2, 2), (7, 7, 3, 1, 1, 1)],
+)  # fmt: skip
+@pytest.mark.parametrize("windows_per_tile", [14, 48])
+def test_packing_source_bytes_counts_the_rows_a_panel_reads(
+    height, width, kernel, stride, dilation, padding, windows_per_tile
+):
+    out_height = (height + 2 * padding - dilation * (kernel - 1) - 1) // stride + 1
+    out_width = (width + 2 * padding - dilation * (kernel - 1) - 1) // stride + 1
+    # Brute force: the input rows each tile of consecutive windows reads, on average.
+    windows = out_height * out_width
+    counts = []
+    for start in range(0, windows - windows_per_tile + 1, windows_per_tile):
+        rows = {
+            (w // out_width) * stride - padding + r * dilation
+            for w in range(start, start + windows_per_tile)
+            for r in range(kernel)
+        }
+        counts.append(len(rows))
+    source = tiles.packing_source_bytes(
+        3, windows_per_tile, out_width, height, width, dilation * (kernel - 1) + 1, stride, 4
+    )
+    rows = source / (3 * width * 4)
+    # Padding rows are not read and a tile may straddle one more row: within two rows.
+    assert abs(rows - np.mean(counts)) <= 2.0
+    assert rows <= height
+    if kernel == 1 and padding == 0:
+        # A 1x1 panel reads exactly its own elements, and at stride 2 the
+        # skipped columns' half of every line.
+        panel = tiles.input_tile_bytes(3, 1, windows_per_tile, 4)
+        assert source == pytest.approx(panel * stride, rel=1e-6, abs=4 * 3)
+
+
+def test_l2_rule_keeps_a_pointwise_panel_beside_its_source():
+    # 1x1 stride 1: SRC == IN, so WS keeps half as many panels as IN alone would allow.
+    plan = plan_conv2d((1, 256, 56, 56), (128, 256, 1, 1), hardware=AVX512, threads=1,
+                       schedule="WS")  # fmt: skip
+    in_b, fs_b, out_b = _sizes(plan, plan.channel_tile)
+    source = packing_source_tile_bytes(problem_of(plan), plan.channel_tile, plan.windows_per_tile)
+    assert source == in_b
+    window_tiles = ceil_div(plan.window_count, plan.windows_per_tile)
+    expected = tiles.l2_tiles(_usable(AVX512, "l2"), fs_b, 2 * in_b, out_b, window_tiles)
+    assert plan.l2_tiles == expected
+    assert expected < tiles.l2_tiles(_usable(AVX512, "l2"), fs_b, in_b, out_b, window_tiles)
 
 
 def test_channel_tile_candidates():
