@@ -374,8 +374,9 @@ def schedule_traffic(
             batch // images,
         ),
         packed_input_elements=packed_input_elements(
-            schedule, input_in_place, filter_blocks, window_tiles, input_all, s
-        ),
+            schedule, input_in_place, filter_blocks, window_tiles, input_all, s,
+            windows_per_tile, max(1, hardware.vector_bytes // s),
+        ),  # fmt: skip
         in_place_filter_reads=in_place_reads,
         conflicting_filter_reads=conflicting_filter_reads(
             in_place_reads, busiest_set, hardware.l1_ways

@@ -43,9 +43,10 @@ def test_packed_matches_unpacked_exactly(layer, dtype):
 def test_filter_vectorised_plan_for_few_windows(rng, tmp_path):
     """49 windows fill 64 window lanes badly; 7-window tiles of 48 filters not at all.
 
-    With filters packed ahead, the analysis takes the filter-vectorised
-    kernel for such a layer; the panels must start on a cache line, also
-    after a round trip through a file, and serve other batch sizes.
+    A filter-vectorised plan of 48 x 7 tiles (forced: which filter-vectorised
+    shape the model takes is the cost weights' business); the panels must
+    start on a cache line, also after a round trip through a file, and serve
+    other batch sizes.
     """
     from cso.packing.filters import is_aligned
 
@@ -55,7 +56,7 @@ def test_filter_vectorised_plan_for_few_windows(rng, tmp_path):
     b = rng.standard_normal(96).astype(np.float32)
     plan = cso.plan_conv2d(
         x.shape, w.shape, padding=1, hardware=avx512, vector_operand="filters",
-        filters_prepacked=True,
+        filters_per_tile=48, windows_per_tile=7, filters_prepacked=True,
     )  # fmt: skip
     packed = cso.pack_filters(w, x.shape, bias=b, padding=1, plan=plan)
     assert packed.plan.vector_operand == "filters"

@@ -163,6 +163,17 @@ def test_l2_rule_keeps_a_pointwise_panel_beside_its_source():
     assert expected < tiles.l2_tiles(_usable(AVX512, "l2"), fs_b, in_b, out_b, window_tiles)
 
 
+def test_packed_input_rows_are_counted_in_whole_vectors():
+    from cso.analysis.counts import packed_input_elements
+
+    # 3 window tiles of 7 windows, 10 channels: rows of 7 are written as 16-lane vectors.
+    input_all = 10 * 7 * 4
+    assert packed_input_elements("IS", False, 1, 3, input_all, 4, 7, 16) == 3 * 10 * 16
+    # Rows of whole vectors count as they are; WS packs once per filter block.
+    assert packed_input_elements("WS", False, 2, 3, 10 * 32 * 4, 4, 32, 16) == 2 * 3 * 10 * 32
+    assert packed_input_elements("WS", True, 2, 3, input_all, 4, 7, 16) == 0
+
+
 def test_channel_tile_candidates():
     assert tiles.channel_tile_candidates(25, 64) == [22, 32, 64]
     assert tiles.channel_tile_candidates(64, 64) == [64]
@@ -545,8 +556,11 @@ def test_folding_saves_padding():
 def test_small_planes_fold_the_batch_into_the_windows():
     x_shape, w_shape = (8, 512, 7, 7), (512, 512, 3, 3)
     # The 48 x 7 kernel pads none of 49 windows: image by image is as good.
-    unforced = plan_conv2d(x_shape, w_shape, padding=1, hardware=AVX512, filters_prepacked=True)
-    assert unforced.windows_per_tile == 7 and not unforced.batch_folded
+    shape_48x7 = dict(vector_operand="filters", filters_per_tile=48, windows_per_tile=7)
+    unpadded = plan_conv2d(
+        x_shape, w_shape, padding=1, hardware=AVX512, filters_prepacked=True, **shape_48x7
+    )
+    assert unpadded.windows_per_tile == 7 and not unpadded.batch_folded
     # 32 x 14 pads 49 windows to 56; folded, 8 x 49 windows are 28 whole tiles.
     shape_32x14 = dict(vector_operand="filters", filters_per_tile=32, windows_per_tile=14)
     plan = plan_conv2d(
