@@ -84,7 +84,9 @@ def kernel_call_seconds(hardware, rounds=5) -> float:
 
 def input_pack_seconds(hardware, layer, rounds=5):
     """``(t_no_kernel - t_skeleton) / packed input elements`` of ``layer``
-    (one of :data:`PACK_LAYERS`): the plan's loop nest with its micro-kernel
+    (one of :data:`PACK_LAYERS`; the elements counted as the model counts
+    them, each panel row in whole vectors,
+    :func:`cso.analysis.counts.packed_input_elements`): the plan's loop nest with its micro-kernel
     a no-op, against the same nest that does not pack either
     (:data:`cso.measure.VARIANTS`); None when the plan packs nothing (it
     reads the input in place on this machine).
