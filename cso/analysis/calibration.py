@@ -233,31 +233,6 @@ def lane_transpose_cost(rates: MeasuredRates) -> float:
     return dict(input_pack_costs(rates)).get("shifted", input_pack_cost(rates))
 
 
-def stream_overlap(rates: MeasuredRates) -> float:
-    """``1 - mean_shapes(t_L3stream,shape) * B_L3``, within ``[0, 1]``: the
-    share of a byte's time from L3 that the micro-kernels' multiply-adds
-    hide, where ``t_L3stream,shape`` is what a byte streamed from L3 adds to
-    a shape's call from L1 and ``1 / B_L3`` what it takes alone
-    (``l3_stream_shape_seconds``, ``l3_bytes_per_second``).  Records made
-    before the streams were kept have the default (0.5).
-
-    The mean, not the median: on a Xeon the shapes fell in two groups
-    (8x32w, 8x48w, 48x7f about 17 ps a byte; 14x32w, 16x16w, 32x14f 2.5-6,
-    against 45 ps a byte alone), between which a median would jump.  There
-    it came to 0.75-0.78, and the plans 0.75 changed ran 1.004-1.038x faster
-    over their layers than those of 0.5 (ResNet-50 and VGG-16, one and two
-    threads, ``experiments/cost_weight.py``): on 7x7-output layers at two
-    threads, WS splitting its windows (each thread streaming all the
-    filters) over splitting its filters, 1.084x on ``l4 3x3 512 @7``.
-    """
-    if not rates.l3_stream_shape_seconds:
-        return DEFAULT_WEIGHTS.stream_overlap
-    mean = sum(seconds for _, seconds in rates.l3_stream_shape_seconds) / len(
-        rates.l3_stream_shape_seconds
-    )
-    return min(1.0, max(0.0, 1.0 - mean * rates.l3_bytes_per_second))
-
-
 def rounded(value: float, figures: int = SIGNIFICANT_FIGURES) -> float:
     """``value`` to ``figures`` significant figures; 0 below :data:`NOISE_FLOOR`."""
     if abs(value) < NOISE_FLOOR:
@@ -285,7 +260,6 @@ FORMULAS = {
     "tap_call_cost": tap_call_cost,
     "tap_load_cost": tap_load_cost,
     "lane_transpose_cost": lane_transpose_cost,
-    "stream_overlap": stream_overlap,
 }
 # The weights derive_weights measures; the rest keep their defaults.
 CALIBRATED_WEIGHTS = tuple(FORMULAS)
@@ -297,10 +271,10 @@ def derive_weights(rates: MeasuredRates) -> CostWeights:
     :func:`kernel_in_place_costs`, and each packing kind's
     :func:`input_pack_costs`; ``origin`` is ``"calibrated"``.
 
-    ``sweep_fraction`` keeps its default: it is a share of the model's own
-    counts (how much of a cache a swept block may take), set by comparing
-    plans (``experiments/cost_weight.py``), not a rate of the machine.
-    ``stream_overlap``, a share too, is measured (:func:`stream_overlap`).
+    ``sweep_fraction`` and ``stream_overlap`` keep their defaults: they are
+    shares of the model's own counts (how much of a cache a swept block may
+    take, how much of a stream hides behind the FMAs), set by comparing
+    plans (``experiments/cost_weight.py``), not rates of the machine.
     """
     derived = {name: rounded(formula(rates)) for name, formula in FORMULAS.items()}
     return replace(

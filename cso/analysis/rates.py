@@ -105,13 +105,6 @@ class MeasuredRates:
         ``(shape, seconds)`` pairs.  Where it was measured it sets the
         shapes' own mac costs (:func:`kernel_mac_costs`) instead of the
         rates from L1.  Empty in records made before it was measured.
-    l3_stream_shape_seconds : tuple of (str, float)
-        Each micro-kernel shape's extra time per byte of its operands
-        streamed from beyond L2 (panels cycling through four L2s' worth)
-        against the same call from L1, as ``(shape, seconds)`` pairs: what
-        of a stream from L3 the multiply-adds do not hide
-        (:func:`~cso.analysis.calibration.stream_overlap`).  Empty in records
-        made before it was kept.
     """
 
     fma_flops: float
@@ -137,7 +130,6 @@ class MeasuredRates:
     in_place_shape_seconds: tuple = ()
     input_pack_kind_seconds: tuple = ()
     loop_shape_seconds: tuple = ()
-    l3_stream_shape_seconds: tuple = ()
 
     def __post_init__(self):
         for name in _SHAPE_RATES:
@@ -183,5 +175,4 @@ _SHAPE_RATES = (
     "in_place_shape_seconds",
     "input_pack_kind_seconds",
     "loop_shape_seconds",
-    "l3_stream_shape_seconds",
 )

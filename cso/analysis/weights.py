@@ -100,10 +100,7 @@ class CostWeights:
         behind the micro-kernels' multiply-adds, up to their cost: the model
         charges ``stream + macs - stream_overlap * min(stream, macs)``
         (:func:`~cso.analysis.cost.hidden_stream_cost`); 0 sums them, 1
-        charges the larger.  Calibrated from the kernels' extra time per
-        byte streamed from L3 (:func:`~cso.analysis.calibration.stream_overlap`:
-        0.75-0.78 on a Xeon); this default is for records without it.
-        ``experiments/cost_weight.py`` times the plans
+        charges the larger.  ``experiments/cost_weight.py`` times the plans
         a value changes against the plans at 0.  At 0.5 it changed 16 of
         ResNet-50's and VGG-16's plans (batch 1 at one and two threads, per
         call and packed ahead, batch 8): 1.02-1.08x over the changed layers

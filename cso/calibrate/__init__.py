@@ -228,8 +228,4 @@ def measure_rates(hardware, *, quick: bool = False, progress=None, details=None)
     values["in_place_shape_seconds"] = state["in_place"]
     values["input_pack_kind_seconds"] = state["input_pack"]
     values["loop_shape_seconds"] = state["loop_shapes"]
-    # Each shape's extra per byte streamed from L3 (its stream_overlap share).
-    values["l3_stream_shape_seconds"] = {
-        name: rate[2] for name, rate in state["kernels"].items()
-    }
     return MeasuredRates(**values)

@@ -111,8 +111,7 @@ def main(argv=None) -> int:
             what = _TABLE_LABELS[name]
             for shape, seconds in value.items():
                 print(f"  {'  ' + what + shape:<30} {_shown(name, seconds)}")
-        elif name not in ("kernel_shape_flops", "l3_stream_shape_seconds"):
-            # (those two are in the micro-kernels' table below)
+        elif name != "kernel_shape_flops":  # in the micro-kernels' table below
             print(f"  {name:<30} {_shown(name, value)}")
     print("\nmicro-kernels: share of the FMA peak from L1; extra time per byte streamed")
     for name, (flops, from_l2, from_l3) in details["kernels"].items():

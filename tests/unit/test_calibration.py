@@ -62,26 +62,14 @@ def test_each_weight_is_its_formula_of_the_rates():
         "tap_call_cost": 7.5e-9 / UNIT,  # 1500
         "tap_load_cost": 4e-10 / UNIT,  # 80 per input vector loaded
         "lane_transpose_cost": 3.5e-10 / UNIT,  # 70 per element transposed
-        "stream_overlap": DEFAULT_WEIGHTS.stream_overlap,  # no L3 streams in RATES
     }
     assert set(expected) == set(calibration.CALIBRATED_WEIGHTS)
     for name, value in expected.items():
         assert getattr(weights, name) == pytest.approx(value, rel=1e-9), name
-    # The sweep share is not a rate of the machine: it keeps its default.
+    # The shares are not rates of the machine: they keep their defaults.
     assert weights.sweep_fraction == DEFAULT_WEIGHTS.sweep_fraction
+    assert weights.stream_overlap == DEFAULT_WEIGHTS.stream_overlap
     assert weights.origin == "calibrated" and DEFAULT_WEIGHTS.origin == "defaults"
-
-
-def test_stream_overlap_is_what_the_multiply_adds_hide_of_a_stream_from_l3():
-    # A byte from L3 alone takes 1 / 40e9 s = 25 ps; the shapes add 5 and 15 ps
-    # (mean 10): 1 - 10/25 = 0.6 of it hides.
-    streams = {"8x48w": 15e-12, "14x32w": 5e-12}
-    weights = derive_weights(MeasuredRates(**dict(RATES, l3_stream_shape_seconds=streams)))
-    assert weights.stream_overlap == pytest.approx(0.6)
-    # Within [0, 1]: a stream adding more than its own time hides nothing, one adding none all.
-    slow = derive_weights(MeasuredRates(**dict(RATES, l3_stream_shape_seconds={"8x48w": 4e-11})))
-    free = derive_weights(MeasuredRates(**dict(RATES, l3_stream_shape_seconds={"8x48w": 0.0})))
-    assert (slow.stream_overlap, free.stream_overlap) == (0.0, 1.0)
 
 
 def test_weights_keep_two_significant_figures():
