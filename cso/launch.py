@@ -67,6 +67,8 @@ def launch_for(plan: Plan, filters_packed: bool, module=None) -> Launch:
 
 
 def _make_launch(plan: Plan, filters_packed: bool, module) -> Launch:
+    if module is None:
+        module = loop_module_for(plan)
     if plan.algorithm == Algorithm.DEPTHWISE_PLANES:
         return _planes_launch(plan, module)
     if plan.algorithm == Algorithm.DEPTHWISE_ROWS:
@@ -110,8 +112,6 @@ def _make_launch(plan: Plan, filters_packed: bool, module) -> Launch:
         workspace_stride=stride,
         scratch_offset=scratch_offset,
     )
-    if module is None:
-        module = loop_module_for(plan)
     loop_nest = (
         module.convolve_input_stationary
         if plan.schedule == Schedule.IS
@@ -150,8 +150,6 @@ def _depthwise_launch(plan: Plan, module) -> Launch:
         phase_width=depthwise.phase_width(g, segment, lanes),
         workspace_stride=stride,
     )
-    if module is None:
-        module = loop_module_for(plan)
     offsets = np.array(depthwise.kernel_offsets(g, segment, lanes, rows), dtype=np.intp)
     return Launch(module.convolve_depthwise, tuple(bounds), plan.threads * stride, offsets)
 
@@ -184,8 +182,6 @@ def _lanes_launch(plan: Plan, module) -> Launch:
         band_rows=band,
         workspace_stride=stride,
     )
-    if module is None:
-        module = loop_module_for(plan)
     targets = lanes.pack_targets(g, plan.vector_lanes)
     return Launch(module.convolve_lanes, tuple(bounds), plan.threads * stride, targets)
 
@@ -209,8 +205,6 @@ def _planes_launch(plan: Plan, module) -> Launch:
         entries=planes.mask_entries(g),
         workers=plan.threads,
     )
-    if module is None:
-        module = loop_module_for(plan)
     offsets = planes.plane_offsets(g, plan.vector_lanes)
     return Launch(module.convolve_planes, tuple(bounds), 0, offsets)
 
@@ -241,8 +235,6 @@ def _rows_launch(plan: Plan, module) -> Launch:
         workers=plan.threads,
         workspace_stride=stride,
     )
-    if module is None:
-        module = loop_module_for(plan)
     offsets = rows.row_offsets(g, plan.vector_lanes)
     return Launch(module.convolve_rows, tuple(bounds), plan.threads * stride, offsets)
 
