@@ -206,3 +206,17 @@ def check_every_epilogue(x_shape, w_shape, params, dtype, algorithm, seed):
                 activation,
                 res is not None,
             )
+
+
+def check_cheapest_family(x_shape, w_shape, params, families):
+    """The model's plan (on :data:`AVX512_CORE`) is the one of ``families``,
+    each forced, that its cost model prices lowest: the rule, not a
+    machine's outcome."""
+    chosen = cso.plan_conv2d(x_shape, w_shape, hardware=AVX512_CORE, **params)
+    costs = {}
+    for algorithm in families:
+        plan = cso.plan_conv2d(
+            x_shape, w_shape, hardware=AVX512_CORE, algorithm=algorithm, **params
+        )
+        costs[algorithm] = plan.cost_of(plan.schedule).cost
+    assert chosen.algorithm == min(costs, key=costs.get)

@@ -6,7 +6,13 @@ import dataclasses
 
 import numpy as np
 import pytest
-from conftest import AVX512_CORE, check_every_epilogue, check_tap_plan, check_tap_round_trip
+from conftest import (
+    AVX512_CORE,
+    check_cheapest_family,
+    check_every_epilogue,
+    check_tap_plan,
+    check_tap_round_trip,
+)
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -72,14 +78,8 @@ def test_the_model_weighs_the_row_plan():
         ((1, 240, 28, 28), (240, 1, 3, 3), dict(stride=2, padding=1, groups=240)),
         ((1, 672, 14, 14), (672, 1, 5, 5), dict(stride=2, padding=2, groups=672)),
     ):
-        chosen = cso.plan_conv2d(x_shape, w_shape, hardware=AVX512_CORE, **params)
-        costs = {}
-        for algorithm in ("dense", "depthwise", "depthwise_lanes", "depthwise_rows"):
-            plan = cso.plan_conv2d(
-                x_shape, w_shape, hardware=AVX512_CORE, algorithm=algorithm, **params
-            )
-            costs[algorithm] = plan.cost_of(plan.schedule).cost
-        assert chosen.algorithm == min(costs, key=costs.get)
+        families = ("dense", "depthwise", "depthwise_lanes", "depthwise_rows")
+        check_cheapest_family(x_shape, w_shape, params, families)
 
 
 def test_the_row_plan_refuses_what_it_cannot_run():
