@@ -141,7 +141,13 @@ def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, *, activa
             )  # fmt: skip
     import dask
 
-    packed_all = dask.delayed(packs, pure=True, name=f"cso-packed-{dask.base.tokenize(w, bias)}")
+    # The name must cover everything the packs depend on: two calls with the same
+    # filters but other chunks or parameters hold other packs under other keys.
+    token = dask.base.tokenize(
+        w, bias, str(dtype), sorted(packs), g.channels, (g.stride_h, g.stride_w),
+        (g.dilation_h, g.dilation_w), groups, threads,
+    )  # fmt: skip
+    packed_all = dask.delayed(packs, pure=True, name=f"cso-packed-{token}")
     x = x.astype(dtype) if np.dtype(x.dtype) != dtype else x
     grid = []
     for n0, n1 in zip(batches, batches[1:]):
@@ -223,9 +229,10 @@ _worker_sessions: dict = {}
 
 def _run_block(model, token, images, input_name, threads):
     """One batch chunk through this process's session of the model (made once)."""
-    session = _worker_sessions.get(token)
+    # Keyed by the thread count too: a session runs on the threads it was made with.
+    session = _worker_sessions.get((token, threads))
     if session is None:
         from .onnx import InferenceSession
 
-        session = _worker_sessions[token] = InferenceSession(model, threads=threads)
+        session = _worker_sessions[token, threads] = InferenceSession(model, threads=threads)
     return session.run(None, {input_name: np.ascontiguousarray(images)})[0]

@@ -87,6 +87,20 @@ def test_filters_are_packed_once_per_block_shape():
     assert len(value) == 9  # corners, edges and inside: 3 x 3 block kinds
 
 
+def test_two_chunkings_of_the_same_filters_run_in_one_graph():
+    # Their packs differ, so they must be two graph values, not one name holding either.
+    import dask
+
+    weights = rng.standard_normal((8, 6, 3, 3)).astype(np.float32)
+    coarse = cso.dask.conv2d(da.from_array(X, chunks=(3, 6, 8, 19)), weights, padding=1)
+    fine = cso.dask.conv2d(da.from_array(X, chunks=(1, 6, 1, 3)), weights, padding=1)
+    strided = cso.dask.conv2d(da.from_array(X, chunks=(1, 6, 1, 3)), weights, stride=2)
+    results = dask.compute(coarse, fine, strided, scheduler="sync")
+    for result, parameters in zip(results, [dict(padding=1), dict(padding=1), dict(stride=2)]):
+        expected = cso.conv2d(X, weights, **parameters)
+        np.testing.assert_allclose(result, expected, rtol=1e-5, atol=1e-4)
+
+
 def test_bad_input_is_refused_before_any_task():
     x = da.from_array(X, chunks=(1, 6, 8, 8))
     with pytest.raises(TypeError, match="x must be a dask.array.Array"):
