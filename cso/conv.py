@@ -15,6 +15,7 @@ from .checks import as_array, check_bias, check_ndim, check_out, check_residual,
 from .geometry import make_geometry, result_dtype
 from .packed import PackedFilters
 from .tuned_store import check_tuned, tuned_plan
+from .workspace import new_output
 
 
 
@@ -119,7 +120,7 @@ def conv2d(
     if plan is not None:
         check_plan(plan, geometry, dtype)
         _check_plan_threads(plan, threads)
-    y = np.empty(output_shape, dtype=dtype) if out is None else out
+    y = new_output(output_shape, dtype) if out is None else out
     if geometry.batch == 0:
         return y
     if plan is None and tuned:
@@ -312,7 +313,7 @@ def _packed_output(x, packed, output_shape, out, residual):
     """``(residual, y)``: the residual checked, and ``out`` checked or a new output."""
     residual = check_residual(residual, output_shape)
     check_out(out, output_shape, packed.dtype, (x, packed.panels, packed.bias))
-    y = np.empty(output_shape, dtype=packed.dtype) if out is None else out
+    y = new_output(output_shape, packed.dtype) if out is None else out
     return residual, y
 
 

@@ -212,7 +212,7 @@ def _planes_launch(plan: Plan, module) -> Launch:
 def _rows_launch(plan: Plan, module) -> Launch:
     """The row nest (:mod:`cso.macrokernel.rows`), its bounds and workspace
     (one zero row per worker, after ``pad_left`` more); its offsets are the
-    calls a row takes, the filter rows on the plane and the kernel's masks
+    calls a row takes and the kernel's masks
     (:func:`~cso.analysis.rows.row_offsets`)."""
     g = plan.geometry
     vectors = plan.windows_per_tile // plan.vector_lanes
@@ -232,6 +232,7 @@ def _rows_launch(plan: Plan, module) -> Launch:
         pad_left=g.pad_left,
         taps=g.kernel_height * g.kernel_width,
         entries=rows.entries_per_call(g, vectors),
+        window_rows=rows.block_window_rows(g, plan.rows_per_call),
         workers=plan.threads,
         workspace_stride=stride,
     )
@@ -256,9 +257,9 @@ def loop_module_for(plan: Plan, patch: LoopPatch = None):
         )  # fmt: skip
     if plan.algorithm == Algorithm.DEPTHWISE_ROWS:
         return rows_module(
-            g.kernel_height, g.kernel_width, g.dilation_h, g.dilation_w, g.stride_w,
-            plan.windows_per_tile // plan.vector_lanes, plan.dtype, plan.vector_lanes,
-            serial=serial, patch=patch,
+            g.kernel_height, g.kernel_width, g.dilation_h, g.dilation_w, g.stride_h, g.stride_w,
+            plan.rows_per_call, plan.windows_per_tile // plan.vector_lanes, plan.dtype,
+            plan.vector_lanes, serial=serial, patch=patch,
         )  # fmt: skip
     if plan.algorithm == Algorithm.DEPTHWISE_LANES:
         return lanes_module(

@@ -68,3 +68,15 @@ def workspace(elements: int, dtype, role: str = "loops") -> np.ndarray:
 def release() -> None:
     """Drop the calling thread's kept workspace buffers (the next call allocates anew)."""
     _local.buffers = {}
+
+
+def new_output(shape, dtype) -> np.ndarray:
+    """A fresh, uninitialised C-contiguous array of ``shape`` whose data starts
+    on a 64-byte boundary: the kernels store whole vectors along the output's
+    rows, and one that starts off a line boundary splits each store across two
+    lines (on a Xeon, ``dw 3x3 32 @112`` ran 148 us into an aligned output and
+    177-197 us into NumPy's 16-byte aligned ones, side by side)."""
+    size = 1
+    for extent in shape:
+        size *= int(extent)
+    return aligned_empty(size, dtype).reshape(shape)

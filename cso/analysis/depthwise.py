@@ -213,17 +213,26 @@ def kernel_loads(geometry: ConvGeometry, rows_per_call: int, segment: int, lanes
     return block_rows * kernel_columns(g, rows_per_call) * (segment // lanes)
 
 
-def tap_kernel_cost(weights, element_bytes: int, calls: int, macs: int, loads: int) -> float:
-    """``calls * c_tap_call + max(macs * c_mac * s/4, loads * c_tap_load)``.
+def tap_kernel_cost(
+    weights, element_bytes: int, calls: int, macs: int, loads: int, vector_bytes: int
+) -> float:
+    """``calls * c_tap_call + macs * c_mac * s/4 + loads * c_load``, where
+    ``c_load = max(0, c_tap_load - (vector_bytes/4) * c_mac)``.
 
-    The tap kernel issues a load beside each FMA of the one-row kernel and
-    fewer in a block of rows; whichever of the two streams is longer sets
-    its time.  Measured on an AMD EPYC (Zen 4, L1-resident rows): the
-    one-row kernel at 0.44 ns per load against 0.27 ns per FMA, blocks of
-    4 x 4 and 8 x 2 at 97% of the FMA peak.
+    ``c_tap_load`` is measured on the one-row tap kernel, which issues a
+    vector load beside each vector FMA: it is the pair's time, and ``c_load``
+    the load's own share once the FMA's is taken out.  The FMAs and the
+    loads are summed, not overlapped: on the Xeon (Sapphire Rapids,
+    L1-resident operands) 9 unaligned loads and 9 FMAs an output vector
+    took 2.4x the FMAs' time, 3 and 9 1.4x, 1 and 9 1.0x, and row-kernel
+    calls of 4 x 4, 14 x 2 and 7 x 1 vectors of 3x3 taps ran within 6% of
+    this sum (45.6, 70 and 19.3 ns against 47.5, 72 and 20.5), where the
+    larger of the two gave half their time.
     """
+    fma_cost = weights.mac_cost * vector_bytes / 4
+    load_cost = max(0.0, weights.tap_load_cost - fma_cost)
     macs_cost = macs * weights.mac_cost * element_bytes / 4
-    return calls * weights.tap_call_cost + max(macs_cost, loads * weights.tap_load_cost)
+    return calls * weights.tap_call_cost + macs_cost + loads * load_cost
 
 
 def depthwise_traffic(
@@ -243,9 +252,8 @@ def depthwise_traffic(
     multiply-adds and
     :func:`kernel_loads` vector loads each.  The bytes and packing are
     weighted like the dense plans' (:func:`~cso.analysis.cost.weighted_cost`);
-    a call costs ``tap_call_cost + max(macs * c_mac * s/4, loads *
-    tap_load_cost)``: the kernel runs at its FMAs' rate or its loads',
-    whichever is slower (:func:`tap_kernel_cost`).  All scaled by the
+    a call costs its FMAs' and its loads' times, summed
+    (:func:`tap_kernel_cost`).  All scaled by the
     busiest thread's share of the ``N * G`` jobs.
     """
     g = geometry
@@ -322,7 +330,9 @@ def job_traffic(
         shared=threads > 1,
         input_pack_cost=input_pack_cost,
     )
-    weighted += tap_kernel_cost(hardware.weights, element_bytes, calls, macs, loads)
+    weighted += tap_kernel_cost(
+        hardware.weights, element_bytes, calls, macs, loads, hardware.vector_bytes
+    )
     imbalance = counts.thread_imbalance(threads, jobs, 1, 1, 1.0)
     return Traffic(cost=imbalance * weighted, imbalance=imbalance, **job_counts)
 

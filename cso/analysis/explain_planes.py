@@ -87,12 +87,19 @@ def row_story(plan, others, compulsory) -> list:
         if g.stride_w > 1
         else "the loaded vector itself"
     )
+    block = plan.rows_per_call
+    window = rows.block_window_rows(g, block)
+    blocks = rows.block_starts(g.out_height, block)
     return [
-        "Algorithm: depthwise on the planes as given, a run of one output row at a time",
-        f"  row tap kernel: {per_call} vector(s) of {vl} consecutive outputs of one row in "
-        f"registers; per filter row, {len(groups)} group(s) of {g.stride_w} masked, unaligned "
-        f"load(s) serve the {g.kernel_width} column taps ({picked}), each times the broadcast "
-        "weight; filter rows off the plane read a row of zeros",
+        "Algorithm: depthwise on the planes as given, a block of output rows at a time",
+        f"  row tap kernel: {block} output row(s) x {per_call} vector(s) of {vl} consecutive "
+        f"outputs, one vector column at a time; each of the block's {window} input rows is "
+        f"loaded once for every output row it serves ({rows.served_rows(g, block)} rows of "
+        f"loads for {block * g.kernel_height} rows of taps); per row, {len(groups)} group(s) "
+        f"of {g.stride_w} masked, unaligned load(s) serve the {g.kernel_width} column taps "
+        f"({picked}), each times the broadcast weight; rows off the plane read a row of zeros",
+        f"  {len(blocks)} block(s) of {block} row(s) a plane"
+        + (" (the last overlapping the one before)" if g.out_height % block else ""),
         f"  {len(starts)} call(s) a row at q0 = {starts}"
         + (" (the last overlapping the one before)" if len(starts) > 1 and
            g.out_width % (per_call * vl) else "")
@@ -109,8 +116,8 @@ def row_story(plan, others, compulsory) -> list:
         "",
         "Loop nest",
         f"  for (image, filter) in {g.batch} x {g.filters} jobs over {plan.threads} thread(s)",
-        f"    for p in {g.out_height} output rows",
+        f"    for p in the {len(blocks)} block(s)' first rows (every {block})",
         f"      for q0 in the row's {len(starts)} call(s)",
-        f"        row tap kernel: y[p, q0 : q0+{per_call * vl}] = bias + sum of {taps} taps, "
-        "epilogue applied",
+        f"        row tap kernel: y[p : p+{block}, q0 : q0+{per_call * vl}] = bias + sum of "
+        f"{taps} taps, epilogue applied",
     ]

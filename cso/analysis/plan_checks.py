@@ -130,6 +130,24 @@ _UNPACKED_FAMILIES = {
 }
 
 
+def _check_unpacked_rows(plan) -> None:
+    """A plane plan computes one run of outputs a call; a row plan a block of
+    ``1 .. min(P, registers)`` output rows (:func:`~cso.analysis.plane_shapes.max_block_rows`)."""
+    rows = plan.rows_per_call
+    if plan.algorithm == Algorithm.DEPTHWISE_PLANES:
+        if rows != 1:
+            raise ValueError(f"a plane plan computes one run a call, got rows_per_call={rows}")
+        return
+    most = plane_shapes.max_block_rows(
+        plan.geometry, plan.hardware.vector_registers, plan.vector_lanes
+    )
+    if not 1 <= rows <= most:
+        raise ValueError(
+            f"Plan.rows_per_call ({rows}) of a row plan must be in [1, {most}]: "
+            f"the output's {plan.geometry.out_height} rows and the registers bound it"
+        )
+
+
 def _check_kernel(plan) -> None:
     hardware = plan.hardware
     element_bytes = _DTYPE_NAMES[plan.dtype].itemsize
@@ -157,6 +175,7 @@ def _check_kernel(plan) -> None:
                 f"a {label} plan needs at most {plane_shapes.MAX_PLANE_LANES} vector lanes, "
                 f"got {lanes}"
             )
+        _check_unpacked_rows(plan)
         return
     if plan.algorithm == Algorithm.DEPTHWISE_LANES:
         most = min(
@@ -273,11 +292,12 @@ def _check_layout(plan) -> None:
             f"channels: got {g}"
         )
     if plan.rows_per_call > 1 and not (
-        plan.algorithm in TAP_ALGORITHMS and tiles.offers_row_blocks(g)
+        (plan.algorithm in TAP_ALGORITHMS and tiles.offers_row_blocks(g))
+        or plan.algorithm == Algorithm.DEPTHWISE_ROWS
     ):
         raise ValueError(
-            f"rows_per_call={plan.rows_per_call} needs a tap plan whose filters are 3, 5 "
-            "or 7 high, with stride 1 or 2 and no dilation down"
+            f"rows_per_call={plan.rows_per_call} needs a row plan, or a tap plan whose "
+            "filters are 3, 5 or 7 high, with stride 1 or 2 and no dilation down"
         )
     pointwise = tiles.is_unstrided_unpadded_pointwise(
         g.kernel_height, g.kernel_width, g.stride_h, g.stride_w, g.padded

@@ -7,6 +7,7 @@ a cycle).
 from __future__ import annotations
 
 from ..geometry import ConvGeometry, ceil_div
+from . import tiles
 
 # Output vectors one kernel call holds.  The kernel issues one load per
 # FMA, so it runs at the loads' rate; four chains of FMAs are enough to
@@ -62,3 +63,17 @@ def row_vectors_per_call(geometry: ConvGeometry, lanes: int) -> int:
     """``min(VECTORS_PER_CALL, ceil(Q / VL))``: vectors of one output row a
     row-kernel call holds."""
     return min(VECTORS_PER_CALL, ceil_div(geometry.out_width, lanes))
+
+
+def max_block_rows(geometry: ConvGeometry, vector_registers: int, lanes: int) -> int:
+    """Output rows a row-kernel call may hold: ``min(P, max_rows_per_call(U,
+    R, registers))``, ``B * U`` outputs vectors within half the registers.
+
+    The kernel finishes one vector column of its block before the next, so
+    only ``B`` chains of FMAs are live; yet on the Xeon's 112- and 56-wide
+    planes (``U = 4``) blocks of 14-16 rows ran 1.2-1.4x slower than blocks
+    of 4-8, while on 14-wide ones (``U = 1``) 14 rows ran fastest: the
+    bound on ``B * U`` is the measured one."""
+    g = geometry
+    vectors = row_vectors_per_call(g, lanes)
+    return min(g.out_height, tiles.max_rows_per_call(vectors, g.kernel_height, vector_registers))

@@ -1,5 +1,5 @@
-"""The row algorithm: depthwise convolutions on the planes as given, a run
-of one output row at a time, any vertical stride and horizontal stride 1 or 2.
+"""The row algorithm: depthwise convolutions on the planes as given, a block
+of output rows at a time, any vertical stride and horizontal stride 1 or 2.
 
 The plane plan (:mod:`.planes`) needs stride 1 and ``Q == W``, where one
 shift maps every output pixel of a plane to its input; the lane plan
@@ -30,14 +30,17 @@ import numpy as np
 from ..geometry import ConvGeometry
 from .choices import Algorithm
 from .cost import Traffic
-from .depthwise import job_traffic, untiled_plan
+from . import tiles
+from .depthwise import even_split, job_traffic, rows_read, untiled_plan
 from .hardware import Hardware
 from .plan import Plan
 from .plane_shapes import (  # noqa: F401 (re-exported)
     MAX_ROW_STRIDE,
     is_row_depthwise,
+    max_block_rows,
     row_vectors_per_call,
 )
+from .ties import first_within
 
 
 def load_groups(kernel_width: int, dilation_w: int, stride_w: int) -> dict:
@@ -95,65 +98,96 @@ def mask_table(geometry: ConvGeometry, lanes: int, vectors: int) -> np.ndarray:
     return np.array(entries, dtype=np.int64).astype(np.uint32).view(np.int32)
 
 
-def filter_rows_on_plane(geometry: ConvGeometry) -> np.ndarray:
-    """``[(r_first, r_last)] * P``: for each output row ``p``, the filter rows
-    ``r_first <= r < r_last`` whose input row ``p*sh + r*dh - pad_top`` lies
-    on the plane (they are consecutive).  Made once per plan: the nest would
-    otherwise divide twice a row (two integer divisions took a fifth of
-    ``dw 3x3/2 96 @112``'s time on the Xeon)."""
-    g = geometry
-    r = np.arange(g.kernel_height)
-    rows = np.arange(g.out_height)[:, None] * g.stride_h + r[None, :] * g.dilation_h - g.pad_top
-    on_plane = (rows >= 0) & (rows < g.height)
-    first = np.where(on_plane.any(axis=1), on_plane.argmax(axis=1), 0)
-    last = np.where(on_plane.any(axis=1), first + on_plane.sum(axis=1), 0)
-    return np.stack([first, last], axis=1)
+def block_window_rows(geometry: ConvGeometry, rows_per_call: int) -> int:
+    """Input rows a block of ``B`` output rows reads: ``(B-1)*sh + (R-1)*dh + 1``."""
+    return rows_read(rows_per_call, geometry.kernel_height, geometry.stride_h, geometry.dilation_h)
+
+
+def block_starts(out_height: int, rows_per_call: int) -> list:
+    """The first output row of each block of a plane: every ``B`` rows, the
+    last at ``P - B`` so that it ends at the plane's last row (overlapping
+    the one before, computing some rows twice, alike); ``B <= P``."""
+    return [min(p, out_height - rows_per_call) for p in range(0, out_height, rows_per_call)]
+
+
+def window_rows_on_plane(top: int, window_rows: int, height: int) -> tuple:
+    """``(i_first, i_last)``: the rows ``i_first <= i < i_last`` of a window
+    of ``window_rows`` input rows from row ``top`` that lie on the plane,
+    ``max(0, -top)`` and ``min(window_rows, H - top)`` (the nest's two lines;
+    empty when ``i_last <= i_first``)."""
+    return max(0, -top), min(window_rows, height - top)
 
 
 def row_offsets(geometry: ConvGeometry, lanes: int) -> np.ndarray:
     """What the row nest reads besides the operands, as one int32 array: the
-    number of calls ``n`` a row takes, their ``q0`` (:func:`row_calls`), the
-    ``P`` pairs of :func:`filter_rows_on_plane`, then the :func:`mask_table`
-    (from ``1 + n + 2P``)."""
+    number of calls ``n`` a row takes, their ``q0`` (:func:`row_calls`), then
+    the :func:`mask_table` (from ``1 + n``)."""
     vectors = row_vectors_per_call(geometry, lanes)
     starts = row_calls(geometry.out_width, vectors * lanes)
     head = np.array([len(starts)] + starts, dtype=np.int32)
-    bounds = filter_rows_on_plane(geometry).astype(np.int32).ravel()
-    return np.concatenate([head, bounds, mask_table(geometry, lanes, vectors)])
+    return np.concatenate([head, mask_table(geometry, lanes, vectors)])
 
 
-def row_kernel_loads(geometry: ConvGeometry, vectors: int) -> int:
-    """``U * R * (groups * sw + (S if sw > 1 else 0)) + R*S + U * (1 + groups
-    * sw)``: a call's vector loads and, at ``sw > 1``, its shuffles, counted
-    alike (each takes a load port or the shuffle port, whose rate the FMAs
-    beside them do not set), then the ``R*S`` weights it broadcasts and the
-    masks it reads, which every call loads again."""
+def served_rows(geometry: ConvGeometry, rows_per_call: int) -> int:
+    """Window rows a block's taps read: the distinct ``b*sh + r*dh`` for ``b
+    < B``, ``r < R`` (each loaded once for every output row it serves)."""
+    g = geometry
+    return len(
+        {b * g.stride_h + r * g.dilation_h for b in range(rows_per_call)
+         for r in range(g.kernel_height)}
+    )  # fmt: skip
+
+
+def row_kernel_loads(geometry: ConvGeometry, vectors: int, rows_per_call: int = 1) -> int:
+    """``U * I * (groups * sw + (S if sw > 1 else 0)) + R*S + U * (1 + groups
+    * sw)`` for the :func:`served_rows` ``I``: a call's vector loads and, at
+    ``sw > 1``, its shuffles, counted alike (each takes a load port or the
+    shuffle port, whose rate the FMAs beside them do not set), then the
+    ``R*S`` weights it broadcasts and the masks it reads, which every call
+    loads again.  A one-row call has ``I = R``."""
     g = geometry
     groups = len(load_groups(g.kernel_width, g.dilation_w, g.stride_w))
     shuffles = g.kernel_width if g.stride_w > 1 else 0
-    data = vectors * g.kernel_height * (groups * g.stride_w + shuffles)
+    data = vectors * served_rows(g, rows_per_call) * (groups * g.stride_w + shuffles)
     return data + g.kernel_height * g.kernel_width + vectors * (1 + groups * g.stride_w)
 
 
+def row_block_options(geometry: ConvGeometry, vector_registers: int, lanes: int) -> list:
+    """The blocks of output rows a call may hold, in order of preference: one
+    row, then, where :func:`~cso.analysis.tiles.offers_row_blocks`, as many
+    rows as :func:`max_block_rows` allows, split evenly down the plane."""
+    g = geometry
+    options = [1]
+    if tiles.offers_row_blocks(g):
+        largest = max_block_rows(g, vector_registers, lanes)
+        rows = even_split(g.out_height, min(largest, g.out_height))
+        if rows > 1:
+            options.append(rows)
+    return options
+
+
 def row_traffic(
-    geometry: ConvGeometry, hardware: Hardware, element_bytes: int, threads: int
-) -> Traffic:
+    geometry: ConvGeometry, hardware: Hardware, element_bytes: int, threads: int,
+    rows_per_call: int = 1,
+) -> Traffic:  # fmt: skip
     """What one (filter, image) plane costs under the row nest, modelled.
 
     Counts per job: the compulsory bytes (its input plane, ``R*S`` taps and
     output plane) from the level the whole call's operands fit in; nothing
-    packed; ``P`` times the :func:`row_calls` of a row, each of ``U * VL *
-    R*S`` multiply-adds (padding lanes of a narrow row included) and
-    :func:`row_kernel_loads` loads, priced by
-    :func:`~cso.analysis.depthwise.tap_kernel_cost` (``tap_load_cost`` a load,
-    as the one-row tap kernel's unaligned loads).  Scaled by the busiest
-    thread's share of the ``N * K`` jobs.
+    packed; the :func:`block_starts` times the :func:`row_calls` of a row,
+    each of ``B * U * VL * R*S`` multiply-adds (padding lanes of a narrow
+    row and rows computed twice included) and :func:`row_kernel_loads`
+    loads, priced by :func:`~cso.analysis.depthwise.tap_kernel_cost`
+    (``tap_load_cost`` a load, as the one-row tap kernel's unaligned loads).
+    Scaled by the busiest thread's share of the ``N * K`` jobs.
     """
     g = geometry
     s = element_bytes
     lanes = max(1, hardware.vector_bytes // s)
     vectors = row_vectors_per_call(g, lanes)
-    calls = g.out_height * len(row_calls(g.out_width, vectors * lanes))
+    calls = len(block_starts(g.out_height, rows_per_call)) * len(
+        row_calls(g.out_width, vectors * lanes)
+    )
     taps = g.kernel_height * g.kernel_width
     return job_traffic(
         hardware,
@@ -162,18 +196,23 @@ def row_traffic(
         jobs=g.batch * g.filters,
         job_bytes=(g.height * g.width + taps + g.out_height * g.out_width) * s,
         calls=calls,
-        macs=calls * vectors * lanes * taps,
-        loads=calls * row_kernel_loads(g, vectors),
+        macs=calls * rows_per_call * vectors * lanes * taps,
+        loads=calls * row_kernel_loads(g, vectors, rows_per_call),
         packed_elements=0,
     )
 
 
 def plan_rows(geometry: ConvGeometry, dtype_name: str, hardware: Hardware, threads: int) -> Plan:
-    """The row plan of ``geometry`` (which must be :func:`is_row_depthwise`)."""
+    """The row plan of ``geometry`` (which must be :func:`is_row_depthwise`):
+    of :func:`row_block_options`, the cheapest, near-ties to the first."""
     element_bytes = np.dtype(dtype_name).itemsize
     lanes = max(1, hardware.vector_bytes // element_bytes)
-    traffic = row_traffic(geometry, hardware, element_bytes, threads)
+    options = []
+    for rows in row_block_options(geometry, hardware.vector_registers, lanes):
+        traffic = row_traffic(geometry, hardware, element_bytes, threads, rows)
+        options.append((traffic.cost, (rows, traffic)))
+    rows, traffic = first_within(options)
     return untiled_plan(
         geometry, dtype_name, hardware, threads, traffic, Algorithm.DEPTHWISE_ROWS,
-        row_vectors_per_call(geometry, lanes) * lanes,
+        row_vectors_per_call(geometry, lanes) * lanes, rows,
     )  # fmt: skip

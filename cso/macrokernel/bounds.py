@@ -126,6 +126,7 @@ RowBounds = namedtuple(
         "pad_left",
         "taps",  # R*S
         "entries",  # mask-table entries a call: analysis.rows.entries_per_call
+        "window_rows",  # input rows a call's block of ROWS output rows reads
         "workers",  # threads the jobs are split over
         "workspace_stride",  # elements of the workspace per worker (its zero row first)
     ],

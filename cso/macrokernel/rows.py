@@ -1,9 +1,9 @@
-"""The row loop nest: depthwise convolutions on the planes as given, a run of
-one output row at a time.
+"""The row loop nest: depthwise convolutions on the planes as given, a block
+of output rows at a time.
 
-This file is a template as well as a module: ``row_tap_kernel`` and
-``LANES`` are bound per specialisation (the filter size, dilations,
-horizontal stride, vectors a call, dtype, vector lanes) by
+This file is a template as well as a module: ``row_tap_kernel``, ``ROWS``
+and ``LANES`` are bound per specialisation (the filter size, dilations,
+strides, rows and vectors a call, dtype, vector lanes) by
 :mod:`cso.macrokernel.specialise`.  Only loops live here.
 
 Contracts relied on (:mod:`cso.microkernels.row_taps` for the kernel's)
@@ -15,17 +15,20 @@ Contracts relied on (:mod:`cso.microkernels.row_taps` for the kernel's)
 * ``y_flat``: the output ``[N][K][P][Q]`` flattened; every element is
   written.  ``residual``: its layout (a placeholder unless ``has_residual``).
 * ``offsets`` (int32, :func:`cso.analysis.rows.row_offsets`): the number of
-  calls ``n`` a row takes, their ``q0``, for each output row the filter
-  rows ``[r_first, r_last)`` on the plane, then the mask table from ``1 + n
-  + 2P``, ``b.entries`` entries a call.
+  calls ``n`` a row takes, their ``q0``, then the mask table from ``1 +
+  n``, ``b.entries`` entries a call.
 * ``workspace``: ``b.workers`` parts of ``b.workspace_stride`` elements; the
   first ``pad_left + W`` of each are zeroed here, once a call: from
-  ``pad_left`` on, the zero row the kernel reads for filter rows off the
+  ``pad_left`` on, the zero row the kernel reads for window rows off the
   plane (at ``q0*sw`` from the part's start for a call at ``q0``, whose
   loads start ``q0*sw - pad_left`` columns into a row).
 * ``bounds``: the :class:`~cso.macrokernel.bounds.RowBounds` fields as a
   plain tuple.  Worker ``i`` of ``b.workers`` takes jobs ``(image,
-  filter)`` ``[i*J//W, (i+1)*J//W)``.
+  filter)`` ``[i*J//W, (i+1)*J//W)``.  ``ROWS <= P``: a plane's blocks
+  start every ``ROWS`` rows, the last at ``P - ROWS``
+  (:func:`cso.analysis.rows.block_starts`), and read ``b.window_rows``
+  input rows from ``p*sh - pad_top``, those on the plane
+  (:func:`cso.analysis.rows.window_rows_on_plane`) from the input.
 """
 
 from numba import njit, prange
@@ -34,6 +37,7 @@ from cso.macrokernel.bounds import RowBounds
 
 # Bound by cso.macrokernel.specialise in each generated specialisation.
 row_tap_kernel = None
+ROWS = None
 LANES = None
 
 
@@ -55,18 +59,17 @@ def convolve_rows(
 
     for worker                                   # parallel
      for job = (image, filter k)                 # the worker's share
-       for p in output rows
-         filter rows r_first <= r < r_last fall on the plane
+       for p in the blocks' first rows           # every ROWS, the last at P - ROWS
+         window rows i_first <= i < i_last fall on the plane
          for (j, q0) in the row's calls          # the same for every row
-           row tap kernel: y[k][p][q0 : q0 + U*VL] = bias + sum of R*S taps
+           row tap kernel: y[k][p : p+ROWS][q0 : q0 + U*VL] = bias + sum of R*S taps
     """
     b = RowBounds(*bounds)
     jobs = b.batch * b.filters
     plane = b.height * b.width
     outputs = b.out_height * b.out_width
     calls = offsets[0]
-    rows_at = 1 + calls
-    masks_at = rows_at + 2 * b.out_height
+    masks_at = 1 + calls
     for worker in prange(b.workers):
         start = worker * b.workspace_stride
         workspace[start : start + b.pad_left + b.width] = 0
@@ -74,18 +77,19 @@ def convolve_rows(
             image = job // b.filters
             k = job % b.filters
             source = (image * b.channels + k // b.multiplier) * plane
-            for p in range(b.out_height):
+            for block in range(0, b.out_height, ROWS):
+                p = min(block, b.out_height - ROWS)
                 top = p * b.stride_h - b.pad_top
-                r_first = offsets[rows_at + 2 * p]
-                r_last = offsets[rows_at + 2 * p + 1]
+                i_first = max(0, -top)
+                i_last = min(b.window_rows, b.height - top)
                 row = source + top * b.width - b.pad_left
                 target = job * outputs + p * b.out_width
                 for call in range(calls):
                     q0 = offsets[1 + call]
                     row_tap_kernel(
                         x_flat, row + q0 * b.stride_w, b.width,
-                        workspace, start + q0 * b.stride_w, r_first, r_last,
-                        w_flat, k * b.taps, y_flat, target + q0,
+                        workspace, start + q0 * b.stride_w, i_first, i_last,
+                        w_flat, k * b.taps, y_flat, target + q0, b.out_width,
                         offsets, masks_at + call * b.entries,
                         bias, k, has_bias, residual, target + q0, activation, has_residual,
                     )  # fmt: skip

@@ -119,7 +119,7 @@ def test_row_blocks_only_where_offered():
         (1, 8, 28, 28), (8, 1, 3, 3), padding=2, dilation=2, groups=8, algorithm="depthwise"
     )
     assert dilated.rows_per_call == 1
-    with pytest.raises(ValueError, match="rows_per_call=4 needs a tap plan"):
+    with pytest.raises(ValueError, match="rows_per_call=4 needs a row plan, or a tap plan"):
         dataclasses.replace(dilated, rows_per_call=4)
     with pytest.raises(ValueError, match="exceeds the registers"):
         dataclasses.replace(plan, rows_per_call=20)

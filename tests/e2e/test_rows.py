@@ -1,6 +1,6 @@
-"""The row algorithm (depthwise on the planes as given, a run of one output
-row at a time): against the float64 reference, with epilogues, packed, and
-chosen by the model."""
+"""The row algorithm (depthwise on the planes as given, a block of output
+rows at a time): against the float64 reference, every block against the
+one-row kernel, with epilogues, packed, and chosen by the model."""
 
 import dataclasses
 
@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from conftest import (
     AVX512_CORE,
+    assert_matches_reference,
     check_cheapest_family,
     check_every_epilogue,
     check_tap_plan,
@@ -18,6 +19,7 @@ from hypothesis import strategies as st
 
 import cso
 from cso.analysis.choices import Algorithm
+from cso.analysis.plane_shapes import max_block_rows
 from cso.geometry import make_geometry
 
 
@@ -53,6 +55,33 @@ def row_problems(draw):
 @given(row_problems(), st.integers(0, 2**32 - 1))
 def test_rows_match_the_reference(problem, seed):
     check_tap_plan(problem, seed, "depthwise_rows")
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(row_problems(), st.sampled_from([2, 5]), st.integers(0, 2**32 - 1))
+def test_every_block_of_rows_matches_the_one_row_kernel_bit_for_bit(problem, rows, seed):
+    # Each output sums its taps in the same order whatever the block: any
+    # difference would be a wrong tap or row, not rounding.
+    x, w, b, plan = check_tap_plan(problem, seed, "depthwise_rows")
+    params = problem[2]
+    most = max_block_rows(plan.geometry, plan.hardware.vector_registers, plan.vector_lanes)
+    block = dataclasses.replace(plan, rows_per_call=min(rows, most))
+    one_row = dataclasses.replace(plan, rows_per_call=1)
+    y = cso.conv2d(x, w, b, plan=block, **params)
+    assert np.array_equal(y, cso.conv2d(x, w, b, plan=one_row, **params))
+    assert_matches_reference(y, x, w, b, **params)
+
+
+def test_a_row_plan_holds_no_more_rows_than_the_output_and_registers():
+    plan = cso.plan_conv2d(
+        (1, 8, 9, 14), (8, 1, 3, 3), padding=1, groups=8, algorithm="depthwise_rows",
+        hardware=AVX512_CORE,
+    )  # fmt: skip
+    assert 1 <= plan.rows_per_call <= 9
+    with pytest.raises(ValueError, match=r"rows_per_call \(10\) of a row plan must be in \[1, 9\]"):
+        dataclasses.replace(plan, rows_per_call=10)
+    with pytest.raises(ValueError, match="rows_per_call"):
+        dataclasses.replace(plan, rows_per_call=0)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -104,7 +133,10 @@ def test_explain_tells_the_rows_story():
         algorithm="depthwise_rows", hardware=AVX512_CORE,
     )  # fmt: skip
     text = cso.explain(plan)
-    assert "Algorithm: depthwise on the planes as given, a run of one output row" in text
+    assert "Algorithm: depthwise on the planes as given, a block of output rows" in text
+    # 20 output rows, 4 vectors a row: blocks of at most 16 / 4 = 4 rows, 5 of them.
+    assert f"{plan.rows_per_call} output row(s) x 4 vector(s)" in text
+    assert plan.rows_per_call in (1, 4)
     # Q = 75: calls of 4 vectors of 16 at q0 = 0 and 11 (the last overlapping).
     assert "2 call(s) a row at q0 = [0, 11]" in text
     assert "depthwise plan" in text and "depthwise_lanes plan" in text and "dense plan" in text

@@ -87,7 +87,7 @@ def row_geometries(draw):
 
 @settings(max_examples=80, deadline=None)
 @given(row_geometries())
-def test_the_row_masks_and_filter_rows_match_brute_force(case):
+def test_the_row_masks_match_brute_force(case):
     g, lanes = case
     assert rows.is_row_depthwise(g)
     vectors = rows.row_vectors_per_call(g, lanes)
@@ -113,11 +113,24 @@ def test_the_row_masks_and_filter_rows_match_brute_force(case):
                         entry = table[at + 1 + k * g.stride_w + half]
                         assert bool(entry >> lane & 1) == (0 <= column < g.width)
             at += per_vector
-    for p, (first, last) in enumerate(rows.filter_rows_on_plane(g)):
-        on = [
-            r for r in range(g.kernel_height)
-            if 0 <= p * g.stride_h + r * g.dilation_h - g.pad_top < g.height
-        ]  # fmt: skip
+
+
+@settings(max_examples=80, deadline=None)
+@given(row_geometries(), st.integers(1, 16))
+def test_the_blocks_cover_every_output_row_and_read_their_window(case, rows_per_call):
+    g, _ = case
+    rows_per_call = min(rows_per_call, g.out_height)
+    starts = rows.block_starts(g.out_height, rows_per_call)
+    covered = set()
+    for p in starts:
+        assert 0 <= p <= g.out_height - rows_per_call
+        covered |= set(range(p, p + rows_per_call))
+    assert covered == set(range(g.out_height))
+    window = rows.block_window_rows(g, rows_per_call)
+    for p in starts:
+        top = p * g.stride_h - g.pad_top
+        first, last = rows.window_rows_on_plane(top, window, g.height)
+        on = [i for i in range(window) if 0 <= top + i < g.height]
         assert list(range(first, last)) == on
 
 
