@@ -224,6 +224,22 @@ def tap_load_cost(rates: MeasuredRates) -> float:
     return weight_of(rates.tap_load_seconds, rates.fma_flops)
 
 
+def row_call_cost(rates: MeasuredRates) -> float:
+    """``t_row / u``, per row-kernel call in its loop nest; in records made
+    before it was measured, the tap kernel's call cost (:func:`tap_call_cost`)."""
+    if rates.row_call_seconds:
+        return weight_of(rates.row_call_seconds, rates.fma_flops)
+    return tap_call_cost(rates)
+
+
+def plane_call_cost(rates: MeasuredRates) -> float:
+    """``t_plane / u``, per plane-kernel call in its loop nest; in records made
+    before it was measured, the tap kernel's call cost (:func:`tap_call_cost`)."""
+    if rates.plane_call_seconds:
+        return weight_of(rates.plane_call_seconds, rates.fma_flops)
+    return tap_call_cost(rates)
+
+
 def lane_transpose_cost(rates: MeasuredRates) -> float:
     """``t_lane / u``, per element the lane nest transposes; in records made
     before it was measured, the shifted input packing's cost (a pass of
@@ -260,6 +276,8 @@ FORMULAS = {
     "tap_call_cost": tap_call_cost,
     "tap_load_cost": tap_load_cost,
     "lane_transpose_cost": lane_transpose_cost,
+    "row_call_cost": row_call_cost,
+    "plane_call_cost": plane_call_cost,
 }
 # The weights derive_weights measures; the rest keep their defaults.
 CALIBRATED_WEIGHTS = tuple(FORMULAS)

@@ -214,10 +214,12 @@ def kernel_loads(geometry: ConvGeometry, rows_per_call: int, segment: int, lanes
 
 
 def tap_kernel_cost(
-    weights, element_bytes: int, calls: int, macs: int, loads: int, vector_bytes: int
-) -> float:
-    """``calls * c_tap_call + macs * c_mac * s/4 + loads * c_load``, where
-    ``c_load = max(0, c_tap_load - (vector_bytes/4) * c_mac)``.
+    weights, element_bytes: int, calls: int, macs: int, loads: int, vector_bytes: int,
+    call_cost=None,
+) -> float:  # fmt: skip
+    """``calls * c_call + macs * c_mac * s/4 + loads * c_load``, where
+    ``c_load = max(0, c_tap_load - (vector_bytes/4) * c_mac)`` and ``c_call``
+    is ``call_cost``, or ``tap_call_cost`` when None.
 
     ``c_tap_load`` is measured on the one-row tap kernel, which issues a
     vector load beside each vector FMA: it is the pair's time, and ``c_load``
@@ -232,7 +234,9 @@ def tap_kernel_cost(
     fma_cost = weights.mac_cost * vector_bytes / 4
     load_cost = max(0.0, weights.tap_load_cost - fma_cost)
     macs_cost = macs * weights.mac_cost * element_bytes / 4
-    return calls * weights.tap_call_cost + macs_cost + loads * load_cost
+    if call_cost is None:
+        call_cost = weights.tap_call_cost
+    return calls * call_cost + macs_cost + loads * load_cost
 
 
 def depthwise_traffic(
@@ -296,14 +300,16 @@ def job_traffic(
     loads: int,
     packed_elements: int,
     input_pack_cost=None,
+    call_cost=None,
 ) -> Traffic:
     """One job of a tap-kernel family's nest (tap or lane), modelled from its counts.
 
     ``job_bytes`` compulsory bytes from the level all ``jobs`` jobs'
     operands fit in; ``packed_elements`` weighted like the dense plans'
     input packing (at ``input_pack_cost`` if given); ``calls`` kernel calls
-    of ``macs`` multiply-adds and ``loads`` vector loads in all, priced by
-    :func:`tap_kernel_cost` (not the outer-product kernel's weights).  The
+    (at ``call_cost`` each if given) of ``macs`` multiply-adds and ``loads``
+    vector loads in all, priced by :func:`tap_kernel_cost` (not the
+    outer-product kernel's weights).  The
     cost is scaled by the busiest thread's share of the jobs.
     """
     level = counts.level_of(
@@ -331,7 +337,7 @@ def job_traffic(
         input_pack_cost=input_pack_cost,
     )
     weighted += tap_kernel_cost(
-        hardware.weights, element_bytes, calls, macs, loads, hardware.vector_bytes
+        hardware.weights, element_bytes, calls, macs, loads, hardware.vector_bytes, call_cost
     )
     imbalance = counts.thread_imbalance(threads, jobs, 1, 1, 1.0)
     return Traffic(cost=imbalance * weighted, imbalance=imbalance, **job_counts)

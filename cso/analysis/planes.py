@@ -126,8 +126,9 @@ def plane_traffic(
     ``per_call * VL * R*S`` multiply-adds and :func:`plane_kernel_loads`
     loads, priced by :func:`~cso.analysis.depthwise.tap_kernel_cost`
     (one load per FMA, unaligned, as in the one-row tap kernel whose rate
-    ``tap_load_cost`` is).  Scaled by the busiest thread's share of the
-    ``N * K`` jobs.
+    ``tap_load_cost`` is), each call at ``plane_call_cost``, measured in the
+    plane nest itself.  Scaled by the busiest thread's share of the ``N *
+    K`` jobs.
     """
     g = geometry
     s = element_bytes
@@ -147,6 +148,7 @@ def plane_traffic(
         macs=len(calls) * per_call * lanes * taps,
         loads=plane_kernel_loads(len(calls), checked_calls, per_call, taps),
         packed_elements=0,
+        call_cost=hardware.weights.plane_call_cost,
     )
 
 

@@ -77,6 +77,14 @@ class MeasuredRates:
         the lane nest, less its one-tap kernel (a ninth of what a 3x3 one
         adds), over the elements transposed.  0 in records made before it
         was measured (the shifted input packing's rate stands in).
+    row_call_seconds : float
+        Fixed time of one row-kernel call in its loop nest: a 3x1 and a 3x3
+        depthwise layer of 7x7 planes (one call a plane) through the row
+        nest, ``(3 t_1 - t_3) / 2`` of their times a call (the intercept
+        against the column taps).  0 in records made before it was measured
+        (the tap kernel's call time stands in).
+    plane_call_seconds : float
+        The same for the plane nest (3x1 filters padded to keep ``Q == W``).
     filter_pack_shared_seconds : float
         Thread time per filter element packed in a call whose workers each
         read every packed panel (a plan on all cores whose window tiles are
@@ -125,6 +133,8 @@ class MeasuredRates:
     tap_call_seconds: float
     tap_load_seconds: float
     lane_transpose_seconds: float = 0.0
+    row_call_seconds: float = 0.0
+    plane_call_seconds: float = 0.0
     filter_pack_shared_seconds: float = 0.0
     kernel_shape_flops: tuple = ()
     in_place_shape_seconds: tuple = ()

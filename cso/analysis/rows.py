@@ -138,18 +138,27 @@ def served_rows(geometry: ConvGeometry, rows_per_call: int) -> int:
     )  # fmt: skip
 
 
-def row_kernel_loads(geometry: ConvGeometry, vectors: int, rows_per_call: int = 1) -> int:
-    """``U * I * (groups * sw + (S if sw > 1 else 0)) + R*S + U * (1 + groups
+def row_kernel_loads(
+    geometry: ConvGeometry, vectors: int, rows_per_call: int = 1, vector_registers: int = 32
+) -> int:
+    """``U * I * (groups * sw + (S if sw > 1 else 0)) + W + U * (1 + groups
     * sw)`` for the :func:`served_rows` ``I``: a call's vector loads and, at
     ``sw > 1``, its shuffles, counted alike (each takes a load port or the
-    shuffle port, whose rate the FMAs beside them do not set), then the
-    ``R*S`` weights it broadcasts and the masks it reads, which every call
-    loads again.  A one-row call has ``I = R``."""
+    shuffle port, whose rate the FMAs beside them do not set), then its
+    weight broadcasts ``W`` and the masks it reads, which every call loads
+    again.  ``W = R*S`` when the weights fit in the registers beside the
+    ``B`` chains of FMAs and three loaded vectors, else ``B * U * R*S``:
+    each FMA then reads its weight from memory.  A one-row call has ``I =
+    R``."""
     g = geometry
     groups = len(load_groups(g.kernel_width, g.dilation_w, g.stride_w))
     shuffles = g.kernel_width if g.stride_w > 1 else 0
     data = vectors * served_rows(g, rows_per_call) * (groups * g.stride_w + shuffles)
-    return data + g.kernel_height * g.kernel_width + vectors * (1 + groups * g.stride_w)
+    taps = g.kernel_height * g.kernel_width
+    weights = taps if taps + rows_per_call + 3 <= vector_registers else (
+        rows_per_call * vectors * taps
+    )
+    return data + weights + vectors * (1 + groups * g.stride_w)
 
 
 def row_block_options(geometry: ConvGeometry, vector_registers: int, lanes: int) -> list:
@@ -178,7 +187,8 @@ def row_traffic(
     each of ``B * U * VL * R*S`` multiply-adds (padding lanes of a narrow
     row and rows computed twice included) and :func:`row_kernel_loads`
     loads, priced by :func:`~cso.analysis.depthwise.tap_kernel_cost`
-    (``tap_load_cost`` a load, as the one-row tap kernel's unaligned loads).
+    (``tap_load_cost`` a load, as the one-row tap kernel's unaligned loads),
+    each call at ``row_call_cost``, measured in the row nest itself.
     Scaled by the busiest thread's share of the ``N * K`` jobs.
     """
     g = geometry
@@ -197,8 +207,9 @@ def row_traffic(
         job_bytes=(g.height * g.width + taps + g.out_height * g.out_width) * s,
         calls=calls,
         macs=calls * rows_per_call * vectors * lanes * taps,
-        loads=calls * row_kernel_loads(g, vectors, rows_per_call),
+        loads=calls * row_kernel_loads(g, vectors, rows_per_call, hardware.vector_registers),
         packed_elements=0,
+        call_cost=hardware.weights.row_call_cost,
     )
 
 

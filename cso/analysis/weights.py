@@ -119,6 +119,22 @@ class CostWeights:
         :func:`~cso.calibrate.kernel_probes.tap_seconds`): the one-row
         kernel's time on L1-resident rows against its column taps, 0.49 ns
         a call and 0.44 ns a load (a 16-lane FMA is 64 units, 0.27 ns).
+    row_call_cost : float
+        Fixed cost of one call of the depthwise row kernel inside its loop
+        nest (:mod:`cso.analysis.rows`): the nest's per-call and per-plane
+        work (the block's window rows, the call's masks, row starts and
+        epilogue switch, the job's indices) beside the kernel's FMAs and
+        loads.  ``python -m cso calibrate`` times a 3x1 and a 3x3 depthwise
+        layer of 7x7 planes (one call a plane) through the row nest and
+        takes the intercept of their time a call against the column taps.
+        The default is that figure on a Xeon (Sapphire Rapids, 2 cores,
+        214-240 GFLOP/s per core); in the tap kernel's own probe loop, whose
+        operands are constants, a call cost almost nothing (31 units), and
+        priced so the row plans of 7-wide planes ran 1.3-1.6x slower than
+        the lane plans the model ranked behind them.
+    plane_call_cost : float
+        The same for the plane nest (:mod:`cso.analysis.planes`), measured
+        the same way through it; the default its figure on that Xeon.
     lane_transpose_cost : float
         Cost of one element the lane nest transposes (the depthwise_lanes
         algorithm's input planes into pixel vectors, its outputs back,
@@ -194,6 +210,8 @@ class CostWeights:
     tap_call_cost: float = 110.0
     tap_load_cost: float = 100.0
     lane_transpose_cost: float = 80.0
+    row_call_cost: float = 9600.0
+    plane_call_cost: float = 5700.0
     l3_shared_cost: float = 6.0
     dram_shared_cost: float = 20.0
     l1_conflict_cost: float = 128.0

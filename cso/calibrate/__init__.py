@@ -40,6 +40,8 @@ REPEATED = frozenset(
         "filter_pack_seconds",
         "filter_pack_shared_seconds",
         "lane_transpose_seconds",
+        "row_call_seconds",
+        "plane_call_seconds",
     )
 )
 
@@ -157,6 +159,10 @@ def _steps(hardware, quick: bool):
         ("tap_load_seconds", "depthwise tap-kernel input vector load", lambda: state["taps"][1]),
         ("lane_transpose_seconds", "element transposed by the depthwise lane nest",
          lambda: loop_probes.lane_transpose_seconds(hardware, rounds)),
+        ("row_call_seconds", "depthwise row-kernel call in its loop nest",
+         lambda: loop_probes.unpacked_call_seconds(hardware, "depthwise_rows", rounds)),
+        ("plane_call_seconds", "depthwise plane-kernel call in its loop nest",
+         lambda: loop_probes.unpacked_call_seconds(hardware, "depthwise_planes", rounds)),
         ("kernel_call_seconds", "micro-kernel call in the loop nest",
          lambda: loop_probes.kernel_call_seconds(hardware, rounds)),
         (None, "input elements packed into panels, per kind of packing "

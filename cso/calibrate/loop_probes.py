@@ -46,6 +46,8 @@ PACK_FILTER_LAYER = ((1, 512, 14, 14), (512, 512, 3, 3), 1, 1)
 # A depthwise layer for the lane nest, its operands in L2 (0.8 MB in, 0.8
 # out): 1x1 for the transposes, 3x3 for the kernel they are told apart from.
 LANE_LAYER = (1, 64, 56, 56)
+# A depthwise layer for the row and plane nests: 7x7 planes, one kernel call each.
+ROW_LAYER = (1, 512, 7, 7)
 # Each comparison runs at least this long: a few rounds of a millisecond
 # program are at the mercy of the first calls' page faults.
 MIN_SECONDS = 0.3
@@ -251,3 +253,29 @@ def lane_transpose_seconds(hardware, rounds=5) -> float:
     # The model counts the transposed elements per channel (of one image).
     elements = channels * plans[1].cost_of(plans[1].schedule).packed_input_elements
     return max(0.0, best[1] - one_tap) / elements
+
+
+def unpacked_call_seconds(hardware, algorithm: str, rounds=5) -> float:
+    """``(3 t_1 - t_3) / 2``: :data:`ROW_LAYER` through the nest of
+    ``algorithm`` (``"depthwise_rows"`` or ``"depthwise_planes"``: the
+    nests that read the planes as given) with 3x1 and with 3x3 filters
+    (timed in interleaved rounds), each time a call (one call a plane).
+
+    The two differ only in their column taps, whose FMAs and loads grow
+    linearly with them, so the intercept at no column is what a call costs
+    whatever its taps: the nest's and the call's fixed work."""
+    channels = ROW_LAYER[1]
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(ROW_LAYER, dtype=np.float32)
+    programs, calls = {}, {}
+    for width in (1, 3):
+        w = rng.standard_normal((channels, 1, 3, width), dtype=np.float32)
+        plan = plan_conv2d(
+            ROW_LAYER, w.shape, padding=(1, width // 2), groups=channels, threads=1,
+            hardware=hardware, algorithm=algorithm,
+        )  # fmt: skip
+        programs[width] = plan_program(plan, x, w)
+        calls[width] = plan.cost_of(plan.schedule).kernel_calls * channels
+    best = best_times(programs, rounds, MIN_SECONDS)
+    one, three = best[1] / calls[1], best[3] / calls[3]
+    return max(0.0, (3 * one - three) / 2)

@@ -36,6 +36,8 @@ RATES = dict(
     tap_load_seconds=4e-10,
     lane_transpose_seconds=3.5e-10,
     filter_pack_shared_seconds=3e-9,
+    row_call_seconds=2e-8,
+    plane_call_seconds=1.5e-8,
 )
 UNIT = 5e-12
 
@@ -62,6 +64,8 @@ def test_each_weight_is_its_formula_of_the_rates():
         "tap_call_cost": 7.5e-9 / UNIT,  # 1500
         "tap_load_cost": 4e-10 / UNIT,  # 80 per input vector loaded
         "lane_transpose_cost": 3.5e-10 / UNIT,  # 70 per element transposed
+        "row_call_cost": 2e-8 / UNIT,  # 4000 per row-kernel call in its nest
+        "plane_call_cost": 1.5e-8 / UNIT,  # 3000 per plane-kernel call in its nest
     }
     assert set(expected) == set(calibration.CALIBRATED_WEIGHTS)
     for name, value in expected.items():
@@ -397,6 +401,14 @@ def test_records_without_the_shared_filter_packing_price_it_as_one_threads():
     )
     one_core = MeasuredRates(**dict(RATES, filter_pack_shared_seconds=0.0))
     assert derive_weights(one_core).filter_pack_shared_cost == pytest.approx(1.5e-9 / UNIT)
+
+
+def test_records_without_the_nest_call_times_price_calls_as_the_tap_kernel_does():
+    older = dict(RATES)
+    del older["row_call_seconds"], older["plane_call_seconds"]
+    weights = derive_weights(MeasuredRates(**older))
+    assert weights.row_call_cost == weights.plane_call_cost == weights.tap_call_cost
+    assert weights.tap_call_cost == pytest.approx(7.5e-9 / UNIT)
 
 
 def test_records_without_the_lane_transposes_price_them_as_shifted_packing():
