@@ -84,3 +84,4 @@ def test_the_public_release_drops_this_threads_buffer():
     kept = workspace.workspace(256, np.float32)
     cso.release_workspace()
     assert not np.shares_memory(kept, workspace.workspace(256, np.float32))
+
