@@ -258,9 +258,25 @@ def stage_times(plan: Plan, x, w, rounds=5) -> dict:
     return times
 
 
+# How a family other than the dense one names its kernel: ``row4x64`` is a
+# row plan's block of 4 output rows of 64 outputs a call.
+_FAMILY_PREFIXES = {
+    Algorithm.DEPTHWISE: "tap",
+    Algorithm.GROUPED: "grp",
+    Algorithm.DEPTHWISE_LANES: "lane",
+    Algorithm.DEPTHWISE_PLANES: "pln",
+    Algorithm.DEPTHWISE_ROWS: "row",
+}
+
+
 def kernel_name(plan: Plan) -> str:
     """``14x32w``: ``Nf x Nwin``, w, f or r for the vectorised operand, and
-    ``+`` when the batch is folded into the windows."""
+    ``+`` when the batch is folded into the windows; for the depthwise and
+    grouped families, the family and ``rows x outputs`` a call (``row4x64``,
+    ``lane1x14``)."""
+    prefix = _FAMILY_PREFIXES.get(plan.algorithm)
+    if prefix is not None:
+        return f"{prefix}{plan.rows_per_call}x{plan.windows_per_tile}"
     folded = "+" if plan.batch_folded else ""
     return f"{plan.filters_per_tile}x{plan.windows_per_tile}{plan.vector_operand.value[0]}{folded}"
 
