@@ -15,7 +15,7 @@ from .checks import as_array, check_bias, check_ndim, check_out, check_residual,
 from .geometry import make_geometry, result_dtype
 from .packed import PackedFilters
 from .tuned_store import check_tuned, tuned_plan
-from .workspace import new_output
+from .outputs import new_output
 
 
 

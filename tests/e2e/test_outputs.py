@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import cso
-from cso.workspace import new_output
+from cso.outputs import new_output
 
 
 @given(
