@@ -5,22 +5,25 @@ The plane plan (:mod:`.planes`) needs stride 1 and ``Q == W``, where one
 shift maps every output pixel of a plane to its input; the lane plan
 (:mod:`.lanes`) transposes every input pixel into channel vectors, a pass
 that a large strided layer feels most (``dw 3x3/2 96 @112`` spent 64% of its
-time there on the Xeon).  Here a kernel call computes ``U`` vectors of
-consecutive outputs ``q0 .. q0 + U*VL`` of one output row
-(:mod:`cso.microkernels.row_taps`): for each filter row ``r`` the input row
-``p*sh + r*dh - pad_top`` (a zero row where that falls off the plane), and
-for each column tap the vector of inputs ``(q0 + l)*sw + s*dw - pad_left``.
-At ``sw = 2`` that is every other element of two loaded vectors, picked by
-one shuffle; taps whose offsets differ by one share the two loads (the odd
-and the even elements).  Column masks zero what falls off the row; they
-depend only on ``q0``, so they are made once per plan for the calls of a
-row (:func:`mask_table`).  Nothing is packed.
+time there on the Xeon).  Here a kernel call computes a block of ``B``
+output rows of ``U`` vectors of consecutive outputs ``q0 .. q0 + U*VL``
+(:mod:`cso.microkernels.row_taps`): each input row of the block's window
+(a zero row where it falls off the plane) is loaded once for every output
+row it serves, and for each column tap the vector of inputs ``(q0 +
+l)*sw + s*dw - pad_left``.  At ``sw = 2`` that is every other element of
+two loaded vectors, picked by one shuffle; taps whose offsets differ by one
+share the two loads (the odd and the even elements).  Column masks zero
+what falls off the row; they depend only on ``q0``, so they are made once
+per plan for the calls of a row (:func:`mask_table`).  Nothing is packed.
 
-On the Xeon, one thread, against the lane plans: 1.3-1.75x faster on the
-3x3 stride-2 layers of 112, 56 and 28 wide inputs (``dw 3x3/2 96 @112`` 207
-against 320-360 us, at its L3 roofline), level on ``dw 5x5/2 144 @56``, and
-1.5-3x slower on 14x14 inputs, whose 7-wide rows fill 7 of 16 lanes.  The
-model weighs them.
+On the Xeon, one thread, one-row calls against the lane plans: 1.3-1.75x
+faster on the 3x3 stride-2 layers of 112, 56 and 28 wide inputs (``dw
+3x3/2 96 @112`` 207 against 320-360 us, at its L3 roofline), level on ``dw
+5x5/2 144 @56``, and 1.5-3x slower on 14x14 inputs, whose 7-wide rows fill
+7 of 16 lanes.  Blocks of rows then ran 1.1-2x faster than one-row calls
+on 3x3 layers (4 rows of 4 vectors on 112- and 56-wide planes, 7-14 rows
+of 1-2 vectors on narrower ones); the lane plans stay ahead on 7-wide rows
+and 5x5 filters.  The model weighs them (:func:`row_traffic`).
 """
 
 from __future__ import annotations
