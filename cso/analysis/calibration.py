@@ -224,20 +224,22 @@ def tap_load_cost(rates: MeasuredRates) -> float:
     return weight_of(rates.tap_load_seconds, rates.fma_flops)
 
 
+def _nest_call_cost(seconds: float, rates: MeasuredRates) -> float:
+    """``seconds / u``, or :func:`tap_call_cost` where ``seconds`` was not
+    measured (0: records made before it was)."""
+    return weight_of(seconds, rates.fma_flops) if seconds else tap_call_cost(rates)
+
+
 def row_call_cost(rates: MeasuredRates) -> float:
     """``t_row / u``, per row-kernel call in its loop nest; in records made
     before it was measured, the tap kernel's call cost (:func:`tap_call_cost`)."""
-    if rates.row_call_seconds:
-        return weight_of(rates.row_call_seconds, rates.fma_flops)
-    return tap_call_cost(rates)
+    return _nest_call_cost(rates.row_call_seconds, rates)
 
 
 def plane_call_cost(rates: MeasuredRates) -> float:
     """``t_plane / u``, per plane-kernel call in its loop nest; in records made
     before it was measured, the tap kernel's call cost (:func:`tap_call_cost`)."""
-    if rates.plane_call_seconds:
-        return weight_of(rates.plane_call_seconds, rates.fma_flops)
-    return tap_call_cost(rates)
+    return _nest_call_cost(rates.plane_call_seconds, rates)
 
 
 def lane_transpose_cost(rates: MeasuredRates) -> float:

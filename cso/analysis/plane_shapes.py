@@ -67,7 +67,7 @@ def row_vectors_per_call(geometry: ConvGeometry, lanes: int) -> int:
 
 def max_block_rows(geometry: ConvGeometry, vector_registers: int, lanes: int) -> int:
     """Output rows a row-kernel call may hold: ``min(P, max_rows_per_call(U,
-    R, registers))``, ``B * U`` outputs vectors within half the registers.
+    R, registers))``, ``B * U`` output vectors within half the registers.
 
     The kernel finishes one vector column of its block before the next, so
     only ``B`` chains of FMAs are live; yet on the Xeon's 112- and 56-wide

@@ -131,14 +131,23 @@ def row_offsets(geometry: ConvGeometry, lanes: int) -> np.ndarray:
     return np.concatenate([head, mask_table(geometry, lanes, vectors)])
 
 
+def window_row_taps(kernel_height: int, stride_h: int, dilation_h: int, rows: int) -> dict:
+    """``{i: [(b, r), ...]}``: each window row ``i`` a block of ``rows``
+    output rows reads, and the (output row, filter row) pairs it serves,
+    ``b*sh + r*dh = i``, in ``r`` order (the row kernel loads row ``i`` once
+    for all of them)."""
+    served: dict = {}
+    for r in range(kernel_height):
+        for b in range(rows):
+            served.setdefault(b * stride_h + r * dilation_h, []).append((b, r))
+    return served
+
+
 def served_rows(geometry: ConvGeometry, rows_per_call: int) -> int:
-    """Window rows a block's taps read: the distinct ``b*sh + r*dh`` for ``b
-    < B``, ``r < R`` (each loaded once for every output row it serves)."""
+    """Window rows a block's taps read: the distinct ``b*sh + r*dh`` of
+    :func:`window_row_taps` (each loaded once for every output row it serves)."""
     g = geometry
-    return len(
-        {b * g.stride_h + r * g.dilation_h for b in range(rows_per_call)
-         for r in range(g.kernel_height)}
-    )  # fmt: skip
+    return len(window_row_taps(g.kernel_height, g.stride_h, g.dilation_h, rows_per_call))
 
 
 def row_kernel_loads(
@@ -172,7 +181,7 @@ def row_block_options(geometry: ConvGeometry, vector_registers: int, lanes: int)
     options = [1]
     if tiles.offers_row_blocks(g):
         largest = max_block_rows(g, vector_registers, lanes)
-        rows = even_split(g.out_height, min(largest, g.out_height))
+        rows = even_split(g.out_height, largest)
         if rows > 1:
             options.append(rows)
     return options

@@ -47,7 +47,7 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
-from ..analysis.rows import load_groups
+from ..analysis.rows import load_groups, window_row_taps
 from .epilogue import emit_epilogue
 from .vector_ir import (
     check_shape_bounds,
@@ -101,11 +101,7 @@ def build_row_tap_kernel(
     lanes = vector_lanes
     groups = load_groups(kernel_width, dilation_w, stride_w)
     per_vector = 1 + len(groups) * stride_w
-    # Window row i -> the (output row, filter row) pairs it serves, in r order.
-    served: dict = {}
-    for r in range(kernel_height):
-        for row in range(rows):
-            served.setdefault(row * stride_h + r * dilation_h, []).append((row, r))
+    served = window_row_taps(kernel_height, stride_h, dilation_h, rows)
 
     @intrinsic
     def row_tap_kernel(
