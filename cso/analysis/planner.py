@@ -31,7 +31,7 @@ from .detect import detect_hardware
 from .hardware import Hardware
 from .plan import Plan
 from .plan_checks import whole_input_window
-from .ties import TIE_TOLERANCE, first_within  # noqa: F401 (TIE_TOLERANCE re-exported)
+from .ties import SHAPE_TIE_TOLERANCE, TIE_TOLERANCE, first_within  # noqa: F401 (TIE_TOLERANCE re-exported)
 
 _BLOCKS = {
     VectorOperand.WINDOWS: tiles.register_blocks,
@@ -298,9 +298,10 @@ def _plan_dense(
                 "fold_batch=True needs a micro-kernel that tiles windows, not dot products"
             )
         shapes = [shape for shape in shapes if shape[2] != VectorOperand.REDUCTION]
-    # In the offered order: the windows shapes, widest first, then the filters one.
+    # In the offered order (an exact tie keeps the earlier): the windows
+    # shapes, widest first, then the filters one.
     planned = [plan_for(*shape, bool(fold_batch)) for shape in shapes]
-    best = first_within((cost_of(plan)[0], plan) for plan in planned)
+    best = first_within(((cost_of(plan)[0], plan) for plan in planned), SHAPE_TIE_TOLERANCE)
     # Folding is weighed for the shape chosen image by image, not across
     # shapes: with the padding gone the model ranks the shapes wrongly (it
     # put 8x32 folded 4% ahead of 32x14 on l3 1x1 1024->256 @14 at batch 8,

@@ -79,7 +79,9 @@ def _steps(hardware, quick: bool):
 
     def in_place():
         # Per shape, the median of several differences, each a few percent
-        # of its layer (loop_probes.in_place_filter_seconds).
+        # of its layer (loop_probes.in_place_filter_seconds).  Medians of 25
+        # moved as much between calibrations as medians of 9 (the machine's
+        # state, not sampling: 14x32w 5.8-10 units over three on a Xeon).
         state["in_place"] = {
             kernel_shape_key(nf, nwin, "windows"): median_of(
                 lambda: loop_probes.in_place_filter_seconds(hardware, (nf, nwin), rounds),

@@ -721,3 +721,23 @@ def test_ties_go_to_the_earliest_candidate():
     assert first_within([(102.0, "a"), (100.0, "b")]) == "b"
     assert first_within([(100.0, "a")], tolerance=0.0) == "a"
     assert 0 < TIE_TOLERANCE <= 0.02
+
+
+@pytest.mark.parametrize(
+    "x_shape, w_shape, padding",
+    [
+        ((1, 128, 28, 28), (512, 128, 1, 1), 0),
+        ((1, 512, 7, 7), (512, 512, 3, 3), 1),
+        ((1, 672, 14, 14), (112, 672, 1, 1), 0),
+    ],
+)
+def test_the_cheapest_kernel_shape_is_taken_without_a_tolerance(x_shape, w_shape, padding):
+    from cso.analysis.planner import SHAPE_TIE_TOLERANCE
+
+    assert SHAPE_TIE_TOLERANCE == 0.0
+    plan = plan_conv2d(x_shape, w_shape, padding=padding, hardware=AVX512, threads=1)
+    chosen = plan.cost_of(plan.schedule).cost
+    for nf, nwin in tiles.register_blocks(AVX512.vector_bytes, AVX512.vector_registers, 4):
+        other = plan_conv2d(x_shape, w_shape, padding=padding, hardware=AVX512, threads=1,
+                            filters_per_tile=nf, windows_per_tile=nwin, vector_operand="windows")  # fmt: skip
+        assert chosen <= other.cost_of(other.schedule).cost
