@@ -738,6 +738,6 @@ def test_the_cheapest_kernel_shape_is_taken_without_a_tolerance(x_shape, w_shape
     plan = plan_conv2d(x_shape, w_shape, padding=padding, hardware=AVX512, threads=1)
     chosen = plan.cost_of(plan.schedule).cost
     for nf, nwin in tiles.register_blocks(AVX512.vector_bytes, AVX512.vector_registers, 4):
-        other = plan_conv2d(x_shape, w_shape, padding=padding, hardware=AVX512, threads=1,
-                            filters_per_tile=nf, windows_per_tile=nwin, vector_operand="windows")  # fmt: skip
+        forced = dict(filters_per_tile=nf, windows_per_tile=nwin, vector_operand="windows")
+        other = plan_conv2d(x_shape, w_shape, padding=padding, hardware=AVX512, threads=1, **forced)
         assert chosen <= other.cost_of(other.schedule).cost
