@@ -5,16 +5,15 @@
 # WS, the fewer rows of a depthwise call), which ran 1-3% faster than the
 # model's slightly cheaper alternatives.
 TIE_TOLERANCE = 0.01
-# Micro-kernel shapes tie within the same 1%, the earliest in the offered
-# order (the widest window-vectorised shape first) taken.  Without a
-# tolerance two calibrations of a shared Xeon planned ResNet-50's and
-# VGG-16's 140 plans a little more alike (median 95.7% against 94.3% over
-# 10 pairs of five calibrations), but at two threads the analysis was within
-# 5% of cso.tune's best on 80-82% of model_vs_tuned.py's 85 layers (74-87%
-# timed again) against 87% (89%) with it: the model prices 8x32w and 32x14f
-# a few percent too low against 14x32w on layers of few windows, and the
-# tie hid that.
-SHAPE_TIE_TOLERANCE = TIE_TOLERANCE
+# Micro-kernel shapes are not tied: the cheapest is taken.  A tolerance
+# there was meant to keep plans alike between calibrations (the weights
+# move by 5-30% from one to the next), and did the opposite: over 15 pairs
+# of six calibrations of a shared Xeon, ResNet-50's and VGG-16's 140
+# plans at one and two threads agreed on 81-96% with 1% (the shape
+# earliest in the offered order) and 94-100% with none; the plans that
+# differ ran 1.000x and 0.997x as fast in all (five models, one and two
+# threads, side by side).
+SHAPE_TIE_TOLERANCE = 0.0
 
 
 def first_within(candidates, tolerance: float = TIE_TOLERANCE):
