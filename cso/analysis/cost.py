@@ -71,6 +71,7 @@ from .counts import (
     thread_imbalance,
     largest_job_share,
 )
+from .tiles import conflict_probe_shape
 from .weights import kernel_shape_key
 
 
@@ -232,6 +233,14 @@ def weighted_cost(
     )
 
 
+def _conflict_probe_rows(hardware):
+    """The filter rows the calibration's L1-conflict probe shares one set
+    among on ``hardware`` (:func:`~cso.analysis.tiles.conflict_probe_shape`),
+    or None."""
+    shape = conflict_probe_shape(hardware.vector_bytes, hardware.vector_registers, hardware.l1_ways)
+    return None if shape is None else shape[0]
+
+
 def schedule_traffic(
     schedule: str,
     *,
@@ -379,7 +388,7 @@ def schedule_traffic(
         ),  # fmt: skip
         in_place_filter_reads=in_place_reads,
         conflicting_filter_reads=conflicting_filter_reads(
-            in_place_reads, busiest_set, hardware.l1_ways
+            in_place_reads, busiest_set, hardware.l1_ways, _conflict_probe_rows(hardware)
         ),
         streamed_l3=kernel_streams["l3"],
         streamed_dram=kernel_streams["dram"],

@@ -234,17 +234,33 @@ def rows_per_l1_set(rows: int, row_stride_bytes: int, line_bytes: int, l1_sets: 
     return max(counts.values(), default=0)
 
 
-def conflicting_filter_reads(in_place_reads: int, rows_per_set: int, l1_ways: int) -> int:
-    """``reads`` when more filter rows share an L1 set than it has ways, else 0.
+def conflicting_filter_reads(
+    in_place_reads: int, rows_per_set: int, l1_ways: int, probe_rows: int = None
+) -> int:
+    """The in-place filter reads charged ``c_conflict`` each: ``reads *
+    overflow(rows) / overflow(probe_rows)``, ``overflow(n) = (n - ways) / n``,
+    0 when the rows that share an L1 set fit in its ways.
 
-    The rows' lines then evict each other before their 16 broadcasts are
-    used, and every broadcast loads its line again from L2 (charged
-    ``c_conflict`` each, :func:`weighted_cost`).  Measured on an AMD EPYC
-    (Zen 4, 8-way L1d): ResNet-50's ``1x1 1024->256 @14`` ran 65 GFLOP/s
-    with 14 filter rows read in place against 92 with 8 rows and 98 with
-    packed filters (``experiments/forced_shapes.py``).
+    Past the ways the rows' lines evict each other before their 16
+    broadcasts are used, and a share of the broadcasts load their line again
+    from L2, a larger share the more the rows overflow the set.
+    ``c_conflict`` is measured with ``probe_rows`` rows in one set
+    (:func:`~cso.analysis.tiles.conflict_probe_shape`; all reads when None).
+    Measured on an AMD EPYC (Zen 4, 8-way L1d): ResNet-50's ``1x1
+    1024->256 @14`` ran 65 GFLOP/s with 14 filter rows read in place against
+    92 with 8 rows and 98 with packed filters (``experiments/forced_shapes.py``).
+    On a Xeon (12-way L1d), 16 rows one way apart ran 16-18% slower than
+    spread out and 14 rows 1-11% (three runs each); in a ``1x1 1024->224
+    @7`` layer 14 rows cost 2.8% against 1008 channels (no shared set),
+    where counting every read charged 8% (and took 8x32w, 7% slower).
     """
-    return in_place_reads if rows_per_set > l1_ways else 0
+    if rows_per_set <= l1_ways:
+        return 0
+    if probe_rows is None or probe_rows <= l1_ways:
+        return in_place_reads
+    share = (rows_per_set - l1_ways) / rows_per_set
+    probe_share = (probe_rows - l1_ways) / probe_rows
+    return round(in_place_reads * share / probe_share)
 
 
 def thread_imbalance(

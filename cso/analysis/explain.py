@@ -388,8 +388,9 @@ def explain(plan) -> str:
             f"  filters read in place from KCRS: {plan.filters_per_tile} rows "
             f"{g.channels_per_group * area * s} B apart"
             + (
-                f", more to one L1 set than its {hw.l1_ways} ways hold: each broadcast "
-                "reloads its line from L2, priced as such"
+                f", more to one L1 set than its {hw.l1_ways} ways hold: broadcasts "
+                f"reload their lines from L2, {chosen.conflicting_filter_reads} reads priced "
+                "so (a share that grows as the rows overflow the set)"
                 if chosen.conflicting_filter_reads
                 else f", within the L1's {hw.l1_ways} ways"
             )

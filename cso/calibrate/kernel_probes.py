@@ -229,6 +229,7 @@ def l2_line_reload_seconds(shapes, lanes, l1_bytes, l1_ways, line_bytes, repeats
     windows = [s for s in shapes if s[2] == VectorOperand.WINDOWS.value and s[0] > l1_ways]
     if not windows:
         return None
+    # The shape the cost model scales this figure from (counts.conflicting_filter_reads).
     nf, nwin, operand = max(windows, key=lambda s: s[0])
     way = l1_bytes // l1_ways // 4  # elements: one way of the L1 apart maps to the same set
     depth = way

@@ -27,6 +27,20 @@ def test_rows_per_l1_set(rows, stride, expected):
 def test_conflicting_reads_only_beyond_the_ways():
     assert counts.conflicting_filter_reads(1000, 9, 8) == 1000
     assert counts.conflicting_filter_reads(1000, 8, 8) == 0
+    # Scaled by how far the rows overflow the set, against the probe's rows.
+    conflicting = counts.conflicting_filter_reads
+    assert conflicting(1000, 16, 12, probe_rows=16) == 1000
+    assert conflicting(1000, 14, 12, probe_rows=16) == round(1000 * (2 / 14) / (4 / 16))
+    assert conflicting(1000, 14, 8, probe_rows=16) == round(1000 * (6 / 14) / (8 / 16))
+    assert conflicting(1000, 12, 12, probe_rows=16) == 0
+
+
+def test_the_conflict_probe_shape_is_the_widest_beyond_the_ways():
+    from cso.analysis.tiles import conflict_probe_shape
+
+    assert conflict_probe_shape(64, 32, 12) == (16, 16)
+    assert conflict_probe_shape(64, 32, 16) is None
+    assert conflict_probe_shape(32, 16, 8) is None
 
 
 def test_the_conflict_is_priced_and_steers_the_plan():
@@ -39,7 +53,9 @@ def test_the_conflict_is_priced_and_steers_the_plan():
     conflicted = cso.plan_conv2d(x_shape, w_shape, hardware=eight, **forced)
     spared = cso.plan_conv2d(x_shape, w_shape, hardware=sixteen, **forced)
     traffic = conflicted.cost_of(conflicted.schedule)
-    assert traffic.conflicting_filter_reads == traffic.in_place_filter_reads > 0
+    # 14 rows in one set of 8 ways, priced against the probe's 16 rows.
+    expected = round(traffic.in_place_filter_reads * (6 / 14) / (8 / 16))
+    assert traffic.conflicting_filter_reads == expected > 0
     assert spared.cost_of(spared.schedule).conflicting_filter_reads == 0
     assert traffic.cost > spared.cost_of(spared.schedule).cost
     # Left to choose, the analysis avoids 14 in-place filter rows on the 8-way L1.
