@@ -66,9 +66,11 @@ def main():
         if field.name in SHAPE_WEIGHTS:
             weight = SHAPE_WEIGHTS[field.name]
             for shape in sorted(dict(a).keys() | dict(b).keys()):
-                costs = [dict(pairs).get(shape, float("nan")) for pairs in (a, b)]
+                # A shape absent from a record's table takes that record's median weight.
+                costs = [dict(pairs).get(shape) for pairs in (a, b)]
                 if costs[0] != costs[1]:
-                    print(f"  {weight + ' ' + shape:<24} {costs[0]:>10g} {costs[1]:>10g}")
+                    shown = ["median" if cost is None else f"{cost:g}" for cost in costs]
+                    print(f"  {weight + ' ' + shape:<24} {shown[0]:>10} {shown[1]:>10}")
         elif a != b:
             print(f"  {field.name:<24} {a:>10g} {b:>10g}")
     same = total = 0
