@@ -93,3 +93,23 @@ print(all(after[path] == count for path, count in before.items()), before, after
 """
     )
     assert output.strip().splitlines()[-1].startswith("True"), output
+
+
+def test_the_quick_thread_count_follows_numba_set_num_threads():
+    """``executor.numba_thread_count`` (Numba's getter without its lock) reads
+    what ``numba.get_num_threads`` does, first call included, as the calling
+    thread's count changes."""
+    output = run_python(
+        """
+        import numba
+        from cso.executor import numba_thread_count
+        seen = [(numba_thread_count(), numba.get_num_threads())]
+        for count in (1, numba.config.NUMBA_NUM_THREADS, 1):
+            numba.set_num_threads(count)
+            seen.append((numba_thread_count(), numba.get_num_threads()))
+        print(seen)
+        """
+    )
+    seen = eval(output)
+    assert all(quick == public for quick, public in seen), seen
+    assert seen[1][0] == 1 == seen[3][0]
