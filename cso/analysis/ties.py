@@ -10,9 +10,10 @@ TIE_TOLERANCE = 0.01
 # there was meant to keep plans alike between calibrations (the weights
 # move by 5-30% from one to the next), and did not: on a shared Xeon,
 # ResNet-50's and VGG-16's 140 plans at one and two threads agreed between
-# two of five calibrations on 87.1-98.6% (median 94.3%) with 1% (the shape
-# earliest in the offered order) and on 91.4-98.6% (median 95.7%) with none,
-# and ResNet-50 per call ran 1.05x torch at one thread without it against
+# two of six calibrations on 87.1-100% (median 94.3%, 6 of 15 pairs at 95%
+# or more) with 1% (the shape earliest in the offered order) and on
+# 92.9-100% (median 97.1%, 11 of 15) with none, and ResNet-50 per call ran
+# 1.05x torch at one thread without it against
 # 1.03-1.04x with it (two and three runs).  What the 1% did better: at two
 # threads the analysis was within 5% of cso.tune's best on 87% (89% timed
 # again) of model_vs_tuned.py's 85 layers against 80-82% (74-87%): the model
