@@ -158,9 +158,11 @@ def transposed_store_seconds(shapes, lanes, repeats=5) -> float:
     Each intercept is fitted to the call's time at depths 8 to 64, its
     output tile cycling over 64 tiles; the eight calls are timed in
     :func:`interleaved_seconds`' rounds (``3 * repeats``).  Timed one after
-    the other (best of ``repeats`` each), five runs on a shared Xeon read
-    0.083-0.109 ns and three calibrations' 42-59 units, which changed 7 of
-    ResNet-50's and VGG-16's 140 plans; interleaved, 0.087-0.092 ns.
+    the other (best of ``repeats`` each), five runs in a row on a shared Xeon
+    read 0.083-0.109 ns; interleaved, 0.087-0.092 ns.  Between calibrations
+    minutes apart the machine's state moves it more (41-59 units over
+    twelve), and that alone changed 7 of ResNet-50's and VGG-16's 140 plans
+    between two of them.
     """
     windows = [s for s in shapes if s[2] == VectorOperand.WINDOWS.value]
     filters = [s for s in shapes if s[2] == VectorOperand.FILTERS.value]
