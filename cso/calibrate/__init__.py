@@ -15,6 +15,7 @@ from dataclasses import replace
 from statistics import median
 
 from ..analysis.calibration import MeasuredRates
+from ..analysis.tiles import conflict_probe_shape
 from ..analysis.weights import DEFAULT_WEIGHTS, kernel_shape_key
 from ..microkernels.peak import fma_peak_gflops
 from ..openmp import kept_openmp_threads
@@ -118,8 +119,11 @@ def _steps(hardware, quick: bool):
         return state["input_pack"]
 
     def line_reload():
+        shape = conflict_probe_shape(
+            hardware.vector_bytes, hardware.vector_registers, hardware.l1_ways
+        )
         seconds = kernel_probes.l2_line_reload_seconds(
-            all_shapes, lanes, hardware.l1_bytes, hardware.l1_ways, hardware.line_bytes, repeats
+            shape, lanes, hardware.l1_bytes, hardware.l1_ways, hardware.line_bytes, repeats
         )
         if seconds is None:
             # No offered shape can overflow an L1 set here (no plan is

@@ -220,19 +220,20 @@ def l1_spill_seconds_per_byte(shapes, lanes, l1_bytes, l2_bytes, repeats=5):
     return (best["spilled"] - resident) / (depth * nf * 4)
 
 
-def l2_line_reload_seconds(shapes, lanes, l1_bytes, l1_ways, line_bytes, repeats=5):
+def l2_line_reload_seconds(shape, lanes, l1_bytes, l1_ways, line_bytes, repeats=5):
     """Seconds per filter read whose line was evicted by its own rows: the
-    widest window-vectorised kernel reading ``Nf`` filter rows in place, rows
-    one L1 way apart (all in one set) against one way and a line apart.
+    window-vectorised kernel ``shape`` (``(Nf, Nwin)``,
+    :func:`~cso.analysis.tiles.conflict_probe_shape`, the shape the cost
+    model scales this figure from) reading its ``Nf`` filter rows in place,
+    rows one L1 way apart (all in one set) against one way and a line apart.
 
-    Returns None when no offered shape has more rows than the L1 has ways
-    (no plan can then conflict: the figure is not needed).
+    Returns None when ``shape`` is None (no offered shape has more rows than
+    the L1 has ways: no plan can then conflict, the figure is not needed).
     """
-    windows = [s for s in shapes if s[2] == VectorOperand.WINDOWS.value and s[0] > l1_ways]
-    if not windows:
+    if shape is None:
         return None
-    # The shape the cost model scales this figure from (counts.conflicting_filter_reads).
-    nf, nwin, operand = max(windows, key=lambda s: s[0])
+    nf, nwin = shape
+    operand = VectorOperand.WINDOWS.value
     way = l1_bytes // l1_ways // 4  # elements: one way of the L1 apart maps to the same set
     depth = way
     aliased = kernel_seconds(nf, nwin, operand, lanes, depth, filter_row_stride=way,
