@@ -66,10 +66,11 @@ def main():
         if field.name in SHAPE_WEIGHTS:
             weight = SHAPE_WEIGHTS[field.name]
             for shape in sorted(dict(a).keys() | dict(b).keys()):
-                # A shape absent from a record's table takes that record's median weight.
+                # A shape absent from a record's table takes the record's shared
+                # weight (mac_cost, in_place_filter_cost or input_pack_cost).
                 costs = [dict(pairs).get(shape) for pairs in (a, b)]
                 if costs[0] != costs[1]:
-                    shown = ["median" if cost is None else f"{cost:g}" for cost in costs]
+                    shown = ["shared" if cost is None else f"{cost:g}" for cost in costs]
                     print(f"  {weight + ' ' + shape:<24} {shown[0]:>10} {shown[1]:>10}")
         elif a != b:
             print(f"  {field.name:<24} {a:>10g} {b:>10g}")

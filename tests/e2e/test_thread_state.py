@@ -6,6 +6,7 @@ Each check runs in a fresh process, so that cso's first call, the one that
 starts Numba's thread pool, is among those checked.
 """
 
+import ast
 import subprocess
 import sys
 import textwrap
@@ -110,6 +111,6 @@ def test_the_quick_thread_count_follows_numba_set_num_threads():
         print(seen)
         """
     )
-    seen = eval(output)
+    seen = ast.literal_eval(output)
     assert all(quick == public for quick, public in seen), seen
     assert seen[1][0] == 1 == seen[3][0]
