@@ -423,3 +423,18 @@ def test_records_without_the_lane_transposes_price_them_as_shifted_packing():
     assert derive_weights(MeasuredRates(**older)).lane_transpose_cost == pytest.approx(
         5e-10 / UNIT
     )
+
+
+@pytest.mark.parametrize(
+    "l2, l3, cores, expected",
+    [
+        (2 << 20, 480 << 20, 2, 8 << 20),  # a VM's reported L3: four L2s, not 120 MiB
+        (1 << 20, 32 << 20, 2, 4 << 20),  # Zen 4: four L2s fit half the L3's share
+        (2 << 20, 105 << 20, 56, 4 << 20),  # a small share per core: still twice the L2
+        (4 << 20, 40 << 20, 2, 10 << 20),  # half the share lies between two and four L2s
+    ],
+)
+def test_the_l3_probe_reads_beyond_the_l2_and_within_a_few_of_them(l2, l3, cores, expected):
+    from cso.calibrate import l3_probe_bytes
+
+    assert l3_probe_bytes(l2, l3, cores) == expected
