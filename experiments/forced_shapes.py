@@ -2,7 +2,7 @@
 
     python experiments/forced_shapes.py [--model resnet50] [--batch 1] [--threads 2]
                                         [--shapes 14x32w,8x32w,32x14f] [--layers NAME ...]
-                                        [--packed] [--rounds 7]
+                                        [--packed] [--rounds 7] [--cold [MIB]]
 
 For every layer of the model (or the ``--layers`` named), the analysis' plan
 and, for each of ``--shapes``, the plan the analysis makes when forced to
@@ -10,7 +10,12 @@ that micro-kernel (``NfxNwin`` and ``w``/``f``: windows or filters in the
 vectors; the schedule, tiles and folding still the model's for that shape)
 are timed interleaved in one process (best of the rounds), per call, or
 with ``--packed`` with filters packed ahead for each plan.  Every forced
-plan's result is checked against the model's plan's.
+plan's result is checked against the model's plan's.  With ``--cold``, each
+call takes the next of as many copies of the layer's operands as fill
+``MIB`` (default 256, beyond the L3 of the machines measured), so that its
+input and filters come from memory as in a model run, where each layer's
+weights are read once an inference; by default one copy serves every call
+and stays in the caches.
 
 Prints each program's time and speed, the speedup of the fastest over the
 model's plan where that is at least 3%, and the model's total against an
@@ -56,15 +61,35 @@ def describe(plan):
 def program_for(x, w, plan, threads, packed, **kwargs):
     """``plan`` run on ``x`` and ``w`` as a program of no arguments: per call,
     or with ``packed`` on filters packed ahead for it (packed here, once)."""
+    return cycling_program([(x, w)], plan, threads, packed, **kwargs)
+
+
+def cycling_program(operands, plan, threads, packed, **kwargs):
+    """``plan`` run as a program of no arguments on ``operands``, a list of
+    ``(x, w)`` copies each call takes the next of: per call, or with
+    ``packed`` on filters packed ahead for it (packed here, once a copy)."""
     if packed:
-        filters = cso.pack_filters(w, x.shape, threads=threads, plan=plan, **kwargs)
-        return lambda: cso.conv2d(x, filters, threads=threads)
-    return lambda: cso.conv2d(x, w, threads=threads, plan=plan, **kwargs)
+        operands = [
+            (x, cso.pack_filters(w, x.shape, threads=threads, plan=plan, **kwargs))
+            for x, w in operands
+        ]
+        kwargs = {}
+    else:
+        kwargs = dict(kwargs, plan=plan)
+    turn = [0]
+
+    def program():
+        x, w = operands[turn[0]]
+        turn[0] = (turn[0] + 1) % len(operands)
+        return cso.conv2d(x, w, threads=threads, **kwargs)
+
+    return program
 
 
 def check_agree(layer, programs, reference_name):
     """Raise if a program's result differs from the first one's by more than
     float32 sums taken in another order may: about ``C*R*S`` roundings."""
+    # Every program is at its first copy of the operands: they compute alike.
     results = {label: program().copy() for label, program in programs.items()}
     reference = next(iter(results.values()))
     reduction = int(np.prod(layer.w_shape[1:]))
@@ -74,19 +99,36 @@ def check_agree(layer, programs, reference_name):
             raise AssertionError(f"{layer.name}: {label} differs from {reference_name}")
 
 
-def programs_for(layer, batch, threads, shapes, packed):
-    """``{label: program}``: the model's plan first, then each forced shape."""
+def operand_copies(x_shape, w_shape, cold_bytes):
+    """``[(x, w), ...]``: one pair, or as many as fill ``cold_bytes`` (at least two)."""
     rng = np.random.default_rng(0)
+    pair_bytes = 4 * (int(np.prod(x_shape)) + int(np.prod(w_shape)))
+    count = max(2, cold_bytes // pair_bytes) if cold_bytes else 1
+    return [
+        (
+            rng.standard_normal(x_shape, dtype=np.float32),
+            rng.standard_normal(w_shape, dtype=np.float32),
+        )
+        for _ in range(count)
+    ]
+
+
+def programs_for(layer, batch, threads, shapes, packed, cold_bytes=0):
+    """``{label: program}``: the model's plan first, then each forced shape,
+    each on its own turn through :func:`operand_copies`."""
     x_shape = (batch,) + tuple(layer.x_shape[1:])
-    x = rng.standard_normal(x_shape, dtype=np.float32)
-    w = rng.standard_normal(layer.w_shape, dtype=np.float32)
+    copies = operand_copies(x_shape, layer.w_shape, cold_bytes)
     kwargs = dict(layer.params)
-    plans = [cso.plan_conv2d(x_shape, w.shape, threads=threads, filters_prepacked=packed, **kwargs)]
+    plans = [
+        cso.plan_conv2d(
+            x_shape, layer.w_shape, threads=threads, filters_prepacked=packed, **kwargs
+        )
+    ]
     for nf, nwin, operand in shapes:
         plans.append(
             cso.plan_conv2d(
                 x_shape,
-                w.shape,
+                layer.w_shape,
                 threads=threads,
                 filters_prepacked=packed,
                 filters_per_tile=nf,
@@ -100,7 +142,7 @@ def programs_for(layer, batch, threads, shapes, packed):
         label = ("model  " if index == 0 else "forced ") + describe(plan)
         if label[7:] in (key[7:] for key in programs):
             continue  # the model's own choice, forced again
-        programs[label] = program_for(x, w, plan, threads, packed, **kwargs)
+        programs[label] = cycling_program(copies, plan, threads, packed, **kwargs)
     return programs
 
 
@@ -113,15 +155,22 @@ def main():
     parser.add_argument("--layers", nargs="*", help="layer names (default: all)")
     parser.add_argument("--packed", action="store_true", help="filters packed ahead")
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument(
+        "--cold", type=int, nargs="?", const=256, default=0, metavar="MIB",
+        help="cycle each program through copies of the operands filling MIB (default 256)",
+    )  # fmt: skip
     args = parser.parse_args()
     shapes = [parse_shape(text) for text in args.shapes.split(",") if text]
     total_model = total_oracle = 0.0
     mode = "packed ahead" if args.packed else "per call"
-    print(f"{args.model}, batch {args.batch}, {args.threads} thread(s), filters {mode}")
+    state = f", operands cycled through {args.cold} MiB of copies" if args.cold else ""
+    print(f"{args.model}, batch {args.batch}, {args.threads} thread(s), filters {mode}{state}")
     for layer in MODELS[args.model]():
         if args.layers and layer.name not in args.layers:
             continue
-        programs = programs_for(layer, args.batch, args.threads, shapes, args.packed)
+        programs = programs_for(
+            layer, args.batch, args.threads, shapes, args.packed, args.cold << 20
+        )
         check_agree(layer, programs, "the model's plan")
         best = best_times(programs, args.rounds, 0.3)
         model_label = next(iter(programs))
