@@ -64,6 +64,8 @@ from .counts import (
     padded_macs,
     transposed_stores,
     packed_filter_elements,
+    packed_filter_memory_bytes,
+    l3_resident_bytes,
     packed_input_elements,
     in_place_filter_reads,
     rows_per_l1_set,
@@ -85,6 +87,8 @@ class Traffic:
     ``streamed_l3`` and ``streamed_dram`` are the part of ``l3`` and ``dram``
     that WS's micro-kernels read while they compute: the filter tiles,
     reloaded for every window block (:func:`hidden_stream_cost`).
+    ``panel_memory`` is the part of ``dram`` between the filter panels a
+    call packs and memory (:func:`~.counts.packed_filter_memory_bytes`).
     """
 
     dram: int
@@ -104,6 +108,7 @@ class Traffic:
     streamed_l3: int = 0
     streamed_dram: int = 0
     tap_loads: int = 0
+    panel_memory: int = 0
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -331,6 +336,17 @@ def schedule_traffic(
         raise ValueError(f"schedule must be 'IS' or 'WS', got {schedule!r}")
     for level, count in kernel_streams.items():
         levels[level] += count
+    packed_filters = packed_filter_elements(
+        # One packing serves the call's window spaces: N, or one when folded.
+        vector_operand, filters_prepacked, filter_tiles, filter_all, s, batch // images
+    )
+    # Workers that split the filter blocks each keep their share of the panels.
+    panel_sharers = 1
+    if not workers_read_every_panel(threads, schedule, window_parts):
+        panel_sharers = max(1, min(threads, stationary_blocks))
+    resident = l3_resident_bytes(hardware.l2_bytes, hardware.l3_bytes, hardware.cores)
+    panel_memory = packed_filter_memory_bytes(packed_filters, s, resident, panel_sharers)
+    levels["dram"] += panel_memory
     row_bytes = windows * s
     misses = output_tlb_misses(
         schedule,
@@ -373,15 +389,7 @@ def schedule_traffic(
         transposed_stores=transposed_stores(
             vector_operand, calls, filters_per_tile * windows_per_tile
         ),
-        packed_filter_elements=packed_filter_elements(
-            # One packing serves the call's window spaces: N, or one when folded.
-            vector_operand,
-            filters_prepacked,
-            filter_tiles,
-            filter_all,
-            s,
-            batch // images,
-        ),
+        packed_filter_elements=packed_filters,
         packed_input_elements=packed_input_elements(
             schedule, input_in_place, filter_blocks, window_tiles, input_all, s,
             windows_per_tile, max(1, hardware.vector_bytes // s),
@@ -411,4 +419,4 @@ def schedule_traffic(
         imbalance * weighted_cost(hardware, s, **counts, shared=threads > 1, **shape_costs) / images
     )
     counts = {name: count // images for name, count in counts.items()}
-    return Traffic(cost=cost, imbalance=imbalance, **counts)
+    return Traffic(cost=cost, imbalance=imbalance, panel_memory=panel_memory // images, **counts)

@@ -153,6 +153,51 @@ def packed_filter_elements(
     return ceil_div(filter_tiles * filter_all // element_bytes, max(1, batch))
 
 
+def l3_resident_bytes(l2_bytes: int, l3_bytes: int, cores: int) -> int:
+    """``min(4 * L2, max(2 * L2, L3 / (2 * cores)))``: the footprint per
+    core that the calibration reads as L3-resident (its L3 probe), and
+    beyond which the model does not take a buffer kept between calls to
+    stay in the L3.
+
+    Beyond the core's L2 (at least twice it), and no more than the few L2s
+    an operand the model calls L3-resident spans.  Half the L3's share per
+    core, the probe's footprint before, read from memory where the L3 a
+    machine reports is not the one its cores have: a KVM guest on a
+    Sapphire Rapids host reports 480 MiB, and a 120 MiB buffer read at 20
+    GB/s against 30 for 3-48 MiB (19 GB/s from DRAM), so the model priced
+    L3 as memory.
+    """
+    return min(4 * l2_bytes, max(2 * l2_bytes, l3_bytes // (2 * cores)))
+
+
+def packed_filter_memory_bytes(
+    packed_elements: int, element_bytes: int, resident_bytes: int, sharers: int = 1
+) -> int:
+    """``2*E*s`` when a worker's share of the ``E`` filter elements a call
+    packs (``s`` bytes each; ``E*s/sharers``, ``sharers`` the workers that
+    split the filter blocks, 1 where every worker reads every panel)
+    exceeds ``resident_bytes`` (:func:`l3_resident_bytes`), else 0: the
+    bytes between the panels and memory.
+
+    Larger than that, the kept buffer a call packs into is no longer in
+    the caches when the next call packs into it again, so each line is
+    read from memory before it is written (write-allocate) and written
+    back later.  The filter-packing probe packs one layer back to back, the
+    buffer in the L3 throughout, and does not see this.  Measured on a Xeon
+    (2 MiB L2, so 8 MiB resident): VGG-16's ``3x3 512 @14`` (9.4 MB of
+    filters) at one thread, the 32x14 kernel packing its filters in the
+    call ran 1.07-1.15x slower than the 14x32 kernel reading them in place,
+    timed interleaved with other plans (1.13x with its operands cycled
+    through memory), where the model without this count had it 2.4%
+    faster; at two threads, each worker packing and reading its half, it
+    was as fast.  ResNet-50's 2-4 MB filter sets lose nothing so (their
+    buffer stays in the L3): charging every set beyond the L2 made the
+    32x14 kernel lose layers where it ran 4-10% faster.
+    """
+    panel_bytes = packed_elements * element_bytes
+    return 2 * panel_bytes if panel_bytes > resident_bytes * max(1, sharers) else 0
+
+
 # The kinds of input packing, each with its own cost per element written.
 INPUT_PACK_KINDS = ("shifted", "strided", "pointwise", "pointwise_strided")
 

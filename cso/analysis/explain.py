@@ -213,7 +213,16 @@ def _filter_pack_story(plan) -> str:
     price = f"{filter_pack_cost_for(plan.hardware.weights, *parts):.3g}"
     if workers_read_every_panel(*parts):
         price += ", shared: every worker reads every panel"
-    return f"filter packing in the call: {packed} elements at c_pack {price}" if packed else ""
+    if not packed:
+        return ""
+    story = f"filter packing in the call: {packed} elements at c_pack {price}"
+    memory = plan.cost_of(plan.schedule).panel_memory
+    if memory:
+        story += (
+            f"\n  its panels outgrow what stays in the L3 between calls: {memory / 2**20:.1f} MiB"
+            " between them and DRAM (write-allocate and write-back)"
+        )
+    return story
 
 
 def _mac_cost_story(plan) -> str:

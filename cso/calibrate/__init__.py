@@ -15,6 +15,7 @@ from dataclasses import replace
 from statistics import median
 
 from ..analysis.calibration import MeasuredRates
+from ..analysis.counts import l3_resident_bytes
 from ..analysis.tiles import conflict_probe_shape
 from ..analysis.weights import DEFAULT_WEIGHTS, kernel_shape_key
 from ..microkernels.peak import fma_peak_gflops
@@ -53,19 +54,6 @@ REPEATED = frozenset(
 SMALL_DIFFERENCES = frozenset(("l1_spill_seconds_per_byte",))
 
 
-def l3_probe_bytes(l2_bytes: int, l3_bytes: int, cores: int) -> int:
-    """The footprint each core's L3 probe reads: ``min(4 * L2, max(2 * L2, L3 / (2 * cores)))``.
-
-    Beyond the core's L2 (at least twice it), and no more than the few L2s
-    an operand the model calls L3-resident spans.  Half the L3's share per
-    core, the rule before, read from memory where the L3 a machine reports
-    is not the one its cores have: a KVM guest on a Sapphire Rapids host
-    reports 480 MiB, and a 120 MiB buffer read at 20 GB/s against 30 GB/s
-    for 3-48 MiB (19 GB/s from DRAM), so the model priced L3 as memory.
-    """
-    return min(4 * l2_bytes, max(2 * l2_bytes, l3_bytes // (2 * cores)))
-
-
 def _steps(hardware, quick: bool):
     """``[(field or None, description, probe)]``, in the order they run."""
     lanes = hardware.vector_bytes // 4
@@ -75,7 +63,7 @@ def _steps(hardware, quick: bool):
     shapes = all_shapes
     if quick:
         shapes = shapes[:1] + [s for s in shapes if s[2] == "filters"][:1]
-    l3_size = l3_probe_bytes(hardware.l2_bytes, hardware.l3_bytes, hardware.cores)
+    l3_size = l3_resident_bytes(hardware.l2_bytes, hardware.l3_bytes, hardware.cores)
     dram_size = max(64 << 20, (2 if quick else 4) * hardware.l3_bytes)
     state = {}
 

@@ -435,6 +435,6 @@ def test_records_without_the_lane_transposes_price_them_as_shifted_packing():
     ],
 )
 def test_the_l3_probe_reads_beyond_the_l2_and_within_a_few_of_them(l2, l3, cores, expected):
-    from cso.calibrate import l3_probe_bytes
+    from cso.analysis.counts import l3_resident_bytes
 
-    assert l3_probe_bytes(l2, l3, cores) == expected
+    assert l3_resident_bytes(l2, l3, cores) == expected

@@ -105,3 +105,40 @@ def test_filters_packed_for_workers_reading_every_panel_cost_the_shared_rate():
     alone = cso.plan_conv2d(x_shape, w_shape, hardware=dear, threads=1, schedule="IS", **forced)
     assert "c_pack 250, shared: every worker reads every panel" in cso.explain(shared)
     assert "filter packing in the call: 65536 elements at c_pack 100\n" in cso.explain(alone) + "\n"
+
+
+def test_packed_filter_memory_bytes_beyond_what_stays_in_the_l3():
+    mib = 1 << 20
+    # A worker's share of the panels beyond the resident footprint: 2x to and from memory.
+    assert counts.packed_filter_memory_bytes(3 * mib, 4, 8 * mib) == 24 * mib
+    assert counts.packed_filter_memory_bytes(2 * mib, 4, 8 * mib) == 0
+    # Two workers splitting the filter blocks keep half each.
+    assert counts.packed_filter_memory_bytes(3 * mib, 4, 8 * mib, sharers=2) == 0
+    assert counts.packed_filter_memory_bytes(5 * mib, 4, 8 * mib, sharers=2) == 40 * mib
+    assert counts.packed_filter_memory_bytes(0, 4, 8 * mib) == 0
+
+
+def test_big_filter_panels_packed_in_the_call_cost_their_memory_traffic():
+    # 3x3 512->512: 9.4 MB of float32 filters.  With a 2 MiB L2 (8 MiB
+    # resident in the L3) a 32x14 plan packing them per call moves its
+    # panels to and from memory; with a 4 MiB L2 (16 MiB) it does not, nor
+    # with the filters packed ahead.
+    x_shape, w_shape = (1, 512, 14, 14), (512, 512, 3, 3)
+    small_l2 = cso.Hardware(
+        l2_bytes=2 << 20, l3_bytes=480 << 20, cores=2, vector_bytes=64, vector_registers=32
+    )
+    large_l2 = small_l2.with_changes(l2_bytes=4 << 20)
+    forced = dict(filters_per_tile=32, windows_per_tile=14, vector_operand="filters", padding=1)
+
+    def traffic(hardware, **extra):
+        plan = cso.plan_conv2d(x_shape, w_shape, hardware=hardware, **forced, **extra)
+        return plan, plan.cost_of(plan.schedule)
+
+    plan, charged = traffic(small_l2, threads=1)
+    assert charged.panel_memory == 2 * charged.packed_filter_elements * 4 == 18 << 20
+    assert "between them and DRAM" in cso.explain(plan)
+    assert traffic(large_l2, threads=1)[1].panel_memory == 0
+    assert traffic(small_l2, threads=1, filters_prepacked=True)[1].panel_memory == 0
+    # The count is part of the DRAM bytes the cost weighs.
+    free = cso.plan_conv2d(x_shape, w_shape, hardware=large_l2, threads=1, **forced)
+    assert charged.dram - charged.panel_memory == free.cost_of(free.schedule).dram
