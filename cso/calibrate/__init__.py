@@ -79,19 +79,40 @@ def _steps(hardware, quick: bool):
         state["taps"] = tuple(median(fit[i] for fit in fits) for i in range(2))
         return state["taps"]
 
-    def in_place():
-        # Per shape, the median of several differences, each a few percent
-        # of its layer (loop_probes.in_place_filter_seconds).  Medians of 25
-        # moved as much between calibrations as medians of 9 (the machine's
-        # state, not sampling: 14x32w 5.8-10 units over three on a Xeon).
-        state["in_place"] = {
-            kernel_shape_key(nf, nwin, "windows"): median_of(
-                lambda: loop_probes.in_place_filter_seconds(hardware, (nf, nwin), rounds),
-                1 if quick else 9,
-            )()
-            for nf, nwin in loop_probes.in_place_shapes(hardware)
-        }
-        return state["in_place"]
+    in_place_passes = 1 if quick else 3
+    in_place_samples = {}
+
+    def in_place_pass(last: bool):
+        # Per shape, the median of nine differences, each a few percent of
+        # its layer (loop_probes.in_place_filter_seconds), taken in three
+        # passes spread over the calibration: the figures drift with the
+        # machine's state over minutes, not with sampling (medians of 25
+        # moved as much as medians of 9: 14x32w 5.8-10 units over three
+        # calibrations on a Xeon), so samples from a few seconds apart
+        # shared one state.  On a Xeon, five calibrations so read 8x48w at
+        # 4.1-5.5 ps and 14x32w at 13.9-16.3, and planned ResNet-50 and
+        # VGG-16 97.1-100% alike over their ten pairs; five with the nine
+        # taken at once read 5.1-12 and 15-22 ps, and 90.0-100% alike.
+        def run():
+            for nf, nwin in loop_probes.in_place_shapes(hardware):
+                samples = in_place_samples.setdefault(kernel_shape_key(nf, nwin, "windows"), [])
+                for _ in range(1 if quick else 3):
+                    seconds = loop_probes.in_place_filter_seconds(hardware, (nf, nwin), rounds)
+                    samples.append(seconds)
+            if last:
+                state["in_place"] = {key: median(v) for key, v in in_place_samples.items()}
+                return state["in_place"]
+            return None
+
+        return run
+
+    def in_place_early(index: int) -> list:
+        """The in-place pass ``index`` of the earlier ones, as a step (none when quick)."""
+        if index >= in_place_passes:
+            return []
+        description = "filter elements read in place, per window-vectorised shape"
+        description += f" ({index}/{in_place_passes})"
+        return [(None, description, in_place_pass(False))]
 
     def loop_shapes():
         # Per shape, the median of several timings in the loop nest.
@@ -142,6 +163,7 @@ def _steps(hardware, quick: bool):
         ("l2_stream_seconds_per_byte", "extra time per byte streamed from L2 (least)",
          lambda: kernel_probes.summary(state["kernels"])[1]),
         (None, "micro-kernels in the loop nest, per padded multiply-add", loop_shapes),
+        *in_place_early(1),
         ("l3_bytes_per_second", "L3 read bandwidth, one core",
          lambda: memory_probes.read_bandwidth(l3_size, repeats, passes=4)),
         ("dram_bytes_per_second", "DRAM read bandwidth, one core",
@@ -161,6 +183,7 @@ def _steps(hardware, quick: bool):
              hardware.page_bytes, hardware.line_bytes, hardware.tlb_entries, repeats)),
         ("transposed_store_seconds", "filter-vectorised write-back, per element",
          lambda: kernel_probes.transposed_store_seconds(all_shapes, lanes, repeats)),
+        *in_place_early(2),
         (None, "depthwise tap kernel, one row, against its column taps", taps),
         ("tap_call_seconds", "depthwise tap-kernel call", lambda: state["taps"][0]),
         ("tap_load_seconds", "depthwise tap-kernel input vector load", lambda: state["taps"][1]),
@@ -181,7 +204,8 @@ def _steps(hardware, quick: bool):
         ("filter_pack_shared_seconds",
          f"filter element packed for {hardware.cores} workers that each read every panel",
          lambda: loop_probes.filter_pack_shared_seconds(hardware, rounds)),
-        (None, "filter elements read in place, per window-vectorised shape", in_place),
+        (None, f"filter elements read in place, per window-vectorised shape ({in_place_passes}/"
+               f"{in_place_passes})", in_place_pass(True)),
         ("in_place_filter_seconds", "filter element read in place (median over the shapes)",
          lambda: median(state["in_place"].values())),
     ], state  # fmt: skip
