@@ -276,15 +276,37 @@ def test_saved_session_loads_back_and_runs_alike(tmp_path, session):
     assert cso.load_packed(path).keys() == {f"conv{i}" for i in range(9)}
 
 
-def test_damaged_saved_session_is_refused(tmp_path, session):
+def _member_data_offset(data: bytes, member: str) -> tuple:
+    """``(start, size)`` of a stored member's bytes in a zip archive, from its
+    local header (whose extra field may differ from the central directory's)."""
+    import io
+    import struct
+    import zipfile
+
+    info = zipfile.ZipFile(io.BytesIO(data)).getinfo(member)
+    name_length, extra_length = struct.unpack_from("<HH", data, info.header_offset + 26)
+    return info.header_offset + 30 + name_length + extra_length, info.compress_size
+
+
+@pytest.mark.parametrize("member", ["__model__.npy", "conv0/panels.npy"])
+def test_damaged_saved_session_is_refused(tmp_path, session, member):
+    # A byte flipped in the saved model or in a layer's panels, past its .npy
+    # header (a byte of a zip header field the reader ignores leaves the data
+    # whole, and the file then loads as saved).
     path = tmp_path / "model.cso"
     session.save(path)
     data = bytearray(path.read_bytes())
-    data[len(data) // 3] ^= 0xFF
+    start, size = _member_data_offset(bytes(data), member)
+    data[start + size // 2] ^= 0xFF
     damaged = tmp_path / "damaged.cso"
     damaged.write_bytes(bytes(data))
     with pytest.raises(ModelError, match="damaged.cso"):
         cso.onnx.InferenceSession(damaged)
+
+
+def test_a_session_file_of_filters_only_is_refused(tmp_path, session):
+    path = tmp_path / "model.cso"
+    session.save(path)
     filters_only = tmp_path / "filters.npz"
     cso.save_packed(filters_only, {"conv0": cso.load_packed(path)["conv0"]})
     with pytest.raises(ModelError, match="no model"):
