@@ -67,6 +67,97 @@ def masked_load_store(module, vector):
     return load, store
 
 
+def _check_float_pair(name, dst, src):
+    if not (
+        isinstance(dst, types.Array)
+        and isinstance(src, types.Array)
+        and dst.dtype == src.dtype
+        and dst.dtype in (types.float32, types.float64)
+    ):
+        raise TypeError(f"{name} needs two float arrays of one dtype, got {dst}, {src}")
+
+
+def _block_codegen(float_type, lanes: int, masked: bool):
+    """The codegen of a ``lanes x lanes`` block transpose: masked loads and
+    stores bounded by ``rows``, ``columns`` and ``width`` (``masked``), or
+    plain vector loads and stores of a whole block."""
+
+    def codegen(context, builder, signature, args):
+        dst_a, dst_off, dst_step, src_a, src_off, src_step = args[:6]
+        element = context.get_value_type(float_type)
+        element_bytes = 4 if float_type == types.float32 else 8
+        vector = ir.VectorType(element, lanes)
+        pointer = vector.as_pointer()
+        i32 = ir.IntType(32)
+        intp = dst_off.type
+        dst_ptr = builder.gep(
+            context.make_array(signature.args[0])(context, builder, dst_a).data, [dst_off]
+        )
+        src_ptr = builder.gep(
+            context.make_array(signature.args[3])(context, builder, src_a).data, [src_off]
+        )
+        lane_vector = ir.VectorType(i32, lanes)
+
+        def row_address(base, i, step):
+            address = builder.gep(base, [builder.mul(ir.Constant(intp, i), step)])
+            return builder.bitcast(address, pointer)
+
+        if masked:
+            rows_v, columns_v, width_v = args[6:9]
+            mask_type = ir.VectorType(ir.IntType(1), lanes)
+            load, store = masked_load_store(builder.module, vector)
+            lane_index = ir.Constant(lane_vector, list(range(lanes)))
+            align = ir.Constant(i32, element_bytes)
+            zero_vector = ir.Constant(vector, [0.0] * lanes)
+            no_lanes = ir.Constant(mask_type, [0] * lanes)
+
+            def lanes_below(count):
+                undef = ir.Constant(lane_vector, ir.Undefined)
+                first = builder.insert_element(
+                    undef, builder.trunc(count, i32), ir.Constant(i32, 0)
+                )
+                splat = builder.shuffle_vector(first, undef, ir.Constant(lane_vector, [0] * lanes))
+                return builder.icmp_signed("<", lane_index, splat)
+
+            # Row i is read where i < rows (whole row) and lane < columns.
+            read = lanes_below(columns_v)
+            values = []
+            for i in range(lanes):
+                present = builder.icmp_signed("<", ir.Constant(intp, i), rows_v)
+                mask = builder.select(present, read, no_lanes)
+                address = row_address(src_ptr, i, src_step)
+                values.append(builder.call(load, [address, align, mask, zero_vector]))
+        else:
+            values = [
+                builder.load(row_address(src_ptr, i, src_step), align=element_bytes)
+                for i in range(lanes)
+            ]
+        # Perfect shuffle, log2(lanes) times: pairing row i with row i + lanes/2
+        # and interleaving them transposes the block.
+        half = lanes // 2
+        low = ir.Constant(lane_vector, [v for j in range(half) for v in (j, j + lanes)])
+        high = ir.Constant(lane_vector, [v for j in range(half, lanes) for v in (j, j + lanes)])
+        for _ in range(lanes.bit_length() - 1):
+            shuffled = []
+            for i in range(half):
+                shuffled.append(builder.shuffle_vector(values[i], values[i + half], low))
+                shuffled.append(builder.shuffle_vector(values[i], values[i + half], high))
+            values = shuffled
+        if masked:
+            # Row j of the transpose is stored where j < columns and lane < width.
+            write = lanes_below(width_v)
+            for j in range(lanes):
+                present = builder.icmp_signed("<", ir.Constant(intp, j), columns_v)
+                mask = builder.select(present, write, no_lanes)
+                builder.call(store, [values[j], row_address(dst_ptr, j, dst_step), align, mask])
+        else:
+            for j in range(lanes):
+                builder.store(values[j], row_address(dst_ptr, j, dst_step), align=element_bytes)
+        return context.get_dummy_value()
+
+    return codegen
+
+
 @intrinsic
 def transpose_block(
     typingctx,
@@ -89,87 +180,24 @@ def transpose_block(
     written, so blocks at the edges of either array cannot fault and a block
     of missing rows (``rows = 0``) writes zeros without reading.
     """
-    if not (
-        isinstance(dst, types.Array)
-        and isinstance(src, types.Array)
-        and dst.dtype == src.dtype
-        and dst.dtype in (types.float32, types.float64)
-    ):
-        raise TypeError(f"transpose_block needs two float arrays of one dtype, got {dst}, {src}")
-    float_type = dst.dtype
-    lanes = token_lanes(vector)
-    sig = types.void(
-        dst,
-        types.intp,
-        types.intp,
-        src,
-        types.intp,
-        types.intp,
-        types.intp,
-        types.intp,
-        types.intp,
-        vector,
-    )
+    _check_float_pair("transpose_block", dst, src)
+    intp = types.intp
+    sig = types.void(dst, intp, intp, src, intp, intp, intp, intp, intp, vector)
+    return sig, _block_codegen(dst.dtype, token_lanes(vector), masked=True)
 
-    def codegen(context, builder, signature, args):
-        dst_a, dst_off, dst_step, src_a, src_off, src_step, rows_v, columns_v, width_v, _ = args
-        element = context.get_value_type(float_type)
-        element_bytes = 4 if float_type == types.float32 else 8
-        vector = ir.VectorType(element, lanes)
-        pointer = vector.as_pointer()
-        i32 = ir.IntType(32)
-        intp = rows_v.type
-        mask_type = ir.VectorType(ir.IntType(1), lanes)
-        load, store = masked_load_store(builder.module, vector)
-        dst_ptr = builder.gep(
-            context.make_array(signature.args[0])(context, builder, dst_a).data, [dst_off]
-        )
-        src_ptr = builder.gep(
-            context.make_array(signature.args[3])(context, builder, src_a).data, [src_off]
-        )
-        lane_vector = ir.VectorType(i32, lanes)
-        lane_index = ir.Constant(lane_vector, list(range(lanes)))
-        align = ir.Constant(i32, element_bytes)
-        zero_vector = ir.Constant(vector, [0.0] * lanes)
-        no_lanes = ir.Constant(mask_type, [0] * lanes)
 
-        def lanes_below(count):
-            undef = ir.Constant(lane_vector, ir.Undefined)
-            single = builder.insert_element(undef, builder.trunc(count, i32), ir.Constant(i32, 0))
-            splat = builder.shuffle_vector(single, undef, ir.Constant(lane_vector, [0] * lanes))
-            return builder.icmp_signed("<", lane_index, splat)
-
-        # Row i is read where i < rows (whole row) and lane < columns.
-        read = lanes_below(columns_v)
-        values = []
-        for i in range(lanes):
-            present = builder.icmp_signed("<", ir.Constant(intp, i), rows_v)
-            address = builder.gep(src_ptr, [builder.mul(ir.Constant(intp, i), src_step)])
-            mask = builder.select(present, read, no_lanes)
-            values.append(
-                builder.call(load, [builder.bitcast(address, pointer), align, mask, zero_vector])
-            )
-        # Perfect shuffle, log2(lanes) times: pairing row i with row i + lanes/2
-        # and interleaving them transposes the block.
-        half = lanes // 2
-        low = ir.Constant(lane_vector, [v for j in range(half) for v in (j, j + lanes)])
-        high = ir.Constant(lane_vector, [v for j in range(half, lanes) for v in (j, j + lanes)])
-        for _ in range(lanes.bit_length() - 1):
-            shuffled = []
-            for i in range(half):
-                shuffled.append(builder.shuffle_vector(values[i], values[i + half], low))
-                shuffled.append(builder.shuffle_vector(values[i], values[i + half], high))
-            values = shuffled
-        # Row j of the transpose is stored where j < columns and lane < width.
-        write = lanes_below(width_v)
-        for j in range(lanes):
-            present = builder.icmp_signed("<", ir.Constant(intp, j), columns_v)
-            address = builder.gep(dst_ptr, [builder.mul(ir.Constant(intp, j), dst_step)])
-            mask = builder.select(present, write, no_lanes)
-            builder.call(store, [values[j], builder.bitcast(address, pointer), align, mask])
-        return context.get_dummy_value()
-
-    return sig, codegen
+@intrinsic
+def transpose_whole_block(
+    typingctx, dst, dst_offset, dst_stride, src, src_offset, src_stride, vector
+):
+    """:func:`transpose_block` of a whole ``lanes x lanes`` block (``rows =
+    columns = width = lanes``), with plain vector loads and stores: the
+    masks cost a 16x16 float32 block of a 1x1 layer's filters about 10% of
+    its time on a Xeon (0.207 against 0.179 ns an element, L2-resident)."""
+    _check_float_pair("transpose_whole_block", dst, src)
+    intp = types.intp
+    sig = types.void(dst, intp, intp, src, intp, intp, vector)
+    return sig, _block_codegen(dst.dtype, token_lanes(vector), masked=False)
 
 
 @njit(nogil=True, inline="always")
@@ -187,18 +215,17 @@ def _panel(source, filters_per_group, reduction, filters_per_tile, tiles, packed
         for i0 in range(0, filters_per_tile, lanes):
             width = min(lanes, filters_per_tile - i0)
             present = max(0, min(width, valid - i0))
-            transpose_block(
-                packed,
-                base + k0 * filters_per_tile + i0,
-                filters_per_tile,
-                source,
-                rows + i0 * reduction + k0,
-                reduction,
-                present,
-                columns,
-                width,
-                vector,
-            )
+            target = base + k0 * filters_per_tile + i0
+            first = rows + i0 * reduction + k0
+            if present == lanes and columns == lanes:
+                transpose_whole_block(
+                    packed, target, filters_per_tile, source, first, reduction, vector
+                )
+            else:
+                transpose_block(
+                    packed, target, filters_per_tile, source, first, reduction, present,
+                    columns, width, vector,
+                )  # fmt: skip
 
 
 @njit(cache=True, nogil=True, parallel=True)

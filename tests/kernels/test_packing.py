@@ -335,3 +335,20 @@ def test_stride_one_channel_rows_are_the_phases_inside(
         vector_token(16),
     )  # fmt: skip
     assert np.array_equal(inside, whole, equal_nan=True)
+
+
+@pytest.mark.parametrize("lanes", WIDTHS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_whole_block_transpose_is_the_masked_one_of_a_whole_block(dtype, lanes):
+    from cso.packing.transpose import transpose_whole_block
+
+    whole = _jitted(transpose_whole_block)
+    rng = np.random.default_rng(lanes)
+    source = rng.standard_normal(3 * lanes * 40).astype(dtype)
+    masked, plain = np.full(lanes * 50, -1, dtype), np.full(lanes * 50, -1, dtype)
+    _transpose(masked, 3, 2 * lanes, source, 5, 40, lanes, lanes, lanes, vector_token(lanes))
+    whole(plain, 3, 2 * lanes, source, 5, 40, vector_token(lanes))
+    assert np.array_equal(masked, plain)
+    block = source[5 : 5 + lanes * 40].reshape(lanes, 40)[:, :lanes]
+    written = plain[3 : 3 + lanes * 2 * lanes].reshape(lanes, 2 * lanes)[:, :lanes]
+    assert np.array_equal(written, block.T)
