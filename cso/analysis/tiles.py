@@ -13,6 +13,8 @@ from a lower level of the hierarchy).
 
 from __future__ import annotations
 
+import functools
+
 from ..geometry import ceil_div
 
 # Accumulator vectors in one row of the depthwise tap kernel at most
@@ -24,13 +26,16 @@ MAX_SEGMENT_VECTORS = 4
 MAX_GROUP_CHANNELS = 64
 
 
+@functools.lru_cache(maxsize=None)
 def conflict_probe_shape(vector_bytes: int, vector_registers: int, l1_ways: int):
     """``(Nf, Nwin)``: the float32 window-vectorised shape of
     :func:`register_blocks` with the most rows, when it has more rows than
     the L1 has ways (else None): the calibration times its filter rows read
     in place one L1 way apart (``cso.calibrate.kernel_probes``), and the
     cost model scales that figure to other row counts
-    (:func:`~cso.analysis.counts.conflicting_filter_reads`)."""
+    (:func:`~cso.analysis.counts.conflicting_filter_reads`).  Memoised: the
+    cost model asks for every candidate plan of a layer, and working it out
+    again each time took a ninth of ``schedule_traffic``'s time."""
     shapes = register_blocks(vector_bytes, vector_registers, 4)
     overflowing = [shape for shape in shapes if shape[0] > l1_ways]
     return max(overflowing, key=lambda shape: shape[0]) if overflowing else None
