@@ -82,6 +82,12 @@ def filter_operands(w, bias, plan: Plan) -> FilterOperands:
         return _depthwise_operands(w_flat, bias, plan)
     zero_bias, edge = _plan_constants(plan)
     bias_panel = zero_bias if bias is None else _bias_panel(bias, plan)
+    if plan.vector_operand == VectorOperand.FILTERS and plan.packs_filters_in_nest:
+        # The loop nest packs each tile from KCRS just before its use.
+        w_flat = writeable(np.ascontiguousarray(w, dtype=dtype)).reshape(-1)
+        if edge is None:  # never read: no tile is an edge tile read from KCRS
+            edge = _placeholder(plan.filters_per_tile, dtype)
+        return FilterOperands(w_flat, edge, False, bias_panel, bias is not None)
     if plan.vector_operand == VectorOperand.FILTERS:
         # One thread packs with no parallel region and no thread settings to
         # change and restore: a small layer's packing took 9.7 microseconds

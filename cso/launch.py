@@ -78,9 +78,17 @@ def _make_launch(plan: Plan, filters_packed: bool, module) -> Launch:
     if plan.algorithm in KCRS_ALGORITHMS:
         return _depthwise_launch(plan, module)
     g = plan.geometry
+    filters_in_nest = plan.packs_filters_in_nest and not filters_packed
+    if plan.vector_operand == VectorOperand.FILTERS and not (filters_packed or filters_in_nest):
+        raise ValueError("a filter-vectorised plan packing its filters up front needs them packed")
     panel_elements, scratch_elements = _worker_elements(plan)
     scratch_offset = worker_stride(panel_elements, plan.dtype)
-    stride = scratch_offset + worker_stride(scratch_elements, plan.dtype)
+    filter_tile_offset = scratch_offset + worker_stride(scratch_elements, plan.dtype)
+    tile_elements = 0
+    if filters_in_nest:
+        area = g.kernel_height * g.kernel_width
+        tile_elements = plan.channel_tile * area * plan.filters_per_tile
+    stride = filter_tile_offset + worker_stride(tile_elements, plan.dtype)
     bounds = LoopBounds(
         batch=plan.image_jobs,
         window_images=g.batch if plan.batch_folded else 1,
@@ -107,10 +115,12 @@ def _make_launch(plan: Plan, filters_packed: bool, module) -> Launch:
         input_in_place=plan.input_in_place,
         pack_channels_outer=plan.pack_channels_outer,
         filters_packed=filters_packed,
+        filters_in_nest=filters_in_nest,
         window_parts=plan.window_parts,
         edge_rows=plan.vector_operand == VectorOperand.REDUCTION,
         workspace_stride=stride,
         scratch_offset=scratch_offset,
+        filter_tile_offset=filter_tile_offset,
     )
     loop_nest = (
         module.convolve_input_stationary
@@ -145,6 +155,7 @@ def _depthwise_launch(plan: Plan, module) -> Launch:
         out_width=g.out_width,
         segment=segment,
         rows_per_call=rows,
+        filters_per_call=plan.filters_per_tile,
         columns=depthwise.kernel_columns(g, rows),
         rows=depthwise.packed_rows(g),
         phase_width=depthwise.phase_width(g, segment, lanes),
@@ -275,6 +286,7 @@ def loop_module_for(plan: Plan, patch: LoopPatch = None):
             plan.dtype,
             plan.vector_lanes,
             depthwise.masked_rows(g, segment, rows),
+            plan.filters_per_tile,
             serial=serial,
             patch=patch,
         )

@@ -216,7 +216,10 @@ def stage_times(plan: Plan, x, w, rounds=5) -> dict:
     ``total``: the call's loop nest with its filter preparation.  ``filters``:
     that preparation (packing the filters for a filter-vectorised plan, or
     a group's tile when it has fewer than ``Nf`` filters, and the bias).
-    ``kernel``: total minus the same program with a no-op micro-kernel.
+    ``kernel``: total minus the same program with a no-op micro-kernel.  A
+    plan that packs its filters in the loop nest
+    (``Plan.packs_filters_in_nest``) has no filter preparation: that
+    packing is in ``rest``.
     ``input packing``: total minus the program that never packs (the lane
     nest: the transposes laying filters and input out as pixel vectors).
     ``output unpacking`` (the lane nest only): total minus the program that
@@ -273,10 +276,12 @@ def kernel_name(plan: Plan) -> str:
     """``14x32w``: ``Nf x Nwin``, w, f or r for the vectorised operand, and
     ``+`` when the batch is folded into the windows; for the depthwise and
     grouped families, the family and ``rows x outputs`` a call (``row4x64``,
-    ``lane1x14``)."""
+    ``lane1x14``), then ``.fF`` for a tap plan of ``F > 1`` filters a call
+    (``grp4x16.f4``)."""
     prefix = _FAMILY_PREFIXES.get(plan.algorithm)
     if prefix is not None:
-        return f"{prefix}{plan.rows_per_call}x{plan.windows_per_tile}"
+        filters = f".f{plan.filters_per_tile}" if plan.filters_per_tile > 1 else ""
+        return f"{prefix}{plan.rows_per_call}x{plan.windows_per_tile}{filters}"
     folded = "+" if plan.batch_folded else ""
     return f"{plan.filters_per_tile}x{plan.windows_per_tile}{plan.vector_operand.value[0]}{folded}"
 

@@ -154,9 +154,9 @@ def check_tap_plan(problem, seed, algorithm):
     y = cso.conv2d(x, w, b, plan=plan, **params)
     assert y.dtype == dtype
     assert_matches_reference(y, x, w, b, **params)
-    if plan.rows_per_call > 1:
-        # The one-row kernel too, which the model weighed against the block.
-        other = dataclasses.replace(plan, rows_per_call=1)
+    if plan.rows_per_call > 1 or plan.filters_per_tile > 1:
+        # The one-row, one-filter kernel too, which the model weighed against these.
+        other = dataclasses.replace(plan, rows_per_call=1, filters_per_tile=1)
         assert_matches_reference(cso.conv2d(x, w, b, plan=other, **params), x, w, b, **params)
     return x, w, b, plan
 

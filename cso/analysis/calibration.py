@@ -209,6 +209,14 @@ def filter_pack_shared_cost(rates: MeasuredRates) -> float:
     return filter_pack_cost(rates)
 
 
+def filter_tile_pack_cost(rates: MeasuredRates) -> float:
+    """``t_tile / u``, per filter element packed tile by tile in the loop
+    nest; ``filter_pack_cost`` where it was not measured (older records)."""
+    if rates.filter_tile_pack_seconds:
+        return weight_of(rates.filter_tile_pack_seconds, rates.fma_flops)
+    return filter_pack_cost(rates)
+
+
 def in_place_filter_cost(rates: MeasuredRates) -> float:
     """``t_in_place / u``, per filter element read in place."""
     return weight_of(rates.in_place_filter_seconds, rates.fma_flops)
@@ -274,6 +282,7 @@ FORMULAS = {
     "input_pack_cost": input_pack_cost,
     "filter_pack_cost": filter_pack_cost,
     "filter_pack_shared_cost": filter_pack_shared_cost,
+    "filter_tile_pack_cost": filter_tile_pack_cost,
     "in_place_filter_cost": in_place_filter_cost,
     "tap_call_cost": tap_call_cost,
     "tap_load_cost": tap_load_cost,

@@ -73,7 +73,7 @@ from .counts import (
     thread_imbalance,
     largest_job_share,
 )
-from .tiles import conflict_probe_shape
+from .tiles import conflict_probe_shape, packs_filters_in_nest
 from .weights import kernel_shape_key
 
 
@@ -129,10 +129,17 @@ def workers_read_every_panel(threads: int, schedule, window_parts: int) -> bool:
     return threads > 1 and not (schedule == Schedule.WS and window_parts == 1)
 
 
-def filter_pack_cost_for(weights, threads: int, schedule, window_parts: int) -> float:
-    """``c_pack``: ``filter_pack_shared_cost`` when the workers each read
-    every panel (:func:`workers_read_every_panel`: the panels are packed in a
-    parallel pass, half of them on the other core), else ``filter_pack_cost``."""
+def filter_pack_cost_for(
+    weights, threads: int, schedule, window_parts: int, in_nest: bool = False
+) -> float:
+    """``c_pack``: ``filter_tile_pack_cost`` when the loop nest packs each
+    tile just before use (``in_nest``,
+    :func:`~cso.analysis.tiles.packs_filters_in_nest`);
+    ``filter_pack_shared_cost`` when the workers each read every panel
+    (:func:`workers_read_every_panel`: the panels are packed in a parallel
+    pass, half of them on the other core); else ``filter_pack_cost``."""
+    if in_nest:
+        return weights.filter_tile_pack_cost
     if workers_read_every_panel(threads, schedule, window_parts):
         return weights.filter_pack_shared_cost
     return weights.filter_pack_cost
@@ -340,12 +347,18 @@ def schedule_traffic(
         # One packing serves the call's window spaces: N, or one when folded.
         vector_operand, filters_prepacked, filter_tiles, filter_all, s, batch // images
     )
+    in_nest = packs_filters_in_nest(
+        schedule, vector_operand, filters_prepacked, window_parts, batch // images, k2,
+        window_tiles,
+    )  # fmt: skip
     # Workers that split the filter blocks each keep their share of the panels.
     panel_sharers = 1
     if not workers_read_every_panel(threads, schedule, window_parts):
         panel_sharers = max(1, min(threads, stationary_blocks))
     resident = l3_resident_bytes(hardware.l2_bytes, hardware.l3_bytes, hardware.cores)
-    panel_memory = packed_filter_memory_bytes(packed_filters, s, resident, panel_sharers)
+    panel_memory = 0
+    if not in_nest:  # packed tile by tile, the panels stay in one tile's buffer
+        panel_memory = packed_filter_memory_bytes(packed_filters, s, resident, panel_sharers)
     levels["dram"] += panel_memory
     row_bytes = windows * s
     misses = output_tlb_misses(
@@ -413,7 +426,9 @@ def schedule_traffic(
         mac_cost=hardware.weights.mac_cost_of(shape),
         in_place_cost=hardware.weights.in_place_cost_of(shape),
         input_pack_cost=hardware.weights.input_pack_cost_of(input_pack_kind),
-        filter_pack_cost=filter_pack_cost_for(hardware.weights, threads, schedule, window_parts),
+        filter_pack_cost=filter_pack_cost_for(
+            hardware.weights, threads, schedule, window_parts, in_nest
+        ),
     )
     cost = (
         imbalance * weighted_cost(hardware, s, **counts, shared=threads > 1, **shape_costs) / images

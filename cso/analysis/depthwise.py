@@ -41,15 +41,6 @@ def is_depthwise(geometry: ConvGeometry) -> bool:
     return geometry.channels_per_group == 1 and geometry.groups > 1
 
 
-def weighs_grouped(geometry: ConvGeometry) -> bool:
-    """Whether the planner weighs the grouped tap plan unforced: stride 1
-    only.  At stride 2 the group's column phases cost more than the model
-    prices them: on a Xeon, ResNeXt-50's strided grouped layers ran at
-    0.3-0.7x the dense kernel's speed with it (the model had one of them
-    cheaper), its stride-1 ones at 1.2-2.5x."""
-    return geometry.stride_h == 1 and geometry.stride_w == 1
-
-
 def tap_algorithm(geometry: ConvGeometry):
     """The tap family that can run ``geometry``: ``DEPTHWISE``, ``GROUPED`` or None."""
     if is_depthwise(geometry):
@@ -103,24 +94,42 @@ def masked_rows(geometry: ConvGeometry, segment: int, rows_per_call: int) -> int
     return min(rows_per_call, ceil_div(segment - q, q))
 
 
+def filter_options(geometry: ConvGeometry) -> list:
+    """Filters a tap-kernel call may hold, ``F``: the powers of two that
+    divide the group's ``m`` filters (1 alone for a depthwise layer of
+    multiplier 1).  The registers bound them further
+    (:func:`~cso.analysis.tiles.max_rows_per_call`)."""
+    m = geometry.filters_per_group
+    return [1 << i for i in range(m.bit_length()) if m % (1 << i) == 0]
+
+
 def kernel_options(geometry: ConvGeometry, lanes: int, vector_registers: int) -> list:
-    """``[(rows_per_call, segment)]`` the analysis weighs for a depthwise layer.
+    """``[(rows_per_call, segment, filters_per_call)]`` the analysis weighs
+    for a tap layer.
 
     Segments of ``v`` vectors for ``v`` from 1 to :data:`MAX_SEGMENT_VECTORS`
     and no wider than a row (one vector when a row is narrower than that);
-    for each, the one-row kernel and, where
-    :func:`~cso.analysis.tiles.offers_row_blocks`, a block of as many rows as
-    the registers allow, split evenly down the plane.
+    for each, and each ``F`` of :func:`filter_options` whose ``F * v``
+    accumulators fit (:func:`~cso.analysis.tiles.max_rows_per_call`), the
+    one-row kernel and, where :func:`~cso.analysis.tiles.offers_row_blocks`,
+    a block of as many rows as the registers allow, split evenly down the
+    plane.  Each loaded input vector feeds ``F`` filters: a grouped layer's
+    ``m`` filters share the loads its one-filter kernel repeats ``m`` times.
     """
     g = geometry
     options = []
     for vectors in range(1, max(1, min(MAX_SEGMENT_VECTORS, g.out_width // lanes)) + 1):
-        options.append((1, vectors * lanes))
-        if tiles.offers_row_blocks(g):
-            largest = tiles.max_rows_per_call(vectors, g.kernel_height, vector_registers)
-            rows = even_split(g.out_height, largest)
-            if rows > 1:
-                options.append((rows, vectors * lanes))
+        for filters in filter_options(g):
+            if tiles.max_rows_per_call(vectors, 1, vector_registers, filters) < 1:
+                continue
+            options.append((1, vectors * lanes, filters))
+            if tiles.offers_row_blocks(g):
+                largest = tiles.max_rows_per_call(
+                    vectors, g.kernel_height, vector_registers, filters
+                )
+                rows = even_split(g.out_height, largest) if largest else 1
+                if rows > 1:
+                    options.append((rows, vectors * lanes, filters))
     return options
 
 
@@ -205,12 +214,20 @@ def kernel_offsets(geometry: ConvGeometry, segment: int, lanes: int, rows_per_ca
     return column_offsets(geometry, segment, lanes, rows_per_call) + weight_offsets(geometry)
 
 
-def kernel_loads(geometry: ConvGeometry, rows_per_call: int, segment: int, lanes: int) -> int:
-    """Input vectors one call loads: its block's input rows (1 for the one-row
-    kernel) times its columns times ``Nv``."""
+def kernel_loads(
+    geometry: ConvGeometry, rows_per_call: int, segment: int, lanes: int, filters: int = 1
+) -> int:
+    """Vector loads of one call: its block's input rows (1 for the one-row
+    kernel) times its columns times ``Nv``, and the ``(F - 1) * R_k`` weight
+    broadcasts a column adds past one filter's (``R_k`` the kernel's rows of
+    taps: ``R``, or 1 for the one-row kernel).  The first filter's
+    broadcasts are in the per-load time the calibration measures, on the
+    one-filter kernel."""
     g = geometry
-    block_rows = rows_read(rows_per_call, *kernel_shape(g, rows_per_call))
-    return block_rows * kernel_columns(g, rows_per_call) * (segment // lanes)
+    height, stride_h, dilation_h = kernel_shape(g, rows_per_call)
+    block_rows = rows_read(rows_per_call, height, stride_h, dilation_h)
+    columns = kernel_columns(g, rows_per_call)
+    return block_rows * columns * (segment // lanes) + (filters - 1) * height * columns
 
 
 def tap_kernel_cost(
@@ -246,15 +263,15 @@ def depthwise_traffic(
     segment: int,
     threads: int,
     rows_per_call: int = 1,
+    filters_per_call: int = 1,
 ) -> Traffic:
     """What one (group, image) job of the tap nest costs, modelled.
 
     Counts per job: the compulsory bytes (its ``C_g`` input planes, ``m``
     filters and ``m`` output planes) from the level the whole call's
-    operands fit in; its ``C_g`` packed channels' elements; ``m * ceil(P /
-    rows) * ceil(Q / seg)`` kernel calls of ``rows * seg * C_g * R * S``
-    multiply-adds and
-    :func:`kernel_loads` vector loads each.  The bytes and packing are
+    operands fit in; its ``C_g`` packed channels' elements; ``(m / F) *
+    ceil(P / rows) * ceil(Q / seg)`` kernel calls of ``F * rows * seg * C_g
+    * R * S`` multiply-adds and :func:`kernel_loads` vector loads each.  The bytes and packing are
     weighted like the dense plans' (:func:`~cso.analysis.cost.weighted_cost`);
     a call costs its FMAs' and its loads' times, summed
     (:func:`tap_kernel_cost`).  All scaled by the
@@ -265,7 +282,12 @@ def depthwise_traffic(
     lanes = max(1, hardware.vector_bytes // s)
     multiplier = g.filters_per_group
     taps = g.channels_per_group * g.kernel_height * g.kernel_width
-    calls = multiplier * ceil_div(g.out_height, rows_per_call) * ceil_div(g.out_width, segment)
+    calls = (
+        multiplier
+        // filters_per_call
+        * ceil_div(g.out_height, rows_per_call)
+        * ceil_div(g.out_width, segment)
+    )
     job_bytes = (
         g.channels_per_group * g.height * g.width + multiplier * taps + multiplier * g.windows
     ) * s
@@ -276,8 +298,8 @@ def depthwise_traffic(
         jobs=g.batch * g.groups,
         job_bytes=job_bytes,
         calls=calls,
-        macs=calls * rows_per_call * segment * taps,
-        loads=calls * kernel_loads(g, rows_per_call, segment, lanes),
+        macs=calls * filters_per_call * rows_per_call * segment * taps,
+        loads=calls * kernel_loads(g, rows_per_call, segment, lanes, filters_per_call),
         # Priced as the whole packed channel, though a stride-1 job writes only
         # packed_channel_writes: priced at those, the model took the tap plan
         # for EfficientNet-B0's dw 5x5 480 @14 and 672 @14, where it ran 1.5x
@@ -352,27 +374,31 @@ def plan_depthwise(geometry: ConvGeometry, dtype_name: str, hardware: Hardware, 
     # first offered (fewest vectors, the one-row kernel first), so that
     # calibrations a few percent apart plan alike.
     options = []
-    for rows, segment in kernel_options(geometry, lanes, hardware.vector_registers):
-        traffic = depthwise_traffic(geometry, hardware, element_bytes, segment, threads, rows)
-        options.append((traffic.cost, (rows, segment, traffic)))
-    rows, segment, traffic = first_within(options)
+    for rows, segment, filters in kernel_options(geometry, lanes, hardware.vector_registers):
+        traffic = depthwise_traffic(
+            geometry, hardware, element_bytes, segment, threads, rows, filters
+        )
+        options.append((traffic.cost, (rows, segment, filters, traffic)))
+    rows, segment, filters, traffic = first_within(options)
     return untiled_plan(
-        geometry, dtype_name, hardware, threads, traffic, tap_algorithm(geometry), segment, rows
-    )
+        geometry, dtype_name, hardware, threads, traffic, tap_algorithm(geometry), segment, rows,
+        filters,
+    )  # fmt: skip
 
 
 def untiled_plan(
-    geometry, dtype_name, hardware, threads, traffic, algorithm, windows_per_tile, rows_per_call=1
-) -> Plan:
+    geometry, dtype_name, hardware, threads, traffic, algorithm, windows_per_tile,
+    rows_per_call=1, filters_per_tile=1,
+) -> Plan:  # fmt: skip
     """A plan of a family with no cache tiles (tap or lane): its kernel's
-    ``1 x windows_per_tile`` and ``rows_per_call``, the dense tiles 1, and
-    ``traffic`` for both schedules (neither applies)."""
+    ``filters_per_tile x windows_per_tile`` and ``rows_per_call``, the dense
+    tiles 1, and ``traffic`` for both schedules (neither applies)."""
     return Plan(
         schedule=Schedule.IS,
         channel_tile=1,
         l2_tiles=1,
         l3_tiles=1,
-        filters_per_tile=1,
+        filters_per_tile=filters_per_tile,
         windows_per_tile=windows_per_tile,
         dtype=dtype_name,
         vector_lanes=max(1, hardware.vector_bytes // np.dtype(dtype_name).itemsize),

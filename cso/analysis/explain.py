@@ -100,6 +100,13 @@ def _loop_nest(plan) -> str:
             f"tiles (of {window_tiles}), {k2} at a time:",
             f"      pack {k2} input tiles [{depth}][{nwin}]    # ~ L2",
             f"      for f in the {k3} filter tiles:                    # one in L1, all in L3",
+        ]
+        + (
+            [f"        pack FS(c0, f) [{depth}][{nf}] from KCRS       # ~ L1/L2, once a call"]
+            if plan.packs_filters_in_nest
+            else []
+        )
+        + [
             f"        for w in the {k2} input tiles:",
             f"          micro-kernel {nf}x{nwin}: y[f*{nf}:+{nf}, w*{nwin}:+{nwin}] "
             f"(+)= FS(c0, f) x IN(c0, w)",
@@ -210,8 +217,14 @@ def _filter_pack_story(plan) -> str:
     """What packing the filters in the call is priced at, when the plan does."""
     packed = plan.cost_of(plan.schedule).packed_filter_elements
     parts = (plan.threads, plan.schedule, plan.window_parts)
-    price = f"{filter_pack_cost_for(plan.hardware.weights, *parts):.3g}"
-    if workers_read_every_panel(*parts):
+    in_nest = plan.packs_filters_in_nest
+    price = f"{filter_pack_cost_for(plan.hardware.weights, *parts, in_nest):.3g}"
+    if in_nest:
+        price += (
+            " (filter_tile_pack_cost: each tile packed in the loop nest just before its use, "
+            "into one tile's buffer that stays in L1/L2, each once a call)"
+        )
+    elif workers_read_every_panel(*parts):
         price += ", shared: every worker reads every panel"
     if not packed:
         return ""

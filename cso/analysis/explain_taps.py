@@ -31,15 +31,17 @@ def tap_story(plan, dense, size, compulsory, padding) -> list:
     traffic = plan.cost_of(plan.schedule)
     dense_cost = dense.cost_of(dense.schedule).cost
     rows = plan.rows_per_call
+    filters = plan.filters_per_tile
     vectors = segment // lanes
     packed = depthwise.packed_channel_elements(g, segment, lanes)
-    loads = depthwise.kernel_loads(g, rows, segment, lanes)
-    fmas = rows * vectors * taps
+    loads = depthwise.kernel_loads(g, rows, segment, lanes, filters)
+    fmas = filters * rows * vectors * taps
     lines = [
         "Algorithm: " + ("grouped" if grouped else "depthwise"),
-        f"  tap kernel: {rows} output row(s) x {vectors} vector(s) of {lanes} outputs "
-        f"({rows} x {segment}) in registers; {fmas} FMAs from {loads} input vector loads a "
-        f"call ({fmas / loads:.2f} FMAs per load"
+        f"  tap kernel: {filters} filter(s) x {rows} output row(s) x {vectors} vector(s) of "
+        f"{lanes} outputs ({rows} x {segment} a filter) in registers; {fmas} FMAs from "
+        f"{loads} vector loads a call ({fmas / loads:.2f} FMAs per load"
+
         + (
             f": each load feeds every row of the block that reads it, the {g.kernel_height} "
             "weights of a column tap held as broadcasts)"
@@ -52,6 +54,15 @@ def tap_story(plan, dense, size, compulsory, padding) -> list:
             if rows > 1
             else ": one row, one load per FMA)"
         ),
+    ]
+    if filters > 1:
+        broadcasts = loads - depthwise.kernel_loads(g, rows, segment, lanes)
+        lines.append(
+            f"  {filters} filters a call: each input vector loaded once feeds all of them "
+            f"(one filter a call would load it {filters} times); their weights add "
+            f"{broadcasts} broadcasts a call, counted as loads"
+        )
+    lines += [
         f"  {padding:.1%} of its multiply-adds are padding or computed twice ("
         + (
             f"rows narrower than a vector: all but the last "
@@ -85,13 +96,14 @@ def tap_story(plan, dense, size, compulsory, padding) -> list:
         f"  for (image, group) in {g.batch} x {g.groups} jobs over {plan.threads} thread(s)",
         f"    pack the group's {g.channels_per_group} channel(s)' "
         + ("input rows" if g.stride_w == 1 else "phases"),
-        f"    for k in its {g.filters_per_group} output channel(s)",
+        f"    for k0 in its {g.filters_per_group} output channel(s), {filters} at a time",
     ]
     lines += [
         f"      for p0 in {ceil_div(g.out_height, rows)} block(s) of {rows} output row(s)"
         " (the last ending at the last row)",
         f"        for q0 in {ceil_div(g.out_width, segment)} segment(s) of {segment}"
         " (the last ending at the row's end)",
-        f"          tap kernel: y[k, p0:p0+{rows}, q0:q0+{segment}] = bias + sum of {taps} taps",
+        f"          tap kernel: y[k0:k0+{filters}, p0:p0+{rows}, q0:q0+{segment}] = bias + sum "
+        f"of {taps} taps",
     ]
     return lines

@@ -13,11 +13,12 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from ..geometry import ConvGeometry
+from ..geometry import ConvGeometry, ceil_div
 from .choices import SCHEDULES, Algorithm, Schedule, VectorOperand
 from .cost import Traffic
 from .hardware import Hardware
 from .plan_checks import check_plan_fields
+from .tiles import packs_filters_in_nest
 
 
 @dataclass(frozen=True)
@@ -134,6 +135,15 @@ class Plan:
     def window_count(self) -> int:
         """Windows of one job's window run: ``P*Q``, or ``N*P*Q`` when folded."""
         return self.geometry.windows * (self.geometry.batch if self.batch_folded else 1)
+
+    @property
+    def packs_filters_in_nest(self) -> bool:
+        """Each filter tile is packed in the loop nest just before its use, not
+        all of them up front (:func:`~cso.analysis.tiles.packs_filters_in_nest`)."""
+        return packs_filters_in_nest(
+            self.schedule, self.vector_operand, self.filters_prepacked, self.window_parts,
+            self.image_jobs, self.l2_tiles, ceil_div(self.window_count, self.windows_per_tile),
+        )  # fmt: skip
 
     def cost_of(self, schedule: str):
         """The modelled :class:`~cso.analysis.cost.Traffic` of ``schedule``."""

@@ -189,13 +189,19 @@ def _check_kernel(plan) -> None:
             )
         return
     if plan.algorithm in TAP_ALGORITHMS:
-        if nf != 1 or nwin % lanes or nwin // lanes > tiles.MAX_SEGMENT_VECTORS:
+        if nwin % lanes or nwin // lanes > tiles.MAX_SEGMENT_VECTORS:
             raise ValueError(
                 f"a tap plan's row segment is 1 x (1..{tiles.MAX_SEGMENT_VECTORS}) vectors "
-                f"of {lanes} lanes, got filters_per_tile={nf}, windows_per_tile={nwin}"
+                f"of {lanes} lanes, got windows_per_tile={nwin}"
+            )
+        multiplier = plan.geometry.filters_per_group
+        if nf < 1 or multiplier % nf:
+            raise ValueError(
+                f"a tap plan's filters_per_tile (filters a call) divides the {multiplier} "
+                f"filters of a group, got {nf}"
             )
         height = plan.geometry.kernel_height if plan.rows_per_call > 1 else 1
-        most = tiles.max_rows_per_call(nwin // lanes, height, hardware.vector_registers)
+        most = tiles.max_rows_per_call(nwin // lanes, height, hardware.vector_registers, nf)
         if plan.rows_per_call > plan.geometry.out_height:
             raise ValueError(
                 f"Plan.rows_per_call ({plan.rows_per_call}) exceeds the output's "
@@ -208,8 +214,8 @@ def _check_kernel(plan) -> None:
             )
         if plan.rows_per_call > most:
             raise ValueError(
-                f"Plan.rows_per_call ({plan.rows_per_call}) x {nwin // lanes} vectors exceeds "
-                f"the registers: at most {most} rows"
+                f"Plan.rows_per_call ({plan.rows_per_call}) x {nwin // lanes} vectors x {nf} "
+                f"filters exceeds the registers: at most {most} rows"
             )
         return
     if plan.vector_operand == VectorOperand.WINDOWS and nwin % lanes:

@@ -25,7 +25,6 @@ from .candidates import (
     traffic,
 )
 from .choices import SCHEDULES, Algorithm, Schedule, VectorOperand, parse_choice
-from .depthwise import weighs_grouped
 from .families import FAMILIES
 from .detect import detect_hardware
 from .hardware import Hardware
@@ -194,12 +193,12 @@ def plan_for_geometry(
     )
     if dense_forced:
         return dense
-    # The cheapest of the families that run the layer (grouped weighed at
-    # stride 1 only); ties keep the earlier: dense, then FAMILIES' order.
+    # The cheapest of the families that run the layer; ties keep the
+    # earlier: dense, then FAMILIES' order.
     options = [dense] + [
         family.plan(geometry, dtype_name, hardware, threads)
-        for name, family in FAMILIES.items()
-        if family.runs(geometry) and (name != Algorithm.GROUPED or weighs_grouped(geometry))
+        for family in FAMILIES.values()
+        if family.runs(geometry)
     ]
     return min(options, key=lambda plan: plan.cost_of(plan.schedule).cost)
 

@@ -85,6 +85,13 @@ class MeasuredRates:
         (the tap kernel's call time stands in).
     plane_call_seconds : float
         The same for the plane nest (3x1 filters padded to keep ``Q == W``).
+    filter_tile_pack_seconds : float
+        Time per filter element packed tile by tile into one tile's buffer
+        (what a loop nest that packs its filters just before use does,
+        :func:`~cso.analysis.tiles.packs_filters_in_nest`): a layer's KCRS
+        filters beyond the L2, every (channel tile, filter tile) of a
+        filter-vectorised plan packed in turn.  0 in records made before it
+        was measured (``filter_pack_seconds`` stands in).
     filter_pack_shared_seconds : float
         Thread time per filter element packed in a call whose workers each
         read every packed panel (a plan on all cores whose window tiles are
@@ -136,6 +143,7 @@ class MeasuredRates:
     row_call_seconds: float = 0.0
     plane_call_seconds: float = 0.0
     filter_pack_shared_seconds: float = 0.0
+    filter_tile_pack_seconds: float = 0.0
     kernel_shape_flops: tuple = ()
     in_place_shape_seconds: tuple = ()
     input_pack_kind_seconds: tuple = ()

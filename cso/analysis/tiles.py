@@ -337,17 +337,22 @@ def offers_row_blocks(geometry) -> bool:
     return g.kernel_height in (3, 5, 7) and g.stride_h in (1, 2) and g.dilation_h == 1
 
 
-def max_rows_per_call(vectors: int, kernel_height: int, vector_registers: int) -> int:
-    """Output rows a call may hold: ``rows * vectors <= min(regs / 2, regs - R - 2)``.
+def max_rows_per_call(
+    vectors: int, kernel_height: int, vector_registers: int, filters: int = 1
+) -> int:
+    """Output rows a call may hold: ``F * rows * vectors <= min(regs / 2,
+    regs - F * R - 2)`` for ``F`` filters a call.
 
-    The accumulators, the ``R`` broadcast weights and two loaded vectors must
-    fit.  On an AMD EPYC (Zen 4, 32 registers) a 3x3 layer of 144 channels at
-    56x56 ran at 55% of the peak with 16 accumulators (4 x 4 or 8 x 2 or
-    14 x 1) and at 32-43% with 20 (5 x 4, 10 x 2): past half the registers
-    the generated loop spills.
+    The accumulators, the ``F * R`` broadcast weights and two loaded vectors
+    must fit.  On an AMD EPYC (Zen 4, 32 registers) a 3x3 layer of 144
+    channels at 56x56 ran at 55% of the peak with 16 accumulators (4 x 4 or
+    8 x 2 or 14 x 1) and at 32-43% with 20 (5 x 4, 10 x 2): past half the
+    registers the generated loop spills.  0 when not even one row fits.
     """
-    budget = min(vector_registers // 2, vector_registers - kernel_height - 2)
-    return max(1, budget // vectors)
+    budget = min(vector_registers // 2, vector_registers - filters * kernel_height - 2)
+    if filters == 1:
+        return max(1, budget // vectors)
+    return max(0, budget // (vectors * filters))
 
 
 def is_small_grouped(geometry) -> bool:
@@ -400,6 +405,30 @@ def packs_channels_outer(kernel_height, kernel_width, strided, padded, input_in_
     return kernel_height == kernel_width == 1 and not strided and not padded and not input_in_place
 
 
+def packs_filters_in_nest(
+    schedule, vector_operand, filters_prepacked, window_parts, image_jobs, l2_tiles, window_tiles
+) -> bool:
+    """Whether a plan packs each filter tile in its loop nest, just before
+    the tile's kernel calls, instead of every panel up front.
+
+    Filter-vectorised, packed in the call, WS with its window tiles in one
+    block (``K2 >= T_w``), one part and one image job: each (channel tile,
+    filter tile) is then visited once a call, so each is packed once, into
+    a buffer of one tile that stays in L1/L2, and the panels never travel
+    to the L3 and back (:mod:`cso.macrokernel.loops`).  Elsewhere a tile is
+    visited once per window block, part or image, and is packed once, up
+    front, for all of them.
+    """
+    return (
+        schedule == "WS"
+        and vector_operand == "filters"
+        and not filters_prepacked
+        and window_parts == 1
+        and image_jobs == 1
+        and l2_tiles >= window_tiles
+    )
+
+
 def accumulator_vectors(filters_per_tile: int, windows_per_tile: int, lanes: int,
                         vector_operand: str) -> int:
     """Vector registers a micro-kernel's output tile takes.
@@ -417,14 +446,22 @@ def accumulator_vectors(filters_per_tile: int, windows_per_tile: int, lanes: int
 def micro_kernel_shapes(vector_bytes: int, vector_registers: int, element_bytes: int) -> list:
     """Every ``(Nf, Nwin)`` the analysis offers on a machine: the window-,
     filter- and reduction-vectorised blocks and the depthwise tap kernel's
-    row segments (``1 x v*VL`` for ``v`` up to :data:`MAX_SEGMENT_VECTORS`)
-    and the lane tap kernel's runs of pixels (``1 x n``, :func:`max_lane_outputs`)."""
+    row segments of ``F`` filters a call (``F x v*VL`` for ``v`` up to
+    :data:`MAX_SEGMENT_VECTORS` and ``F`` a power of two that the registers
+    hold, :func:`max_rows_per_call`) and the lane tap kernel's runs of
+    pixels (``1 x n``, :func:`max_lane_outputs`)."""
     lanes = max(1, vector_bytes // element_bytes)
+    segments = [
+        (filters, vectors * lanes)
+        for filters in (1, 2, 4, 8, 16, 32)
+        for vectors in range(1, MAX_SEGMENT_VECTORS + 1)
+        if filters == 1 or max_rows_per_call(vectors, 1, vector_registers, filters) >= 1
+    ]
     shapes = (
         register_blocks(vector_bytes, vector_registers, element_bytes)
         + filter_vector_blocks(vector_bytes, vector_registers, element_bytes)
         + dot_product_blocks(vector_bytes, vector_registers, element_bytes)
-        + [(1, vectors * lanes) for vectors in range(1, MAX_SEGMENT_VECTORS + 1)]
+        + segments
         + [(1, n) for n in range(1, max_lane_outputs(1, vector_registers) + 1)]
     )
     return list(dict.fromkeys(shapes))

@@ -41,6 +41,7 @@ REPEATED = frozenset(
         "kernel_call_seconds",
         "filter_pack_seconds",
         "filter_pack_shared_seconds",
+        "filter_tile_pack_seconds",
         "lane_transpose_seconds",
         "row_call_seconds",
         "plane_call_seconds",
@@ -204,6 +205,8 @@ def _steps(hardware, quick: bool):
         ("filter_pack_shared_seconds",
          f"filter element packed for {hardware.cores} workers that each read every panel",
          lambda: loop_probes.filter_pack_shared_seconds(hardware, rounds)),
+        ("filter_tile_pack_seconds", "filter element packed tile by tile in the loop nest",
+         lambda: loop_probes.filter_tile_pack_seconds(hardware, rounds)),
         (None, f"filter elements read in place, per window-vectorised shape ({in_place_passes}/"
                f"{in_place_passes})", in_place_pass(True)),
         ("in_place_filter_seconds", "filter element read in place (median over the shapes)",

@@ -250,9 +250,10 @@ def _tap_runner(vectors, lanes):
 
     @njit(nogil=True)
     def run(columns, weights, offsets, inputs, width, out, segment, calls, residual):
+        zero_bias = np.zeros(1, np.float32)
         for call in range(calls):
-            kernel(columns, weights, 0, offsets, inputs, 0, width, out, 0, segment, segment,
-                   np.float32(0.0), residual, 0, 0, False)  # fmt: skip
+            kernel(columns, weights, 0, 0, offsets, inputs, 0, width, out, 0, segment, 0,
+                   segment, zero_bias, 0, 0, residual, 0, 0, False)  # fmt: skip
 
     return run
 

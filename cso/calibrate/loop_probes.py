@@ -19,7 +19,10 @@ from ..analysis.cost import workers_read_every_panel
 from ..analysis.weights import kernel_shape_key
 from ..analysis.retile import with_tiles
 from ..executor import available_threads
-from ..measure import best_times, filter_program, plan_program
+from ..measure import best_times, plan_program
+from ..packing.filters import aligned_empty, pack_filters_panels
+from ..packing.transpose import pack_filter_tiles_in_turn, vector_token
+from ..workspace import workspace
 from .timing import slope_and_intercept
 
 # (input shape, filter shape, stride, padding): layers of ResNet-like sizes,
@@ -111,11 +114,43 @@ def input_pack_seconds(hardware, layer, rounds=5):
 
 
 def filter_pack_seconds(hardware, rounds=5) -> float:
-    """:data:`PACK_FILTER_LAYER`'s filters packed for a filter-vectorised plan, per element."""
-    x, w = _operands(PACK_FILTER_LAYER)
+    """:data:`PACK_FILTER_LAYER`'s filters packed up front for a
+    filter-vectorised plan, as a call that does not pack them in its loop
+    nest does (every panel, on this thread), per element."""
+    _, w = _operands(PACK_FILTER_LAYER)
     plan = _plan(PACK_FILTER_LAYER, hardware, vector_operand="filters")
     elements = plan.cost_of(plan.schedule).packed_filter_elements
-    best = best_times({"pack": filter_program(plan, w)}, rounds, MIN_SECONDS)
+    dtype = np.dtype(plan.dtype)
+
+    def pack():
+        pack_filters_panels(
+            w, plan.geometry.groups, plan.filters_per_tile, dtype, plan.vector_lanes,
+            scratch=lambda count: workspace(count, dtype, role="filters"), parallel=False,
+        )  # fmt: skip
+
+    best = best_times({"pack": pack}, rounds, MIN_SECONDS)
+    return best["pack"] / max(1, elements)
+
+
+def filter_tile_pack_seconds(hardware, rounds=5) -> float:
+    """:data:`PACK_FILTER_LAYER`'s filters packed tile by tile into one
+    tile's buffer, channel tile by channel tile, as a loop nest that packs
+    them just before use does (:func:`~cso.analysis.tiles.packs_filters_in_nest`),
+    per element: the same plan's tiles and order."""
+    _, w = _operands(PACK_FILTER_LAYER)
+    plan = _plan(PACK_FILTER_LAYER, hardware, vector_operand="filters")
+    g = plan.geometry
+    elements = plan.cost_of(plan.schedule).packed_filter_elements
+    area = g.kernel_height * g.kernel_width
+    reduction = g.channels_per_group * area
+    nf = plan.filters_per_tile
+    source = np.ascontiguousarray(w, dtype=np.float32).reshape(-1)
+    buffer = aligned_empty(plan.channel_tile * area * nf, np.float32)
+    arguments = (
+        source, g.filters_per_group, reduction, nf, -(-g.filters_per_group // nf),
+        plan.channel_tile * area, buffer, vector_token(plan.vector_lanes),
+    )  # fmt: skip
+    best = best_times({"pack": lambda: pack_filter_tiles_in_turn(*arguments)}, rounds, MIN_SECONDS)
     return best["pack"] / max(1, elements)
 
 

@@ -34,10 +34,12 @@ LoopBounds = namedtuple(
         "input_in_place",  # 1x1, stride 1, unpadded: full tiles read x directly
         "pack_channels_outer",  # 1x1, stride 1, unpadded: a block's tiles packed channel by channel
         "filters_packed",  # filters are full panels; else KCRS in place + edge panels
+        "filters_in_nest",  # WS: each filter tile packed from KCRS just before its use
         "window_parts",  # WS: contiguous parts the window tiles are split into
         "edge_rows",  # edge filter panels are [G][Nf][C*R*S] (dot products), else [G][C*R*S][Nf]
         "workspace_stride",  # elements of the workspace per worker
         "scratch_offset",  # where a worker's edge-tile scratch starts in its part
+        "filter_tile_offset",  # where its filter tile starts (filters_in_nest)
     ],
 )
 
@@ -60,6 +62,7 @@ DepthwiseBounds = namedtuple(
         "out_width",  # P, Q
         "segment",  # outputs per row of a kernel call: Nv * VL
         "rows_per_call",  # output rows per kernel call
+        "filters_per_call",  # F: filters per kernel call, a divisor of m
         "columns",  # column taps per call: C_g*S, or C_g*R*S for the one-row kernel
         "rows",  # packed rows per channel: analysis.depthwise.packed_rows
         "phase_width",  # packed elements per row of each of the stride_w phases

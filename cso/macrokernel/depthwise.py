@@ -57,10 +57,10 @@ def convolve_depthwise(
      for job = (image, group g)                        # the worker's share
        pack g's C_g channels' phases (stride 1: their rows;  # once, ~ L1/L2
          the padding zeroed once a call)
-       for k in g's m output channels
+       for k0 in g's m output channels, filters_per_call at a time
          for p0 in blocks of rows_per_call output rows (the last ending at P)
            for q0 in segments of Nv*VL outputs (the last ending at Q)
-             tap kernel: y[k, p0:p0+rows, q0:] = bias + sum_t w[k, t] * IN[...]
+             tap kernel: y[k0:k0+F, p0:p0+rows, q0:] = bias + sum_t w[k, t] * IN[...]
     """
     b = DepthwiseBounds(*bounds)
     segment = b.segment
@@ -73,6 +73,8 @@ def convolve_depthwise(
     outputs = b.out_height * b.out_width
     last_row = b.out_height - block
     last_column = max(0, b.out_width - segment)
+    # Without a bias, `bias` is one zero, read for every filter.
+    bias_step = 1 if has_bias else 0
     workers = workspace.size // b.workspace_stride
     for worker in prange(workers):
         start = worker * b.workspace_stride
@@ -116,9 +118,8 @@ def convolve_depthwise(
                         c * channel_stride,
                         VECTOR_TOKEN,
                     )
-            for j in range(b.multiplier):
+            for j in range(0, b.multiplier, b.filters_per_call):
                 k = group * b.multiplier + j
-                bias_value = bias[k] if has_bias else bias[0] * 0
                 out_start = (image * filters + k) * outputs
                 for p0 in range(0, b.out_height, block):
                     p = min(p0, last_row)
@@ -130,6 +131,7 @@ def convolve_depthwise(
                             b.columns,
                             w_flat,
                             k * taps,
+                            taps,
                             offsets,
                             buffer,
                             row_start + q,
@@ -137,8 +139,11 @@ def convolve_depthwise(
                             y_flat,
                             out_offset,
                             b.out_width,
+                            outputs,
                             min(segment, b.out_width - q),
-                            bias_value,
+                            bias,
+                            k * bias_step,
+                            bias_step,
                             residual,
                             out_offset,
                             activation,

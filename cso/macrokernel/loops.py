@@ -9,7 +9,14 @@ in the micro-kernel and the data movement in :mod:`cso.packing`.
 
 Contracts relied on
 -------------------
-* Filters, one of two ways (``b.filters_packed``):
+* Filters, one of three ways (``b.filters_in_nest``, ``b.filters_packed``):
+
+  - packed in the nest (WS only): ``filters`` is the KCRS array
+    flattened; before filter tile ``f``'s kernel calls for channel tile
+    ``c0`` the nest packs that tile's rows of ``c0`` into the worker's
+    ``filter_tile``, ``[Nc*R*S][Nf]`` (zero filters past ``K_g``), which
+    the kernel reads with strides ``(Nf, 1)``.  The plan takes this only
+    where each tile is packed once a call (:attr:`Plan.packs_filters_in_nest`);
 
   - packed: ``filters`` is ``[G][T_f][C_g*R*S][Nf]`` as
     :mod:`cso.packing.filters` says (strides ``(Nf, 1)``);
@@ -78,6 +85,7 @@ from numba import njit, prange
 
 from cso.macrokernel.bounds import LoopBounds
 from cso.packing.filters import filter_panel_offset
+from cso.packing.transpose import pack_filter_tile
 from cso.packing.inputs import pack_input_panel, pack_pointwise_panels
 from cso.packing.vector_copy import copy_run
 
@@ -117,8 +125,10 @@ def convolve_input_stationary(
     jobs = b.groups * b.batch * blocks
     workers = workspace.size // b.workspace_stride
     for worker in prange(workers):
-        panels, scratch = _worker_buffers(workspace, b, worker)
-        operands = (x_flat, filters, edge_filters, bias, y_flat, panels, scratch, residual)
+        panels, scratch, filter_tile = _worker_buffers(workspace, b, worker)
+        operands = (
+            x_flat, filters, edge_filters, bias, y_flat, panels, scratch, residual, filter_tile
+        )
         addresses = _addresses(operands)
         for job in range(worker * jobs // workers, (worker + 1) * jobs // workers):
             group, image, block = _job(b, job, blocks)
@@ -164,6 +174,7 @@ def convolve_weight_stationary(
             for w0 in the part's blocks of K2 window tiles
               pack the K2 input tiles                           # ~ L2
               for f in the K3 filter tiles                      # one in L1, all in L3
+                (filters_in_nest: pack tile f's rows of c0)     # ~ L1/L2
                 for w in the K2 input tiles
                   micro-kernel: y[f, w] (+)= FS(c0, f) x IN(c0, w)
 
@@ -178,8 +189,10 @@ def convolve_weight_stationary(
     jobs = b.groups * b.batch * blocks * parts
     workers = workspace.size // b.workspace_stride
     for worker in prange(workers):
-        panels, scratch = _worker_buffers(workspace, b, worker)
-        operands = (x_flat, filters, edge_filters, bias, y_flat, panels, scratch, residual)
+        panels, scratch, filter_tile = _worker_buffers(workspace, b, worker)
+        operands = (
+            x_flat, filters, edge_filters, bias, y_flat, panels, scratch, residual, filter_tile
+        )
         addresses = _addresses(operands)
         for job in range(worker * jobs // workers, (worker + 1) * jobs // workers):
             group, image, block_part = _job(b, job, blocks * parts)
@@ -195,6 +208,14 @@ def convolve_weight_stationary(
                     tiles = min(b.l2_tiles, last_window - w0)
                     _pack_block(operands, b, image, group, c0, channels, w0, tiles, panel_size)
                     for f in range(first_filter, last_filter):
+                        if b.filters_in_nest:
+                            # KCRS rows of tile f, channels [c0, c0 + channels), into
+                            # the worker's tile buffer (~ L1/L2), just before use.
+                            pack_filter_tile(
+                                filters, b.filters, b.channels * area, b.filters_per_tile,
+                                group, f, c0 * area, channels * area, filter_tile, 0,
+                                VECTOR_TOKEN,
+                            )  # fmt: skip
                         for t in range(tiles):
                             _tile(
                                 operands,
@@ -232,23 +253,29 @@ def _job(b, job, blocks):
 
 @njit(nogil=True, cache=True)
 def _worker_buffers(workspace, b, worker):
-    """``(panels, scratch)``: worker ``worker``'s input panels and edge tile.
+    """``(panels, scratch, filter_tile)``: worker ``worker``'s input panels,
+    edge tile and filter tile.
 
     Worker ``i`` owns ``workspace[i*stride : (i+1)*stride]``: its panels
-    from the start, its ``Nf x Nwin`` scratch tile from ``scratch_offset``.
+    from the start, its ``Nf x Nwin`` scratch tile from ``scratch_offset``,
+    its ``Nc*R*S x Nf`` filter tile from ``filter_tile_offset`` (empty
+    unless ``b.filters_in_nest``).
     """
     start = worker * b.workspace_stride
     panels = workspace[start : start + b.scratch_offset]
     scratch_start = start + b.scratch_offset
     scratch = workspace[scratch_start : scratch_start + b.filters_per_tile * b.windows_per_tile]
-    return panels, scratch
+    tile_start = start + b.filter_tile_offset
+    filter_tile = workspace[tile_start : start + b.workspace_stride]
+    return panels, scratch, filter_tile
 
 
 @njit(nogil=True, inline="always")
 def _addresses(operands):
     """The data addresses of ``operands``' x, filters, edge filters, y,
-    panels and scratch, as the micro-kernel takes them (see the contract)."""
-    x_flat, filters, edge_filters, _, y_flat, panels, scratch, _ = operands
+    panels, scratch and filter tile, as the micro-kernel takes them (see
+    the contract)."""
+    x_flat, filters, edge_filters, _, y_flat, panels, scratch, _, filter_tile = operands
     return (
         x_flat.ctypes.data,
         filters.ctypes.data,
@@ -256,6 +283,7 @@ def _addresses(operands):
         y_flat.ctypes.data,
         panels.ctypes.data,
         scratch.ctypes.data,
+        filter_tile.ctypes.data,
     )
 
 
@@ -389,13 +417,13 @@ def _tile(
     into ``y``; edge tiles (past the last filter or window, or across two
     images) are computed into ``scratch`` and only their valid part is
     copied, so the kernel itself never sees an edge.  ``operands`` is
-    ``(x_flat, filters, edge_filters, bias, y_flat, panels, scratch, residual)``
-    and ``addresses`` the data addresses of all but the bias and residual
+    ``(x_flat, filters, edge_filters, bias, y_flat, panels, scratch, residual,
+    filter_tile)`` and ``addresses`` the data addresses of all but the bias and residual
     (:func:`_addresses`): the kernel's operands are picked among those (see
     the contract).
     """
     bias, y_flat, scratch, residual = operands[3], operands[4], operands[6], operands[7]
-    x_at, filters_at, edge_filters_at, y_at, panels_at, scratch_at = addresses
+    x_at, filters_at, edge_filters_at, y_at, panels_at, scratch_at, tile_at = addresses
     nf = b.filters_per_tile
     nwin = b.windows_per_tile
     area = b.kernel_height * b.kernel_width
@@ -416,7 +444,10 @@ def _tile(
     # place takes the Nf rows that end at K, and drops the first `shift`
     # (the previous tile's), so no filter row needs packing.
     shift = 0
-    if b.filters_packed:
+    if b.filters_in_nest:
+        source, filter_offset = tile_at, 0
+        k_stride, i_stride = nf, 1
+    elif b.filters_packed:
         filter_offset = filter_panel_offset(
             group, filter_tile, channel_start, filter_tiles, reduction, area, nf
         )

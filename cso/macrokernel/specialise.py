@@ -197,6 +197,7 @@ def depthwise_module(
     dtype_name: str,
     vector_lanes: int,
     masked_rows: int = 0,
+    filters: int = 1,
     serial: bool = False,
     patch: LoopPatch = None,
 ):
@@ -204,7 +205,8 @@ def depthwise_module(
     ``rows x vectors`` accumulators for filters ``kernel_height`` high at
     ``stride_h`` and ``dilation_h`` down, of ``vector_lanes`` ``dtype_name``
     elements, its last ``masked_rows`` rows' stores masked
-    (:func:`~cso.microkernels.taps.build_tap_kernel`), memoised; ``serial``:
+    (:func:`~cso.microkernels.taps.build_tap_kernel`), ``filters`` filters
+    a call, memoised; ``serial``:
     its serial twin (see the module docstring); ``patch``: a measurement
     variant (:class:`LoopPatch`: its source rebinding ``tap_kernel`` or
     ``pack_channel_phases``), None for the real thing."""
@@ -213,12 +215,14 @@ def depthwise_module(
     binding = (
         "from cso.microkernels.taps import build_tap_kernel\n"
         f"tap_kernel = build_tap_kernel({arguments}, {dtype_name!r}, {int(vector_lanes)}, "
-        f"{int(masked_rows)})\n"
+        f"{int(masked_rows)}, {int(filters)})\n"
         f"VECTOR_TOKEN = (None,) * {int(vector_lanes)}\n"
     )
     name = "cso_depthwise_r{}_s{}_d{}_b{}_v{}".format(*shape)
     name += f"_{dtype_name}_l{int(vector_lanes)}" + (f"_m{int(masked_rows)}" if masked_rows else "")
+    name += f"_f{int(filters)}" if filters > 1 else ""
     key = ("depthwise",) + shape + (str(dtype_name), int(vector_lanes), int(masked_rows))
+    key += (int(filters),)
     return _family_module(key, name, depthwise_source, binding, patch, serial)
 
 

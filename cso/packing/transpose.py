@@ -201,21 +201,27 @@ def transpose_whole_block(
 
 
 @njit(nogil=True, inline="always")
-def _panel(source, filters_per_group, reduction, filters_per_tile, tiles, packed, vector, job):
-    """Panel ``job`` (group ``job // tiles``, filter tile ``job % tiles``) of
-    :func:`transpose_into_panels`."""
+def pack_filter_tile(
+    source, filters_per_group, reduction, filters_per_tile, group, tile, row_start, row_count,
+    packed, target_start, vector,
+):  # fmt: skip
+    """Rows ``[row_start, row_start + row_count)`` of group ``group``'s filter
+    tile ``tile`` into ``packed[target_start:]`` as ``[row_count][Nf]``
+    (filters past ``K_g`` zero), from filter rows ``source[G*K_g][C_g*R*S]``:
+    whole ``VL x VL`` blocks with plain vector loads and stores, edge blocks
+    masked.  The reduction is the outer loop so that every panel row (``Nf``
+    elements, often two vectors) is written whole while it is in L1."""
     lanes = len(vector)
-    group, tile = job // tiles, job % tiles
-    base = job * reduction * filters_per_tile
-    first = tile * filters_per_tile
-    valid = min(filters_per_tile, filters_per_group - first)
-    rows = (group * filters_per_group + first) * reduction
-    for k0 in range(0, reduction, lanes):
-        columns = min(lanes, reduction - k0)
+    first_filter = tile * filters_per_tile
+    valid = min(filters_per_tile, filters_per_group - first_filter)
+    rows = (group * filters_per_group + first_filter) * reduction
+    row_end = row_start + row_count
+    for k0 in range(row_start, row_end, lanes):
+        columns = min(lanes, row_end - k0)
         for i0 in range(0, filters_per_tile, lanes):
             width = min(lanes, filters_per_tile - i0)
             present = max(0, min(width, valid - i0))
-            target = base + k0 * filters_per_tile + i0
+            target = target_start + (k0 - row_start) * filters_per_tile + i0
             first = rows + i0 * reduction + k0
             if present == lanes and columns == lanes:
                 transpose_whole_block(
@@ -226,6 +232,16 @@ def _panel(source, filters_per_group, reduction, filters_per_tile, tiles, packed
                     packed, target, filters_per_tile, source, first, reduction, present,
                     columns, width, vector,
                 )  # fmt: skip
+
+
+@njit(nogil=True, inline="always")
+def _panel(source, filters_per_group, reduction, filters_per_tile, tiles, packed, vector, job):
+    """Panel ``job`` (group ``job // tiles``, filter tile ``job % tiles``) of
+    :func:`transpose_into_panels`: the tile's whole reduction."""
+    pack_filter_tile(
+        source, filters_per_group, reduction, filters_per_tile, job // tiles, job % tiles, 0,
+        reduction, packed, job * reduction * filters_per_tile, vector,
+    )  # fmt: skip
 
 
 @njit(cache=True, nogil=True, parallel=True)
@@ -253,3 +269,20 @@ def transpose_into_panels_serial(
     them packing)."""
     for job in range(groups * tiles):
         _panel(source, filters_per_group, reduction, filters_per_tile, tiles, packed, vector, job)
+
+
+@njit(cache=True, nogil=True)
+def pack_filter_tiles_in_turn(
+    source, filters_per_group, reduction, filters_per_tile, tiles, row_tile, buffer, vector
+):
+    """Every filter tile of one group, ``row_tile`` reduction rows (a channel
+    tile's) at a time, each packed into the start of ``buffer`` in turn, as
+    a loop nest that packs its filters just before use does
+    (:mod:`cso.macrokernel.loops`): what the calibration times."""
+    for row_start in range(0, reduction, row_tile):
+        rows = min(row_tile, reduction - row_start)
+        for tile in range(tiles):
+            pack_filter_tile(
+                source, filters_per_group, reduction, filters_per_tile, 0, tile, row_start,
+                rows, buffer, 0, vector,
+            )  # fmt: skip

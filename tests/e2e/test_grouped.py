@@ -5,7 +5,15 @@ import dataclasses
 
 import numpy as np
 import pytest
-from conftest import AVX512_CORE, check_tap_plan, check_tap_round_trip, tap_filter_params
+from conftest import (
+    AVX512_CORE,
+    activate,
+    activation_bound,
+    check_tap_plan,
+    check_tap_round_trip,
+    error_bound,
+    tap_filter_params,
+)
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -42,6 +50,43 @@ def test_grouped_matches_the_reference(problem, seed):
     check_tap_plan(problem, seed, "grouped")
 
 
+@pytest.mark.parametrize(
+    "x_shape, w_shape, params",
+    [
+        # 8 filters a group: F of 1, 2, 4 and 8, rows 1 or a block, 1-2 vectors.
+        ((1, 32, 21, 40), (64, 4, 3, 3), dict(padding=1, groups=8)),
+        # Stride 2: the phases; asymmetric padding.
+        ((2, 24, 23, 37), (48, 3, 3, 3), dict(stride=2, padding=((1, 0), (2, 1)), groups=8)),
+        # Rows narrower than a vector: the masked last rows, per filter.
+        ((1, 16, 7, 7), (32, 2, 3, 3), dict(padding=1, groups=8)),
+    ],
+)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_every_filter_block_matches_the_reference(rng, x_shape, w_shape, params, dtype):
+    # Each (rows, segment, filters a call) the analysis weighs, forced, with a
+    # bias and the fused epilogue (residual, then ReLU), at two threads: each
+    # filter of a call writes its own plane, with its own bias and residual.
+    from cso.analysis import depthwise
+
+    x = rng.standard_normal(x_shape).astype(dtype)
+    w = rng.standard_normal(w_shape).astype(dtype)
+    b = rng.standard_normal(w_shape[0]).astype(dtype)
+    plan = cso.plan_conv2d(x_shape, w_shape, dtype=dtype, threads=2, algorithm="grouped", **params)
+    residual = rng.standard_normal(plan.geometry.output_shape).astype(dtype)
+    before = cso.reference.conv2d(x, w, b, **params) + residual
+    bound = error_bound(x, w, b, dtype, **params) + np.finfo(dtype).eps * np.abs(residual)
+    options = depthwise.kernel_options(plan.geometry, plan.vector_lanes, 32)
+    assert {f for _, _, f in options} == set(depthwise.filter_options(plan.geometry))
+    assert max(f for _, _, f in options) > 1
+    for rows, segment, filters in options:
+        forced = dataclasses.replace(
+            plan, rows_per_call=rows, windows_per_tile=segment, filters_per_tile=filters
+        )
+        y = cso.conv2d(x, w, b, plan=forced, activation="relu", residual=residual, **params)
+        error = np.abs(y - activate("relu", before))
+        assert np.all(error <= activation_bound(before, bound, dtype)), (rows, segment, filters)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_grouped_with_packed_filters_round_trip(rng, tmp_path, dtype):
     check_tap_round_trip(
@@ -49,13 +94,18 @@ def test_grouped_with_packed_filters_round_trip(rng, tmp_path, dtype):
     )
 
 
-def test_the_model_weighs_grouped_at_stride_one_only():
-    # The rule, not this machine's outcome: at stride 1 the cheaper family,
-    # at stride 2 dense (measured slower there than the model priced it).
+def test_the_model_weighs_grouped_at_every_stride():
+    # The rule, not this machine's outcome: the cheaper family in the model,
+    # at stride 1 and 2 (with several filters a call the strided tap plans
+    # load each input vector once for all of them).  With these weights each
+    # stride has a layer of each family.
+    chosen_by_stride = set()
     for x_shape, w_shape, params in (
         ((1, 128, 56, 56), (128, 4, 3, 3), dict(padding=1, groups=32)),
         ((1, 1024, 7, 7), (1024, 32, 3, 3), dict(padding=1, groups=32)),
         ((1, 256, 28, 28), (256, 8, 3, 3), dict(padding=1, groups=32)),
+        ((1, 256, 56, 56), (256, 8, 3, 3), dict(stride=2, padding=1, groups=32)),
+        ((1, 1024, 14, 14), (1024, 32, 3, 3), dict(stride=2, padding=1, groups=32)),
     ):
         chosen = cso.plan_conv2d(x_shape, w_shape, hardware=AVX512_CORE, **params)
         grouped = cso.plan_conv2d(
@@ -68,12 +118,8 @@ def test_the_model_weighs_grouped_at_stride_one_only():
             else "dense"
         )
         assert chosen.algorithm == cheaper
-    strided = dict(stride=2, padding=1, groups=32)
-    assert cso.plan_conv2d((1, 256, 56, 56), (256, 8, 3, 3), **strided).algorithm == "dense"
-    assert (
-        cso.plan_conv2d((1, 256, 56, 56), (256, 8, 3, 3), algorithm="grouped", **strided).algorithm
-        == "grouped"
-    )
+        chosen_by_stride.add((params.get("stride", 1), cheaper))
+    assert chosen_by_stride == {(s, a) for s in (1, 2) for a in ("grouped", "dense")}
     with pytest.raises(ValueError, match="algorithm='grouped' needs more than one group of 2"):
         cso.plan_conv2d((1, 8, 9, 9), (8, 1, 3, 3), groups=8, algorithm="grouped")
     with pytest.raises(ValueError, match="algorithm='grouped' needs more than one group of 2"):
@@ -91,3 +137,7 @@ def test_explain_tells_the_grouped_story():
     text = cso.explain(plan)
     assert "Algorithm: grouped" in text and "8 input and 8 output channels a group" in text
     assert "72 taps a filter" in text and "best dense plan" in text
+    four = dataclasses.replace(plan, filters_per_tile=4, rows_per_call=1)
+    text = cso.explain(four)
+    assert "4 filters a call: each input vector loaded once feeds all of them" in text
+    assert "8 output channel(s), 4 at a time" in text and "y[k0:k0+4, p0:p0+1" in text

@@ -198,10 +198,15 @@ def test_unknown_format_version(saved):
 
 
 def test_panels_for_another_micro_kernel(tmp_path, layer):
-    # Packed for an AVX-512 core, loaded on an AVX2 one: whichever this machine is.
+    # Packed for an AVX-512 core's dense kernel, loaded on an AVX2 one: whichever
+    # this machine is.  (A grouped plan's F x segment shapes exist on both.)
     x, w, b, params = layer
     path = tmp_path / "packed.npz"
-    packed = cso.pack_filters(w, x.shape, bias=b, hardware=AVX512_CORE, **params)
+    plan = cso.plan_conv2d(
+        x.shape, w.shape, hardware=AVX512_CORE, algorithm="dense", filters_prepacked=True,
+        **params,
+    )  # fmt: skip
+    packed = cso.pack_filters(w, x.shape, bias=b, plan=plan, **params)
     cso.save_packed(path, {"conv": packed})
     avx2 = cso.Hardware(vector_bytes=32, vector_registers=16)
     with pytest.raises(

@@ -36,6 +36,7 @@ RATES = dict(
     tap_load_seconds=4e-10,
     lane_transpose_seconds=3.5e-10,
     filter_pack_shared_seconds=3e-9,
+    filter_tile_pack_seconds=1e-9,
     row_call_seconds=2e-8,
     plane_call_seconds=1.5e-8,
 )
@@ -60,6 +61,7 @@ def test_each_weight_is_its_formula_of_the_rates():
         "input_pack_cost": 5e-10 / UNIT,  # 100
         "filter_pack_cost": 1.5e-9 / UNIT,  # 300
         "filter_pack_shared_cost": 3e-9 / UNIT,  # 600 of thread time, workers reading every panel
+        "filter_tile_pack_cost": 1e-9 / UNIT,  # 200, packed tile by tile in the loop nest
         "in_place_filter_cost": 3e-11 / UNIT,  # 6
         "tap_call_cost": 7.5e-9 / UNIT,  # 1500
         "tap_load_cost": 4e-10 / UNIT,  # 80 per input vector loaded
@@ -401,6 +403,14 @@ def test_records_without_the_shared_filter_packing_price_it_as_one_threads():
     )
     one_core = MeasuredRates(**dict(RATES, filter_pack_shared_seconds=0.0))
     assert derive_weights(one_core).filter_pack_shared_cost == pytest.approx(1.5e-9 / UNIT)
+
+
+def test_records_without_the_in_nest_filter_packing_price_it_as_up_front():
+    older = dict(RATES)
+    del older["filter_tile_pack_seconds"]
+    assert derive_weights(MeasuredRates(**older)).filter_tile_pack_cost == pytest.approx(
+        1.5e-9 / UNIT
+    )
 
 
 def test_records_without_the_nest_call_times_price_calls_as_the_tap_kernel_does():

@@ -120,15 +120,19 @@ def test_packed_filter_memory_bytes_beyond_what_stays_in_the_l3():
 
 def test_big_filter_panels_packed_in_the_call_cost_their_memory_traffic():
     # 3x3 512->512: 9.4 MB of float32 filters.  With a 2 MiB L2 (8 MiB
-    # resident in the L3) a 32x14 plan packing them per call moves its
-    # panels to and from memory; with a 4 MiB L2 (16 MiB) it does not, nor
-    # with the filters packed ahead.
+    # resident in the L3) a 32x14 plan packing them up front per call (IS)
+    # moves its panels to and from memory; with a 4 MiB L2 (16 MiB) it does
+    # not, nor with the filters packed ahead, nor packing them tile by tile
+    # in the loop nest (WS, every window tile in one block).
     x_shape, w_shape = (1, 512, 14, 14), (512, 512, 3, 3)
     small_l2 = cso.Hardware(
         l2_bytes=2 << 20, l3_bytes=480 << 20, cores=2, vector_bytes=64, vector_registers=32
     )
     large_l2 = small_l2.with_changes(l2_bytes=4 << 20)
-    forced = dict(filters_per_tile=32, windows_per_tile=14, vector_operand="filters", padding=1)
+    forced = dict(
+        filters_per_tile=32, windows_per_tile=14, vector_operand="filters", padding=1,
+        schedule="IS",
+    )  # fmt: skip
 
     def traffic(hardware, **extra):
         plan = cso.plan_conv2d(x_shape, w_shape, hardware=hardware, **forced, **extra)
@@ -142,3 +146,10 @@ def test_big_filter_panels_packed_in_the_call_cost_their_memory_traffic():
     # The count is part of the DRAM bytes the cost weighs.
     free = cso.plan_conv2d(x_shape, w_shape, hardware=large_l2, threads=1, **forced)
     assert charged.dram - charged.panel_memory == free.cost_of(free.schedule).dram
+    in_nest = cso.plan_conv2d(
+        x_shape, w_shape, hardware=small_l2, threads=1, **dict(forced, schedule="WS")
+    )
+    assert in_nest.packs_filters_in_nest and not plan.packs_filters_in_nest
+    assert in_nest.cost_of(in_nest.schedule).panel_memory == 0
+    assert "each tile packed in the loop nest just before its use" in cso.explain(in_nest)
+    assert "pack FS(c0, f)" in cso.explain(in_nest) and "pack FS(c0, f)" not in cso.explain(plan)

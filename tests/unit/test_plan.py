@@ -650,14 +650,44 @@ def test_depthwise_kernel_options():
     # of three (5 rows at most), 12 blocks of 5 (the last overlapping).
     g = make_geometry((1, 144, 56, 56), (144, 1, 3, 3), padding=1, groups=144)
     assert depthwise.kernel_options(g, 16, 32) == [
-        (1, 16), (14, 16), (1, 32), (8, 32), (1, 48), (5, 48)
+        (1, 16, 1), (14, 16, 1), (1, 32, 1), (8, 32, 1), (1, 48, 1), (5, 48, 1)
     ]  # fmt: skip
     # Rows narrower than a vector: one vector; the block is the whole plane.
     small = make_geometry((1, 8, 7, 7), (8, 1, 3, 3), padding=1, groups=8)
-    assert depthwise.kernel_options(small, 16, 32) == [(1, 16), (7, 16)]
+    assert depthwise.kernel_options(small, 16, 32) == [(1, 16, 1), (7, 16, 1)]
     # Dilated down: the one-row kernel only.
     dilated = make_geometry((1, 8, 30, 30), (8, 1, 3, 3), padding=2, dilation=2, groups=8)
-    assert depthwise.kernel_options(dilated, 16, 32) == [(1, 16)]
+    assert depthwise.kernel_options(dilated, 16, 32) == [(1, 16, 1)]
+    # Grouped, 8 filters a group: F of 1, 2, 4, 8 while F * vectors * rows <=
+    # min(16, 32 - F * R - 2).  One vector: F = 8 fits one row (8 <= 22, one
+    # row of 3x3 taps would need 8 * 3 broadcasts: min(16, 6) < 8); F = 4
+    # holds a block of 16 // 4 = 4 rows (min(16, 18) = 16), F = 2 of 7
+    # (min(16, 24) // 2 = 8, split evenly over 28 rows).  Two vectors: F = 8
+    # needs 16 <= min(16, 22): one row.
+    grouped = make_geometry((1, 64, 28, 32), (64, 8, 3, 3), padding=1, groups=8)
+    assert depthwise.filter_options(grouped) == [1, 2, 4, 8]
+    assert depthwise.kernel_options(grouped, 16, 32) == [
+        (1, 16, 1), (14, 16, 1), (1, 16, 2), (7, 16, 2), (1, 16, 4), (4, 16, 4), (1, 16, 8),
+        (1, 32, 1), (7, 32, 1), (1, 32, 2), (4, 32, 2), (1, 32, 4), (2, 32, 4), (1, 32, 8),
+    ]  # fmt: skip
+    # Sixteen registers (AVX2): F = 8 never fits (8 > min(8, 16 - 8 - 2)).
+    assert max(f for _, _, f in depthwise.kernel_options(grouped, 8, 16)) == 4
+
+
+def test_filters_a_call_divide_the_calls_not_the_work():
+    from cso.analysis import depthwise
+    from cso.geometry import make_geometry
+
+    g = make_geometry((1, 64, 28, 32), (64, 8, 3, 3), padding=1, groups=8)
+    one = depthwise.depthwise_traffic(g, AVX512, 4, 16, 1, 1, 1)
+    four = depthwise.depthwise_traffic(g, AVX512, 4, 16, 1, 1, 4)
+    # 8 filters x 28 rows x 2 segments a job, in calls of 1 and of 4 filters.
+    assert one.kernel_calls == 8 * 28 * 2 and four.kernel_calls == one.kernel_calls // 4
+    assert four.padded_macs == one.padded_macs == 8 * 28 * 2 * 16 * 72
+    # A call's 72 column taps each load one input vector; of 4 filters, 3 more broadcasts.
+    assert one.tap_loads == one.kernel_calls * 72
+    assert four.tap_loads == four.kernel_calls * (72 + 3 * 72)
+    assert four.cost < one.cost
 
 
 def test_depthwise_tap_offsets_by_hand():
@@ -681,6 +711,8 @@ def test_depthwise_tap_offsets_by_hand():
     assert depthwise.packed_channel_elements(g, segment, 16) == 2 * rows * width
     # The one-row kernel loads one vector per tap.
     assert depthwise.kernel_loads(g, 1, segment, 16) == 9
+    # Four filters a call: each of the 9 columns adds 3 more broadcasts.
+    assert depthwise.kernel_loads(g, 1, segment, 16, 4) == 9 + 3 * 9
 
 
 def test_depthwise_row_block_offsets_and_loads_by_hand():
@@ -703,6 +735,8 @@ def test_depthwise_row_block_offsets_and_loads_by_hand():
     assert depthwise.column_offsets(g, segment, 1, rows_per_call) == [0, rows * width, 1]
     # (4 - 1) * 2 + 3 = 9 input rows x 3 columns x 2 vectors of 16.
     assert depthwise.kernel_loads(g, rows_per_call, segment, 16) == 9 * 3 * 2
+    # Two filters a call: each of the 3 columns adds R = 3 broadcasts.
+    assert depthwise.kernel_loads(g, rows_per_call, segment, 16, 2) == 9 * 3 * 2 + 3 * 3
     assert depthwise.kernel_columns(g, rows_per_call) == 3 and depthwise.kernel_columns(g, 1) == 9
 
 
