@@ -85,9 +85,11 @@ class CostWeights:
         so the panels are never written to the L3 and read back.  On a Xeon
         (Sapphire Rapids, one thread) ResNet-50's and ResNeXt-50's 1x1
         layers at 14x14 ran 3.6-7.1% faster per call that way than with
-        their panels packed up front; ``python -m cso calibrate`` measured
-        0.17-0.18 ns an element against 0.28 up front.  The default is
-        that machine's (75).
+        their panels packed up front.  ``python -m cso calibrate`` times
+        the transposes alone, on filters within the L2 (their bytes' trip
+        from the L3 or memory is the call's compulsory traffic, charged
+        apart): 0.10 ns an element there, about 50 units.  The default is
+        that machine's.
     input_pack_cost : float
         Cost of packing one input element into a panel (window expansion:
         every element of every packed tile written once).  Measured here
@@ -214,7 +216,7 @@ class CostWeights:
     transposed_store_cost: float = 128.0
     filter_pack_cost: float = 100.0
     filter_pack_shared_cost: float = 100.0
-    filter_tile_pack_cost: float = 75.0
+    filter_tile_pack_cost: float = 50.0
     input_pack_cost: float = 80.0
     in_place_filter_cost: float = 6.0
     stream_overlap: float = 0.5

@@ -73,7 +73,7 @@ Contracts relied on
   tuple argument in C, a namedtuple in Python: 3.2 against 0.7
   microseconds a call).
 * The micro-kernel gets ``filters``, ``inputs`` and ``out`` as the
-  addresses of their arrays' data (``_addresses``, once per worker), not
+  addresses of their arrays' data (``operand_addresses``, once per worker), not
   as arrays: ``_tile`` picks one of two for each per tile, and a choice
   between arrays makes Numba update both arrays' reference counts (atomic
   adds) on every tile, which cost a 1x1 layer of 24 channels 0.17 of its
@@ -84,6 +84,14 @@ Contracts relied on
 from numba import njit, prange
 
 from cso.macrokernel.bounds import LoopBounds
+from cso.macrokernel.nest_indexing import (
+    channel_range,
+    job_of,
+    operand_addresses,
+    reads_in_place,
+    tile_counts,
+    worker_buffers,
+)
 from cso.packing.filters import filter_panel_offset
 from cso.packing.transpose import pack_filter_tile
 from cso.packing.inputs import pack_input_panel, pack_pointwise_panels
@@ -120,22 +128,22 @@ def convolve_input_stationary(
     b = LoopBounds(*bounds)
     nwin = b.windows_per_tile
     area = b.kernel_height * b.kernel_width
-    window_tiles, filter_tiles, channel_tiles = _tile_counts(b)
+    window_tiles, filter_tiles, channel_tiles = tile_counts(b)
     blocks = (window_tiles + b.l3_tiles - 1) // b.l3_tiles
     jobs = b.groups * b.batch * blocks
     workers = workspace.size // b.workspace_stride
     for worker in prange(workers):
-        panels, scratch, filter_tile = _worker_buffers(workspace, b, worker)
+        panels, scratch, filter_tile = worker_buffers(workspace, b, worker)
         operands = (
             x_flat, filters, edge_filters, bias, y_flat, panels, scratch, residual, filter_tile
         )
-        addresses = _addresses(operands)
+        addresses = operand_addresses(operands)
         for job in range(worker * jobs // workers, (worker + 1) * jobs // workers):
-            group, image, block = _job(b, job, blocks)
+            group, image, block = job_of(b, job, blocks)
             first = block * b.l3_tiles
             tiles = min(b.l3_tiles, window_tiles - first)
             for channel_index in range(channel_tiles):
-                c0, channels = _channel_range(b, channel_index, channel_tiles)
+                c0, channels = channel_range(b, channel_index, channel_tiles)
                 panel_size = channels * area * nwin
                 _pack_block(operands, b, image, group, c0, channels, first, tiles, panel_size)
                 for f0 in range(0, filter_tiles, b.l2_tiles):
@@ -183,26 +191,26 @@ def convolve_weight_stationary(
     b = LoopBounds(*bounds)
     nwin = b.windows_per_tile
     area = b.kernel_height * b.kernel_width
-    window_tiles, filter_tiles, channel_tiles = _tile_counts(b)
+    window_tiles, filter_tiles, channel_tiles = tile_counts(b)
     blocks = (filter_tiles + b.l3_tiles - 1) // b.l3_tiles
     parts = b.window_parts
     jobs = b.groups * b.batch * blocks * parts
     workers = workspace.size // b.workspace_stride
     for worker in prange(workers):
-        panels, scratch, filter_tile = _worker_buffers(workspace, b, worker)
+        panels, scratch, filter_tile = worker_buffers(workspace, b, worker)
         operands = (
             x_flat, filters, edge_filters, bias, y_flat, panels, scratch, residual, filter_tile
         )
-        addresses = _addresses(operands)
+        addresses = operand_addresses(operands)
         for job in range(worker * jobs // workers, (worker + 1) * jobs // workers):
-            group, image, block_part = _job(b, job, blocks * parts)
+            group, image, block_part = job_of(b, job, blocks * parts)
             block, part = block_part // parts, block_part % parts
             first_window = part * window_tiles // parts
             last_window = (part + 1) * window_tiles // parts
             first_filter = block * b.l3_tiles
             last_filter = min(first_filter + b.l3_tiles, filter_tiles)
             for channel_index in range(channel_tiles):
-                c0, channels = _channel_range(b, channel_index, channel_tiles)
+                c0, channels = channel_range(b, channel_index, channel_tiles)
                 panel_size = channels * area * nwin
                 for w0 in range(first_window, last_window, b.l2_tiles):
                     tiles = min(b.l2_tiles, last_window - w0)
@@ -232,79 +240,6 @@ def convolve_weight_stationary(
                                 (w0 + t) * nwin,
                                 t * panel_size,
                             )
-
-
-@njit(nogil=True, cache=True)
-def _tile_counts(b):
-    """``(T_w, T_f, T_c)``: window, filter and channel tiles of one job's
-    (group, window run)."""
-    windows = b.window_images * b.out_height * b.out_width
-    window_tiles = (windows + b.windows_per_tile - 1) // b.windows_per_tile
-    filter_tiles = (b.filters + b.filters_per_tile - 1) // b.filters_per_tile
-    channel_tiles = (b.channels + b.channel_tile - 1) // b.channel_tile
-    return window_tiles, filter_tiles, channel_tiles
-
-
-@njit(nogil=True, cache=True)
-def _job(b, job, blocks):
-    """``(group, image, block)`` of parallel job number ``job``."""
-    return job // (blocks * b.batch), (job // blocks) % b.batch, job % blocks
-
-
-@njit(nogil=True, cache=True)
-def _worker_buffers(workspace, b, worker):
-    """``(panels, scratch, filter_tile)``: worker ``worker``'s input panels,
-    edge tile and filter tile.
-
-    Worker ``i`` owns ``workspace[i*stride : (i+1)*stride]``: its panels
-    from the start, its ``Nf x Nwin`` scratch tile from ``scratch_offset``,
-    its ``Nc*R*S x Nf`` filter tile from ``filter_tile_offset`` (empty
-    unless ``b.filters_in_nest``).
-    """
-    start = worker * b.workspace_stride
-    panels = workspace[start : start + b.scratch_offset]
-    scratch_start = start + b.scratch_offset
-    scratch = workspace[scratch_start : scratch_start + b.filters_per_tile * b.windows_per_tile]
-    tile_start = start + b.filter_tile_offset
-    filter_tile = workspace[tile_start : start + b.workspace_stride]
-    return panels, scratch, filter_tile
-
-
-@njit(nogil=True, inline="always")
-def _addresses(operands):
-    """The data addresses of ``operands``' x, filters, edge filters, y,
-    panels, scratch and filter tile, as the micro-kernel takes them (see
-    the contract)."""
-    x_flat, filters, edge_filters, _, y_flat, panels, scratch, _, filter_tile = operands
-    return (
-        x_flat.ctypes.data,
-        filters.ctypes.data,
-        edge_filters.ctypes.data,
-        y_flat.ctypes.data,
-        panels.ctypes.data,
-        scratch.ctypes.data,
-        filter_tile.ctypes.data,
-    )
-
-
-@njit(nogil=True, cache=True)
-def _channel_range(b, index, count):
-    """Channels ``[start, start + size)`` of channel tile ``index`` of ``count``.
-
-    The ``ceil(C / Nc)`` tiles split ``C`` evenly (sizes differ by at most
-    one, none above ``Nc``), so no tile is a sliver with a depth too short
-    to amortise the micro-kernel's write-back.
-    """
-    start = index * b.channels // count
-    return start, (index + 1) * b.channels // count - start
-
-
-@njit(nogil=True, cache=True)
-def _in_place(b, window_start):
-    """Whether this window tile is read from the input itself, unpacked:
-    only a full tile inside one image's windows is a run of ``x``."""
-    image_windows = b.out_height * b.out_width
-    return b.input_in_place and window_start % image_windows + b.windows_per_tile <= image_windows
 
 
 @njit(nogil=True, inline="always")
@@ -364,7 +299,7 @@ def _pack_block(operands, b, image, group, channel_start, channels, first_tile, 
 @njit(nogil=True, inline="always")
 def _pack_tile(operands, b, image, group, channel_start, channels, window_start, panel_offset):
     """Pack one input tile into ``panels``, unless the kernel reads it in place."""
-    if _in_place(b, window_start):
+    if reads_in_place(b, window_start):
         return
     x_flat, panels = operands[0], operands[5]
     image_offset = (image * b.groups + group) * b.channels * b.height * b.width
@@ -419,7 +354,7 @@ def _tile(
     copied, so the kernel itself never sees an edge.  ``operands`` is
     ``(x_flat, filters, edge_filters, bias, y_flat, panels, scratch, residual,
     filter_tile)`` and ``addresses`` the data addresses of all but the bias and residual
-    (:func:`_addresses`): the kernel's operands are picked among those (see
+    (:func:`operand_addresses`): the kernel's operands are picked among those (see
     the contract).
     """
     bias, y_flat, scratch, residual = operands[3], operands[4], operands[6], operands[7]
@@ -471,7 +406,7 @@ def _tile(
     inputs = panels_at
     inputs_offset = panel_offset
     inputs_stride = nwin
-    if _in_place(b, window_start):
+    if reads_in_place(b, window_start):
         plane = b.height * b.width
         inputs = x_at
         inputs_offset = (

@@ -59,6 +59,7 @@ from . import bounds as bounds_source
 from . import depthwise as depthwise_source
 from . import lanes as lanes_source
 from . import loops as loops_source
+from . import nest_indexing as nest_indexing_source
 from . import planes as planes_source
 from . import rows as rows_source
 
@@ -68,6 +69,7 @@ _modules: dict = {}
 # Every source a generated module is built from: its name hashes them all.
 _DEPENDENCIES = (
     loops_source,
+    nest_indexing_source,
     bounds_source,
     filters_source,
     inputs_source,
