@@ -372,7 +372,7 @@ def test_shapes_timed_in_the_loop_nest_set_their_own_mac_costs():
     # mac_cost 5.0 (kernels at 80% of the peak from L1); per padded multiply-add
     # in the loop nest 14x32w and 8x48w take 1.0e-11 s, 8x32w 1.05e-11 (5% off the
     # median: within the tolerance), 32x14f 0.98e-11 and 16x16w 1.5e-11: the median
-    # is 1.0e-11 and 16x16w costs 5.0 * 1.5 = 7.5.
+    # is 1.0e-11 and 16x16w, 50% off, costs 5.0 * (1 + 0.50 - 0.08) = 7.1.
     loop = {
         "14x32w": 1.0e-11, "8x48w": 1.0e-11, "8x32w": 1.05e-11, "32x14f": 0.98e-11,
         "16x16w": 1.5e-11,
@@ -382,8 +382,14 @@ def test_shapes_timed_in_the_loop_nest_set_their_own_mac_costs():
     rates = MeasuredRates(**RATES, kernel_shape_flops=flat, loop_shape_seconds=loop)
     weights = derive_weights(rates)
     assert weights.mac_cost == 5.0
-    assert weights.kernel_mac_costs == (("16x16w", 7.5),)
+    assert weights.kernel_mac_costs == (("16x16w", 7.1),)
     assert weights.mac_cost_of("8x32w") == 5.0
+    # Continuous past the tolerance: 10% slower costs 2% more, 10% faster 2% less.
+    edge = MeasuredRates(**RATES, loop_shape_seconds=dict(loop, **{"8x32w": 1.10e-11,
+                                                                 "32x14f": 0.90e-11}))  # fmt: skip
+    assert dict(derive_weights(edge).kernel_mac_costs) == {
+        "8x32w": 5.1, "32x14f": 4.9, "16x16w": 7.1
+    }
     # Their L2 streams are in those timings: the L2 bytes are not charged again.
     assert weights.l2_cost == 0.0
     assert derive_weights(MeasuredRates(**RATES)).l2_cost == pytest.approx(2.5e-12 / UNIT)
