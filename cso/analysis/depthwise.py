@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..geometry import ConvGeometry, ceil_div
-from . import cost, counts, tiles
+from . import cost, counts, tap_rules, tiles
 from .choices import Algorithm, Schedule, VectorOperand
 from .cost import Traffic
 from .hardware import Hardware
@@ -29,11 +29,11 @@ from .plan import Plan
 from .ties import first_within
 
 # Accumulator vectors in one row of the tap kernel at most.
-MAX_SEGMENT_VECTORS = tiles.MAX_SEGMENT_VECTORS
+MAX_SEGMENT_VECTORS = tap_rules.MAX_SEGMENT_VECTORS
 
 
-MAX_GROUP_CHANNELS = tiles.MAX_GROUP_CHANNELS
-is_small_grouped = tiles.is_small_grouped
+MAX_GROUP_CHANNELS = tap_rules.MAX_GROUP_CHANNELS
+is_small_grouped = tap_rules.is_small_grouped
 
 
 def is_depthwise(geometry: ConvGeometry) -> bool:
@@ -98,7 +98,7 @@ def filter_options(geometry: ConvGeometry) -> list:
     """Filters a tap-kernel call may hold, ``F``: the powers of two that
     divide the group's ``m`` filters (1 alone for a depthwise layer of
     multiplier 1).  The registers bound them further
-    (:func:`~cso.analysis.tiles.max_rows_per_call`)."""
+    (:func:`~cso.analysis.tap_rules.max_rows_per_call`)."""
     m = geometry.filters_per_group
     return [1 << i for i in range(m.bit_length()) if m % (1 << i) == 0]
 
@@ -110,8 +110,8 @@ def kernel_options(geometry: ConvGeometry, lanes: int, vector_registers: int) ->
     Segments of ``v`` vectors for ``v`` from 1 to :data:`MAX_SEGMENT_VECTORS`
     and no wider than a row (one vector when a row is narrower than that);
     for each, and each ``F`` of :func:`filter_options` whose ``F * v``
-    accumulators fit (:func:`~cso.analysis.tiles.max_rows_per_call`), the
-    one-row kernel and, where :func:`~cso.analysis.tiles.offers_row_blocks`,
+    accumulators fit (:func:`~cso.analysis.tap_rules.max_rows_per_call`), the
+    one-row kernel and, where :func:`~cso.analysis.tap_rules.offers_row_blocks`,
     a block of as many rows as the registers allow, split evenly down the
     plane.  Each loaded input vector feeds ``F`` filters: a grouped layer's
     ``m`` filters share the loads its one-filter kernel repeats ``m`` times.
@@ -120,11 +120,11 @@ def kernel_options(geometry: ConvGeometry, lanes: int, vector_registers: int) ->
     options = []
     for vectors in range(1, max(1, min(MAX_SEGMENT_VECTORS, g.out_width // lanes)) + 1):
         for filters in filter_options(g):
-            if tiles.max_rows_per_call(vectors, 1, vector_registers, filters) < 1:
+            if tap_rules.max_rows_per_call(vectors, 1, vector_registers, filters) < 1:
                 continue
             options.append((1, vectors * lanes, filters))
-            if tiles.offers_row_blocks(g):
-                largest = tiles.max_rows_per_call(
+            if tap_rules.offers_row_blocks(g):
+                largest = tap_rules.max_rows_per_call(
                     vectors, g.kernel_height, vector_registers, filters
                 )
                 rows = even_split(g.out_height, largest) if largest else 1

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Callable, NamedTuple
 
-from . import tiles
+from . import tap_rules
 from .choices import Algorithm
 from .depthwise import MAX_GROUP_CHANNELS, is_depthwise, plan_depthwise
 from .lanes import is_lane_depthwise, plan_lanes
@@ -30,14 +30,14 @@ FAMILIES = {
         is_depthwise, "one input channel per group (groups == C > 1)", plan_depthwise
     ),
     Algorithm.GROUPED: Family(
-        tiles.is_small_grouped,
+        tap_rules.is_small_grouped,
         f"more than one group of 2 to {MAX_GROUP_CHANNELS} channels",
         plan_depthwise,
     ),
     Algorithm.DEPTHWISE_LANES: Family(
         is_lane_depthwise,
         "one input channel and one filter per group (groups == C == K > 1), filters at "
-        f"most {tiles.MAX_LANE_KERNEL_WIDTH} wide",
+        f"most {tap_rules.MAX_LANE_KERNEL_WIDTH} wide",
         plan_lanes,
     ),
     Algorithm.DEPTHWISE_PLANES: Family(

@@ -23,15 +23,15 @@ import dataclasses
 import numpy as np
 
 from ..geometry import ConvGeometry, ceil_div
-from . import tiles
+from . import tap_rules, tiles
 from .choices import Algorithm
 from .cost import Traffic
 from .depthwise import even_split, job_traffic, rows_read, untiled_plan
 from .hardware import Hardware
 from .plan import Plan
 
-is_lane_depthwise = tiles.is_lane_depthwise
-max_outputs = tiles.max_lane_outputs
+is_lane_depthwise = tap_rules.is_lane_depthwise
+max_outputs = tap_rules.max_lane_outputs
 
 
 def outputs_per_call(geometry: ConvGeometry, vector_registers: int) -> int:

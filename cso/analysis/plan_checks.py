@@ -17,7 +17,7 @@ from dataclasses import fields
 import numpy as np
 
 from ..geometry import SUPPORTED_DTYPES, ConvGeometry, ceil_div, make_geometry
-from . import plane_shapes, tiles
+from . import plane_shapes, tap_rules, tiles
 from .choices import SCHEDULES, TAP_ALGORITHMS, Algorithm, VectorOperand
 from .cost import Traffic
 from .hardware import Hardware
@@ -180,7 +180,7 @@ def _check_kernel(plan) -> None:
     if plan.algorithm == Algorithm.DEPTHWISE_LANES:
         most = min(
             plan.geometry.out_width,
-            tiles.max_lane_outputs(plan.geometry.kernel_width, hardware.vector_registers),
+            tap_rules.max_lane_outputs(plan.geometry.kernel_width, hardware.vector_registers),
         )
         if nf != 1 or not 1 <= nwin <= most:
             raise ValueError(
@@ -189,9 +189,9 @@ def _check_kernel(plan) -> None:
             )
         return
     if plan.algorithm in TAP_ALGORITHMS:
-        if nwin % lanes or nwin // lanes > tiles.MAX_SEGMENT_VECTORS:
+        if nwin % lanes or nwin // lanes > tap_rules.MAX_SEGMENT_VECTORS:
             raise ValueError(
-                f"a tap plan's row segment is 1 x (1..{tiles.MAX_SEGMENT_VECTORS}) vectors "
+                f"a tap plan's row segment is 1 x (1..{tap_rules.MAX_SEGMENT_VECTORS}) vectors "
                 f"of {lanes} lanes, got windows_per_tile={nwin}"
             )
         multiplier = plan.geometry.filters_per_group
@@ -201,7 +201,7 @@ def _check_kernel(plan) -> None:
                 f"filters of a group, got {nf}"
             )
         height = plan.geometry.kernel_height if plan.rows_per_call > 1 else 1
-        most = tiles.max_rows_per_call(nwin // lanes, height, hardware.vector_registers, nf)
+        most = tap_rules.max_rows_per_call(nwin // lanes, height, hardware.vector_registers, nf)
         if plan.rows_per_call > plan.geometry.out_height:
             raise ValueError(
                 f"Plan.rows_per_call ({plan.rows_per_call}) exceeds the output's "
@@ -287,18 +287,18 @@ def _check_layout(plan) -> None:
             "a row plan needs a depthwise layer (groups == C) with a horizontal stride of at "
             f"most {plane_shapes.MAX_ROW_STRIDE}: got {g}"
         )
-    if plan.algorithm == Algorithm.DEPTHWISE_LANES and not tiles.is_lane_depthwise(g):
+    if plan.algorithm == Algorithm.DEPTHWISE_LANES and not tap_rules.is_lane_depthwise(g):
         raise ValueError(
             "a lane plan needs a depthwise layer of channel multiplier 1 (K == C == groups) "
-            f"with filters at most {tiles.MAX_LANE_KERNEL_WIDTH} wide: got {g}"
+            f"with filters at most {tap_rules.MAX_LANE_KERNEL_WIDTH} wide: got {g}"
         )
-    if plan.algorithm == Algorithm.GROUPED and not tiles.is_small_grouped(g):
+    if plan.algorithm == Algorithm.GROUPED and not tap_rules.is_small_grouped(g):
         raise ValueError(
-            f"a grouped plan needs more than one group of 2 to {tiles.MAX_GROUP_CHANNELS} "
+            f"a grouped plan needs more than one group of 2 to {tap_rules.MAX_GROUP_CHANNELS} "
             f"channels: got {g}"
         )
     if plan.rows_per_call > 1 and not (
-        (plan.algorithm in TAP_ALGORITHMS and tiles.offers_row_blocks(g))
+        (plan.algorithm in TAP_ALGORITHMS and tap_rules.offers_row_blocks(g))
         or plan.algorithm == Algorithm.DEPTHWISE_ROWS
     ):
         raise ValueError(

@@ -7,7 +7,7 @@ a cycle).
 from __future__ import annotations
 
 from ..geometry import ConvGeometry, ceil_div
-from . import tiles
+from . import tap_rules
 
 # Output vectors one kernel call holds.  The kernel issues one load per
 # FMA, so it runs at the loads' rate; four chains of FMAs are enough to
@@ -76,4 +76,5 @@ def max_block_rows(geometry: ConvGeometry, vector_registers: int, lanes: int) ->
     bound on ``B * U`` is the measured one."""
     g = geometry
     vectors = row_vectors_per_call(g, lanes)
-    return min(g.out_height, tiles.max_rows_per_call(vectors, g.kernel_height, vector_registers))
+    most = tap_rules.max_rows_per_call(vectors, g.kernel_height, vector_registers)
+    return min(g.out_height, most)

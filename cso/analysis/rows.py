@@ -33,7 +33,7 @@ import numpy as np
 from ..geometry import ConvGeometry
 from .choices import Algorithm
 from .cost import Traffic
-from . import tiles
+from . import tap_rules
 from .depthwise import even_split, job_traffic, rows_read, untiled_plan
 from .hardware import Hardware
 from .plan import Plan
@@ -175,11 +175,11 @@ def row_kernel_loads(
 
 def row_block_options(geometry: ConvGeometry, vector_registers: int, lanes: int) -> list:
     """The blocks of output rows a call may hold, in order of preference: one
-    row, then, where :func:`~cso.analysis.tiles.offers_row_blocks`, as many
+    row, then, where :func:`~cso.analysis.tap_rules.offers_row_blocks`, as many
     rows as :func:`max_block_rows` allows, split evenly down the plane."""
     g = geometry
     options = [1]
-    if tiles.offers_row_blocks(g):
+    if tap_rules.offers_row_blocks(g):
         largest = max_block_rows(g, vector_registers, lanes)
         rows = even_split(g.out_height, largest)
         if rows > 1:
