@@ -39,6 +39,8 @@ def in_nest_plan(x_shape, w_shape, dtype, threads, channel_tile, **params):
         ((1, 40, 14, 14), (72, 40, 1, 1), dict(), None),
         # 3x3 in three channel tiles: each packs its own rows of every filter tile.
         ((1, 24, 9, 11), (48, 24, 3, 3), dict(padding=1), 8),
+        # Groups of fewer filters than a tile (16 of 32 in float32): half of it zeros.
+        ((1, 32, 14, 14), (64, 8, 3, 3), dict(padding=1, groups=4), None),
         # Grouped, strided, asymmetric padding.
         ((1, 32, 15, 13), (64, 16, 3, 3), dict(stride=2, padding=((1, 0), (0, 1)), groups=2), 5),
     ],
