@@ -70,11 +70,11 @@ def filter_operands(w, bias, plan: Plan) -> FilterOperands:
     from KCRS, a last, partial tile included (see :func:`_edge_filters`).
     A filter-vectorised kernel loads vectors along the filters, so every
     tile is packed, in the call unless packed ahead of time
-    (:func:`cso.pack_filters`, then :func:`prepacked_operands`); packed in
-    the call, the panels are the calling thread's kept filter buffer
-    (:func:`~cso.workspace.workspace`), valid until its next packing.
+    (:func:`cso.pack_filters`, then :func:`prepacked_operands`): by the loop
+    nest tile by tile where the plan says so (``Plan.packs_filters_in_nest``;
+    it then gets the KCRS filters), else up front
+    (:func:`pack_panels_up_front`).
     """
-    g = plan.geometry
     dtype = np.dtype(plan.dtype)
     if plan.algorithm in KCRS_ALGORITHMS:
         # The tap and lane nests read each filter's taps from KCRS in place.
@@ -82,31 +82,33 @@ def filter_operands(w, bias, plan: Plan) -> FilterOperands:
         return _depthwise_operands(w_flat, bias, plan)
     zero_bias, edge = _plan_constants(plan)
     bias_panel = zero_bias if bias is None else _bias_panel(bias, plan)
-    if plan.vector_operand == VectorOperand.FILTERS and plan.packs_filters_in_nest:
-        # The loop nest packs each tile from KCRS just before its use.
-        w_flat = writeable(np.ascontiguousarray(w, dtype=dtype)).reshape(-1)
-        if edge is None:  # never read: no tile is an edge tile read from KCRS
-            edge = _placeholder(plan.filters_per_tile, dtype)
-        return FilterOperands(w_flat, edge, False, bias_panel, bias is not None)
-    if plan.vector_operand == VectorOperand.FILTERS:
-        # One thread packs with no parallel region and no thread settings to
-        # change and restore: a small layer's packing took 9.7 microseconds
-        # that way, 4 without.
-        parallel = plan.threads > 1
-        with numba_threads(plan.threads) if parallel else contextlib.nullcontext():
-            # Packed into the thread's kept buffer: fresh panels page-fault.
-            panels = pack_filters_panels(
-                np.asarray(w), g.groups, plan.filters_per_tile, dtype, plan.vector_lanes,
-                scratch=lambda elements: workspace(elements, dtype, role="filters"),
-                parallel=parallel,
-            )  # fmt: skip
+    if plan.vector_operand == VectorOperand.FILTERS and not plan.packs_filters_in_nest:
+        panels = pack_panels_up_front(w, plan)
         return FilterOperands(
             panels, panels[: plan.filters_per_tile], True, bias_panel, bias is not None
         )
+    # Read in place, or packed tile by tile by the loop nest, from KCRS.
     w_flat = writeable(np.ascontiguousarray(w, dtype=dtype)).reshape(-1)
     if edge is None:
         edge = _edge_filters(w_flat, plan)
     return FilterOperands(w_flat, edge, False, bias_panel, bias is not None)
+
+
+def pack_panels_up_front(w, plan: Plan) -> np.ndarray:
+    """Every filter panel of a filter-vectorised ``plan`` that does not pack
+    them in its loop nest, packed before the nest runs into the calling
+    thread's kept filter buffer (fresh panels page-fault), valid until its
+    next packing.  One thread packs with no parallel region and no thread
+    settings to change and restore: a small layer's packing took 9.7
+    microseconds that way, 4 without."""
+    dtype = np.dtype(plan.dtype)
+    parallel = plan.threads > 1
+    with numba_threads(plan.threads) if parallel else contextlib.nullcontext():
+        return pack_filters_panels(
+            np.asarray(w), plan.geometry.groups, plan.filters_per_tile, dtype,
+            plan.vector_lanes, scratch=lambda elements: workspace(elements, dtype, role="filters"),
+            parallel=parallel,
+        )  # fmt: skip
 
 
 # Per plan, what its filter operands hold whatever the filters: see _plan_constants.
@@ -125,7 +127,9 @@ def _plan_constants(plan: Plan) -> tuple:
         return entry[1]
     g = plan.geometry
     edge = None
-    if g.filters_per_group >= plan.filters_per_tile:
+    # Never read where no tile is an edge tile read from KCRS: a group of at
+    # least Nf filters, or every tile packed by the loop nest.
+    if g.filters_per_group >= plan.filters_per_tile or plan.packs_filters_in_nest:
         edge = _placeholder(plan.filters_per_tile, plan.dtype)
     constants = (_bias_panel(None, plan), edge)
     if len(_constants) >= 1024:

@@ -81,10 +81,11 @@ def kernel_mac_costs(rates: MeasuredRates) -> tuple:
     and costing 8.5% more in the second moved six ResNet-50 layers of 7x7
     outputs to 32x14f, 4-15% slower there: 61 of 70 plans alike, 67 with
     this rule).  Without (older records): ``4 F / F_shape`` from each
-    shape's rate from L1.  The loop nest is what the model prices: on a shared Xeon the 16 x
-    16 kernel ran at 82% of the peak from L1, as the others did, and at
-    44-47% in every ResNet-50 layer's loop nest (the others 65-75%), where
-    the model took it for its lesser padding on seven of the layers.
+    shape's rate from L1.  The loop nest is what the model prices: on a
+    shared Xeon the 16 x 16 kernel ran at 82% of the peak from L1, as the
+    others did, and at 44-47% in every ResNet-50 layer's loop nest (the
+    others 65-75%), where the model took it for its lesser padding on seven
+    of the layers.
     """
     if rates.loop_shape_seconds:
         middle = median(seconds for _, seconds in rates.loop_shape_seconds)

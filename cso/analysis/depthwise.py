@@ -271,8 +271,9 @@ def depthwise_traffic(
     filters and ``m`` output planes) from the level the whole call's
     operands fit in; its ``C_g`` packed channels' elements; ``(m / F) *
     ceil(P / rows) * ceil(Q / seg)`` kernel calls of ``F * rows * seg * C_g
-    * R * S`` multiply-adds and :func:`kernel_loads` vector loads each.  The bytes and packing are
-    weighted like the dense plans' (:func:`~cso.analysis.cost.weighted_cost`);
+    * R * S`` multiply-adds and :func:`kernel_loads` vector loads each.  The
+    bytes and packing are weighted like the dense plans'
+    (:func:`~cso.analysis.cost.weighted_cost`);
     a call costs its FMAs' and its loads' times, summed
     (:func:`tap_kernel_cost`).  All scaled by the
     busiest thread's share of the ``N * G`` jobs.

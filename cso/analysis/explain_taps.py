@@ -41,7 +41,6 @@ def tap_story(plan, dense, size, compulsory, padding) -> list:
         f"  tap kernel: {filters} filter(s) x {rows} output row(s) x {vectors} vector(s) of "
         f"{lanes} outputs ({rows} x {segment} a filter) in registers; {fmas} FMAs from "
         f"{loads} vector loads a call ({fmas / loads:.2f} FMAs per load"
-
         + (
             f": each load feeds every row of the block that reads it, the {g.kernel_height} "
             "weights of a column tap held as broadcasts)"
@@ -52,7 +51,7 @@ def tap_story(plan, dense, size, compulsory, padding) -> list:
                 else ""
             )
             if rows > 1
-            else ": one row, one load per FMA)"
+            else ": one row" + (", one load per FMA)" if filters == 1 else ")")
         ),
     ]
     if filters > 1:

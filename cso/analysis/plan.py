@@ -9,6 +9,7 @@ plans; :func:`cso.analysis.explain.explain` tells their story.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -136,10 +137,12 @@ class Plan:
         """Windows of one job's window run: ``P*Q``, or ``N*P*Q`` when folded."""
         return self.geometry.windows * (self.geometry.batch if self.batch_folded else 1)
 
-    @property
+    @functools.cached_property
     def packs_filters_in_nest(self) -> bool:
         """Each filter tile is packed in the loop nest just before its use, not
-        all of them up front (:func:`~cso.analysis.tiles.packs_filters_in_nest`)."""
+        all of them up front (:func:`~cso.analysis.tiles.packs_filters_in_nest`).
+        Kept once worked out: every call of a filter-vectorised plan asks
+        (0.5 of the 1.6 microseconds its filter operands took)."""
         return packs_filters_in_nest(
             self.schedule, self.vector_operand, self.filters_prepacked, self.window_parts,
             self.image_jobs, self.l2_tiles, ceil_div(self.window_count, self.windows_per_tile),

@@ -18,11 +18,10 @@ from ..analysis import counts, tiles
 from ..analysis.cost import workers_read_every_panel
 from ..analysis.weights import kernel_shape_key
 from ..analysis.retile import with_tiles
-from ..executor import available_threads
+from ..executor import available_threads, pack_panels_up_front
 from ..measure import best_times, plan_program
-from ..packing.filters import aligned_empty, pack_filters_panels
+from ..packing.filters import aligned_empty
 from ..packing.transpose import pack_filter_tiles_in_turn, vector_token
-from ..workspace import workspace
 from .timing import slope_and_intercept
 
 # (input shape, filter shape, stride, padding): layers of ResNet-like sizes,
@@ -127,15 +126,7 @@ def filter_pack_seconds(hardware, rounds=5) -> float:
     _, w = _operands(PACK_FILTER_LAYER)
     plan = _plan(PACK_FILTER_LAYER, hardware, vector_operand="filters")
     elements = plan.cost_of(plan.schedule).packed_filter_elements
-    dtype = np.dtype(plan.dtype)
-
-    def pack():
-        pack_filters_panels(
-            w, plan.geometry.groups, plan.filters_per_tile, dtype, plan.vector_lanes,
-            scratch=lambda count: workspace(count, dtype, role="filters"), parallel=False,
-        )  # fmt: skip
-
-    best = best_times({"pack": pack}, rounds, MIN_SECONDS)
+    best = best_times({"pack": lambda: pack_panels_up_front(w, plan)}, rounds, MIN_SECONDS)
     return best["pack"] / max(1, elements)
 
 
