@@ -112,7 +112,8 @@ def kernel_options(geometry: ConvGeometry, lanes: int, vector_registers: int) ->
     for each, and each ``F`` of :func:`filter_options` whose ``F * v``
     accumulators fit (:func:`~cso.analysis.tap_rules.max_rows_per_call`), the
     one-row kernel and, where :func:`~cso.analysis.tap_rules.offers_row_blocks`,
-    a block of as many rows as the registers allow, split evenly down the
+    a block of as many rows as the registers hold without spilling
+    (:func:`~cso.analysis.tap_rules.max_tap_rows`), split evenly down the
     plane.  Each loaded input vector feeds ``F`` filters: a grouped layer's
     ``m`` filters share the loads its one-filter kernel repeats ``m`` times.
     """
@@ -124,8 +125,9 @@ def kernel_options(geometry: ConvGeometry, lanes: int, vector_registers: int) ->
                 continue
             options.append((1, vectors * lanes, filters))
             if tap_rules.offers_row_blocks(g):
-                largest = tap_rules.max_rows_per_call(
-                    vectors, g.kernel_height, vector_registers, filters
+                largest = tap_rules.max_tap_rows(
+                    vectors, g.kernel_height, vector_registers, filters, g.stride_h,
+                    g.dilation_h,
                 )
                 rows = even_split(g.out_height, largest) if largest else 1
                 if rows > 1:

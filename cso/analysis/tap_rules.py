@@ -43,6 +43,67 @@ def max_rows_per_call(
     return max(0, budget // (vectors * filters))
 
 
+def shared_input_rows(
+    rows: int, kernel_height: int, stride_h: int = 1, dilation_h: int = 1, filters: int = 1
+) -> int:
+    """Input rows a tap-kernel block of ``rows`` output rows loads that feed
+    more than one FMA of a column: ``|{i : F * |{(p, r) : p*sh + r*dh = i}|
+    >= 2}|`` (every row read when ``F >= 2``: each load feeds ``F`` filters).
+
+    A row feeding one FMA is read by that FMA straight from memory; the
+    others stay in a register until their last FMA."""
+    uses: dict = {}
+    for p in range(rows):
+        for r in range(kernel_height):
+            row = p * stride_h + r * dilation_h
+            uses[row] = uses.get(row, 0) + 1
+    return sum(1 for count in uses.values() if count * filters >= 2)
+
+
+def tap_live_vectors(
+    rows: int, vectors: int, kernel_height: int, filters: int = 1, stride_h: int = 1,
+    dilation_h: int = 1,
+) -> int:  # fmt: skip
+    """``F*B*v + F*R + v*L``: the vectors a tap-kernel column holds at once,
+    its ``F*B*v`` accumulators, ``F*R`` broadcast weights and the ``v``
+    vectors of each of its ``L`` shared input rows (:func:`shared_input_rows`:
+    LLVM's scheduler issues a column's loads ahead of their FMAs)."""
+    shared = shared_input_rows(rows, kernel_height, stride_h, dilation_h, filters)
+    return filters * rows * vectors + filters * kernel_height + vectors * shared
+
+
+def max_tap_rows(
+    vectors: int, kernel_height: int, vector_registers: int, filters: int = 1,
+    stride_h: int = 1, dilation_h: int = 1,
+) -> int:  # fmt: skip
+    """Output rows a tap-kernel block may hold: :func:`max_rows_per_call`'s
+    rows, and for one filter a call no more than keep
+    :func:`tap_live_vectors` within the registers.
+
+    Past ``regs`` live vectors the generated column loop spills to the
+    stack: counted in its machine code on a Xeon (32 registers), every block
+    of 33 live vectors or more spilled (one filter: 5x5 blocks of 13-16 rows,
+    7x7 of 11-16, 3x3 of 16, 5x5 at stride 2 of 10, two vectors of 5x5 in 6
+    rows; two filters of 5x5 in 7 rows, four of 3x3 in 4) and none of 32 or
+    fewer.  One filter's spilling blocks ran 1.2-2x slower than the largest
+    that does not spill, some at one thread (7x7 in 12 rows against 10, 3x3
+    in 16 against 14) and all at two (5x5 in 14 rows against 10, a 480
+    channel layer at 28x28: 1.4x).  Blocks of two and four filters that
+    spill ran 6-16% faster than the ones that do not (ResNeXt-50's stride-2
+    grouped layers, both thread counts), so they keep the accumulator bound
+    alone.
+    """
+    most = max_rows_per_call(vectors, kernel_height, vector_registers, filters)
+    if filters > 1:
+        return most
+    while most > 1 and (
+        tap_live_vectors(most, vectors, kernel_height, filters, stride_h, dilation_h)
+        > vector_registers
+    ):
+        most -= 1
+    return most
+
+
 def is_small_grouped(geometry) -> bool:
     """More than one group of 2 to :data:`MAX_GROUP_CHANNELS` channels: what
     the grouped tap plan runs."""

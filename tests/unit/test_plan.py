@@ -645,12 +645,13 @@ def test_depthwise_kernel_options():
     from cso.geometry import make_geometry
 
     # Segments of 1-3 vectors (no wider than the 56 columns), each one-row and
-    # in the largest block of rows the 32 registers allow, split evenly:
-    # 16 accumulators of one vector -> 4 blocks of 14 rows; of two, 7 of 8;
-    # of three (5 rows at most), 12 blocks of 5 (the last overlapping).
+    # in the largest block of rows the 32 registers hold without spilling,
+    # split evenly.  B rows of v vectors hold B*v accumulators, 3 weights and
+    # the v vectors of the B input rows that feed two FMAs or more:
+    # 2B + 3 <= 32 -> 14 rows (4 blocks); 4B + 3 -> 7 (8 blocks); 6B + 3 -> 4.
     g = make_geometry((1, 144, 56, 56), (144, 1, 3, 3), padding=1, groups=144)
     assert depthwise.kernel_options(g, 16, 32) == [
-        (1, 16, 1), (14, 16, 1), (1, 32, 1), (8, 32, 1), (1, 48, 1), (5, 48, 1)
+        (1, 16, 1), (14, 16, 1), (1, 32, 1), (7, 32, 1), (1, 48, 1), (4, 48, 1)
     ]  # fmt: skip
     # Rows narrower than a vector: one vector; the block is the whole plane.
     small = make_geometry((1, 8, 7, 7), (8, 1, 3, 3), padding=1, groups=8)
@@ -672,6 +673,31 @@ def test_depthwise_kernel_options():
     ]  # fmt: skip
     # Sixteen registers (AVX2): F = 8 never fits (8 > min(8, 16 - 8 - 2)).
     assert max(f for _, _, f in depthwise.kernel_options(grouped, 8, 16)) == 4
+
+
+def test_tap_live_vectors_by_hand():
+    from cso.analysis import tap_rules
+
+    # 5x5, stride 1, 14 rows: 18 input rows, the first and last feed one FMA.
+    assert tap_rules.shared_input_rows(14, 5) == 16
+    assert tap_rules.tap_live_vectors(14, 1, 5) == 14 + 5 + 16
+    # Stride 2, 3x3: of rows 0..2B, the even ones between feed two outputs.
+    assert tap_rules.shared_input_rows(4, 3, stride_h=2) == 3
+    # Two filters: every loaded row feeds two FMAs or more.
+    assert tap_rules.shared_input_rows(4, 3, filters=2) == 6
+    assert tap_rules.tap_live_vectors(4, 1, 3, filters=2) == 8 + 6 + 6
+    # One row of one filter: no row is shared.
+    assert tap_rules.tap_live_vectors(1, 2, 3) == 2 + 3
+    # The largest block within 32 registers: 5x5 -> 2B + 7 <= 32 -> 12 rows;
+    # 7x7 -> 2B + 11 -> 10; 5x5 at stride 2 -> B + 5 + (2B - 1) -> 9.
+    assert tap_rules.max_tap_rows(1, 5, 32) == 12
+    assert tap_rules.max_tap_rows(1, 7, 32) == 10
+    assert tap_rules.max_tap_rows(1, 5, 32, stride_h=2) == 9
+    assert tap_rules.max_tap_rows(2, 5, 32) == 5
+    # Several filters keep the accumulator bound alone (16 // (2 * 1)).
+    assert tap_rules.max_tap_rows(1, 5, 32, filters=2) == tap_rules.max_rows_per_call(1, 5, 32, 2)
+    # At least one row of one filter, however tall.
+    assert tap_rules.max_tap_rows(4, 15, 32) == 1
 
 
 def test_filters_a_call_divide_the_calls_not_the_work():
