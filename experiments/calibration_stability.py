@@ -37,8 +37,9 @@ from forced_shapes import describe  # noqa: E402
 
 
 def decisions(plan) -> str:
-    """Everything the analysis decided, as text (equal text, equal plans)."""
-    return f"{plan.algorithm.value} {describe(plan)}"
+    """Everything the analysis decided, as text (equal text, equal plans):
+    the family, tiles and kernel, and a tap or row plan's rows a call."""
+    return f"{plan.algorithm.value} {describe(plan)} rows={plan.rows_per_call}"
 
 
 # Each per-shape (or per-kind) table and the weight it overrides.
