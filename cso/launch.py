@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .analysis import depthwise, lanes, planes, rows
+from .analysis import depthwise, lanes, planes, rows, tap_layout
 from .analysis.choices import KCRS_ALGORITHMS, Algorithm, Schedule, VectorOperand
 from .analysis.plan import Plan
 from .geometry import ceil_div
@@ -136,7 +136,7 @@ def _depthwise_launch(plan: Plan, module) -> Launch:
     g = plan.geometry
     segment, rows = plan.windows_per_tile, plan.rows_per_call
     lanes = plan.vector_lanes
-    channel = depthwise.packed_channel_elements(g, segment, lanes)
+    channel = tap_layout.packed_channel_elements(g, segment, lanes)
     stride = worker_stride(g.channels_per_group * channel, plan.dtype)
     bounds = DepthwiseBounds(
         batch=g.batch,
@@ -156,12 +156,12 @@ def _depthwise_launch(plan: Plan, module) -> Launch:
         segment=segment,
         rows_per_call=rows,
         filters_per_call=plan.filters_per_tile,
-        columns=depthwise.kernel_columns(g, rows),
-        rows=depthwise.packed_rows(g),
-        phase_width=depthwise.phase_width(g, segment, lanes),
+        columns=tap_layout.kernel_columns(g, rows),
+        rows=tap_layout.packed_rows(g),
+        phase_width=tap_layout.phase_width(g, segment, lanes),
         workspace_stride=stride,
     )
-    offsets = np.array(depthwise.kernel_offsets(g, segment, lanes, rows), dtype=np.intp)
+    offsets = np.array(tap_layout.kernel_offsets(g, segment, lanes, rows), dtype=np.intp)
     return Launch(module.convolve_depthwise, tuple(bounds), plan.threads * stride, offsets)
 
 
@@ -280,7 +280,7 @@ def loop_module_for(plan: Plan, patch: LoopPatch = None):
     if plan.algorithm in KCRS_ALGORITHMS:
         segment, rows = plan.windows_per_tile, plan.rows_per_call
         return depthwise_module(
-            *depthwise.kernel_shape(g, rows),
+            *tap_layout.kernel_shape(g, rows),
             rows,
             segment // plan.vector_lanes,
             plan.dtype,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..geometry import ceil_div
-from . import depthwise
+from . import depthwise, tap_layout
 from .choices import Algorithm
 
 
@@ -33,7 +33,7 @@ def tap_story(plan, dense, size, compulsory, padding) -> list:
     rows = plan.rows_per_call
     filters = plan.filters_per_tile
     vectors = segment // lanes
-    packed = depthwise.packed_channel_elements(g, segment, lanes)
+    packed = tap_layout.packed_channel_elements(g, segment, lanes)
     loads = depthwise.kernel_loads(g, rows, segment, lanes, filters)
     fmas = filters * rows * vectors * taps
     lines = [
@@ -71,12 +71,12 @@ def tap_story(plan, dense, size, compulsory, padding) -> list:
             else "a row's last segment and a plane's last block start early enough to end at "
             "the edge: every store is whole)"
         ),
-        f"  packed channel: {g.stride_w} phase(s) x {depthwise.packed_rows(g)} rows x "
-        f"{depthwise.phase_width(g, segment, lanes)} = {size(packed * s)}, "
+        f"  packed channel: {g.stride_w} phase(s) x {tap_layout.packed_rows(g)} rows x "
+        f"{tap_layout.phase_width(g, segment, lanes)} = {size(packed * s)}, "
         f"{g.channels_per_group} per worker (every tap a contiguous load, zeros for the "
         "padding; each input element packed once, not once per tap as dense panels are)"
         + (
-            f"; stride 1: a job writes {depthwise.packed_channel_writes(g, segment, lanes)} "
+            f"; stride 1: a job writes {tap_layout.packed_channel_writes(g, segment, lanes)} "
             "elements a channel, the rows holding the input, and the padding is zeroed once "
             "a call"
             if g.stride_w == 1

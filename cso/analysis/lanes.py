@@ -26,7 +26,8 @@ from ..geometry import ConvGeometry, ceil_div
 from . import tap_rules, tiles
 from .choices import Algorithm
 from .cost import Traffic
-from .depthwise import even_split, job_traffic, rows_read, untiled_plan
+from .depthwise import even_split, job_traffic, untiled_plan
+from .tap_layout import rows_read
 from .hardware import Hardware
 from .plan import Plan
 

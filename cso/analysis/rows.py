@@ -34,7 +34,8 @@ from ..geometry import ConvGeometry
 from .choices import Algorithm
 from .cost import Traffic
 from . import tap_rules
-from .depthwise import even_split, job_traffic, rows_read, untiled_plan
+from .depthwise import even_split, job_traffic, untiled_plan
+from .tap_layout import rows_read
 from .hardware import Hardware
 from .plan import Plan
 from .plane_shapes import (  # noqa: F401 (re-exported)

@@ -64,7 +64,7 @@ DepthwiseBounds = namedtuple(
         "rows_per_call",  # output rows per kernel call
         "filters_per_call",  # F: filters per kernel call, a divisor of m
         "columns",  # column taps per call: C_g*S, or C_g*R*S for the one-row kernel
-        "rows",  # packed rows per channel: analysis.depthwise.packed_rows
+        "rows",  # packed rows per channel: analysis.tap_layout.packed_rows
         "phase_width",  # packed elements per row of each of the stride_w phases
         "workspace_stride",  # elements of the workspace per worker
     ],

@@ -15,7 +15,7 @@ Contracts relied on
 * ``offsets``: intp, the kernel's ``b.columns`` column offsets, where each
   column tap starts in the packed group relative to its output row, then
   the weight offsets of each (block row, column tap) in a KCRS filter
-  (:func:`cso.analysis.depthwise.kernel_offsets`).
+  (:func:`cso.analysis.tap_layout.kernel_offsets`).
 * ``y_flat``: the output ``[N][K][P][Q]`` flattened; every element is written.
 * ``residual``: ``y_flat``'s layout (a placeholder unless ``has_residual``).
   The epilogue ``y = act(y + residual)`` (``act`` numbered by

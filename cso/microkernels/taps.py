@@ -79,7 +79,7 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
-from ..analysis.depthwise import rows_read
+from ..analysis.tap_layout import rows_read
 from .epilogue import emit_epilogue
 from .vector_ir import KernelEmitter, check_float_arrays, check_shape_bounds
 

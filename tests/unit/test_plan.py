@@ -717,7 +717,7 @@ def test_filters_a_call_divide_the_calls_not_the_work():
 
 
 def test_depthwise_tap_offsets_by_hand():
-    from cso.analysis import depthwise
+    from cso.analysis import depthwise, tap_layout
     from cso.geometry import make_geometry
 
     # Stride 2, dilation (1, 3), 3x3: columns q*2 + s*3 -> phase (3s) % 2, index q + 3s // 2.
@@ -725,16 +725,16 @@ def test_depthwise_tap_offsets_by_hand():
         (1, 4, 20, 30), (4, 1, 3, 3), stride=2, padding=1, dilation=(1, 3), groups=4
     )
     segment = 16
-    rows, width = depthwise.packed_rows(g), depthwise.phase_width(g, segment, 16)
+    rows, width = tap_layout.packed_rows(g), tap_layout.phase_width(g, segment, 16)
     assert rows == (g.out_height - 1) * 2 + 2 + 1
     # One segment of 16 for 13 columns, reaching 3 on; rounded up to whole vectors.
     assert g.out_width == 13 and width == 32
-    assert depthwise.phase_width(g, segment, 1) == 16 + (2 * 3) // 2
-    offsets = depthwise.column_offsets(g, segment, 16)
+    assert tap_layout.phase_width(g, segment, 1) == 16 + (2 * 3) // 2
+    offsets = tap_layout.column_offsets(g, segment, 16)
     for r in range(3):
         for s, (phase, index) in enumerate([(0, 0), (1, 1), (0, 3)]):
             assert offsets[r * 3 + s] == phase * rows * width + r * width + index
-    assert depthwise.packed_channel_elements(g, segment, 16) == 2 * rows * width
+    assert tap_layout.packed_channel_elements(g, segment, 16) == 2 * rows * width
     # The one-row kernel loads one vector per tap.
     assert depthwise.kernel_loads(g, 1, segment, 16) == 9
     # Four filters a call: each of the 9 columns adds 3 more broadcasts.
@@ -742,7 +742,7 @@ def test_depthwise_tap_offsets_by_hand():
 
 
 def test_depthwise_row_block_offsets_and_loads_by_hand():
-    from cso.analysis import depthwise
+    from cso.analysis import depthwise, tap_layout
     from cso.geometry import make_geometry
 
     # 3x3, stride 2 both ways, 4 rows a call: the block reads rows 0..8.
@@ -750,20 +750,20 @@ def test_depthwise_row_block_offsets_and_loads_by_hand():
     segment, rows_per_call = 32, 4
     assert (g.out_height, g.out_width) == (11, 40)
     # The last block starts at row 7 and ends at the last: 2 * 10 + 3 input rows.
-    assert depthwise.packed_rows(g) == (11 - 1) * 2 + 3
-    rows, width = depthwise.packed_rows(g), depthwise.phase_width(g, segment, 1)
+    assert tap_layout.packed_rows(g) == (11 - 1) * 2 + 3
+    rows, width = tap_layout.packed_rows(g), tap_layout.phase_width(g, segment, 1)
     # The last segment starts at column 8 and ends at the last: no column past it.
     assert width == 40 + 1 and depthwise.masked_rows(g, segment, rows_per_call) == 0
     # 7 columns, one vector of 16: its last 2 rows' lanes could run past the plane.
     narrow = make_geometry((1, 4, 9, 7), (4, 1, 3, 3), padding=1, groups=4)
     assert depthwise.masked_rows(narrow, 16, 9) == 2 and depthwise.masked_rows(narrow, 16, 1) == 1
     # Only the column taps: phase s % 2 at index s // 2.
-    assert depthwise.column_offsets(g, segment, 1, rows_per_call) == [0, rows * width, 1]
+    assert tap_layout.column_offsets(g, segment, 1, rows_per_call) == [0, rows * width, 1]
     # (4 - 1) * 2 + 3 = 9 input rows x 3 columns x 2 vectors of 16.
     assert depthwise.kernel_loads(g, rows_per_call, segment, 16) == 9 * 3 * 2
     # Two filters a call: each of the 3 columns adds R = 3 broadcasts.
     assert depthwise.kernel_loads(g, rows_per_call, segment, 16, 2) == 9 * 3 * 2 + 3 * 3
-    assert depthwise.kernel_columns(g, rows_per_call) == 3 and depthwise.kernel_columns(g, 1) == 9
+    assert tap_layout.kernel_columns(g, rows_per_call) == 3 and tap_layout.kernel_columns(g, 1) == 9
 
 
 def test_depthwise_plan_is_validated():
