@@ -43,10 +43,21 @@ def _stream_parallel(source, destination, parts):
     return total
 
 
-def _stream(source, destination, parts):
+def stream_once(source, destination, parts: int):
+    """Read ``source`` and write ``destination`` once (float32 arrays), in
+    ``parts`` contiguous shares run in parallel on Numba's threads (one: on
+    the calling thread, no parallel launch to pay)."""
     if parts == 1:
-        return _stream_part(source, destination)  # no parallel launch to pay
+        return _stream_part(source, destination)
     return _stream_parallel(source, destination, parts)
+
+
+def stream_buffers(read_bytes: int, written_bytes: int) -> tuple:
+    """``(source, destination)``: float32 buffers of ``read_bytes`` and
+    ``written_bytes`` for :func:`stream_once`."""
+    source = np.ones(max(1, read_bytes // 4), np.float32)
+    destination = np.empty(max(1, written_bytes // 4), np.float32)
+    return source, destination
 
 
 def stream_seconds(read_bytes: int, written_bytes: int, threads: int = 1,
@@ -57,17 +68,16 @@ def stream_seconds(read_bytes: int, written_bytes: int, threads: int = 1,
     Each round repeats the stream until ``min_seconds`` have passed and takes
     the mean, so that tiny buffers are not timed by the clock's resolution.
     """
-    source = np.ones(max(1, read_bytes // 4), np.float32)
-    destination = np.empty(max(1, written_bytes // 4), np.float32)
+    source, destination = stream_buffers(read_bytes, written_bytes)
     previous = numba.get_num_threads()
     numba.set_num_threads(threads)
     try:
-        _stream(source, destination, threads)  # compile, and bring the buffers in
+        stream_once(source, destination, threads)  # compile, and bring the buffers in
         best = float("inf")
         for _ in range(rounds):
             repeats, started = 0, time.perf_counter()
             while True:
-                _stream(source, destination, threads)
+                stream_once(source, destination, threads)
                 repeats += 1
                 elapsed = time.perf_counter() - started
                 if elapsed >= min_seconds:
