@@ -29,6 +29,7 @@ def rows_read(output_rows: int, kernel_height: int, stride_h: int, dilation_h: i
     ``(rows - 1) * stride_h + (R - 1) * dilation_h + 1``."""
     return (output_rows - 1) * stride_h + (kernel_height - 1) * dilation_h + 1
 
+
 def kernel_shape(geometry: ConvGeometry, rows_per_call: int) -> tuple:
     """``(R, stride_h, dilation_h)`` the tap kernel unrolls: the layer's for a
     block of rows; ``(1, 1, 1)`` for the one-row kernel, whose columns are
@@ -38,6 +39,7 @@ def kernel_shape(geometry: ConvGeometry, rows_per_call: int) -> tuple:
         return g.kernel_height, g.stride_h, g.dilation_h
     return 1, 1, 1
 
+
 def kernel_columns(geometry: ConvGeometry, rows_per_call: int) -> int:
     """Column taps the tap kernel loops over: ``C_g * S``, or ``C_g * R*S``
     for the one-row kernel (``C_g = 1`` when depthwise)."""
@@ -45,11 +47,13 @@ def kernel_columns(geometry: ConvGeometry, rows_per_call: int) -> int:
     rows = g.kernel_height // kernel_shape(g, rows_per_call)[0]
     return g.channels_per_group * g.kernel_width * rows
 
+
 def packed_rows(geometry: ConvGeometry) -> int:
     """Input rows one packed channel holds: ``(P - 1) * stride_h + (R - 1) * dilation_h + 1``
     (the last block of rows starts early enough to end at the last row)."""
     g = geometry
     return rows_read(g.out_height, g.kernel_height, g.stride_h, g.dilation_h)
+
 
 def phase_width(geometry: ConvGeometry, segment: int, lanes: int) -> int:
     """Elements per packed row of each phase: ``max(Q, seg) + ((S-1) * dw) // sw``,
@@ -60,10 +64,12 @@ def phase_width(geometry: ConvGeometry, segment: int, lanes: int) -> int:
     reach = (g.kernel_width - 1) * g.dilation_w // g.stride_w
     return ceil_div(max(g.out_width, segment) + reach, lanes) * lanes
 
+
 def packed_channel_elements(geometry: ConvGeometry, segment: int, lanes: int) -> int:
     """One packed channel: ``stride_w`` phases of ``rows x phase_width``."""
     g = geometry
     return g.stride_w * packed_rows(g) * phase_width(g, segment, lanes)
+
 
 def packed_channel_writes(geometry: ConvGeometry, segment: int, lanes: int) -> int:
     """Elements a job writes packing one channel.  Stride 1: the rows that
@@ -80,6 +86,7 @@ def packed_channel_writes(geometry: ConvGeometry, segment: int, lanes: int) -> i
     inside = min(max(g.pad_top + g.height, first), rows) - first
     width = min(phase_width(g, segment, lanes), ceil_div(g.pad_left + g.width, lanes) * lanes)
     return inside * width
+
 
 def column_offsets(
     geometry: ConvGeometry, segment: int, lanes: int, rows_per_call: int = 1
@@ -104,6 +111,7 @@ def column_offsets(
         return columns
     return [r * g.dilation_h * width + c for r in range(g.kernel_height) for c in columns]
 
+
 def weight_offsets(geometry: ConvGeometry) -> list:
     """Where the kernel's weight for row ``r`` of its block and column tap
     ``t`` (:func:`column_offsets`' order) is in a KCRS filter, at index
@@ -113,6 +121,7 @@ def weight_offsets(geometry: ConvGeometry) -> list:
     g = geometry
     R, S, C = g.kernel_height, g.kernel_width, g.channels_per_group
     return [c * R * S + r * S + s for r in range(R) for c in range(C) for s in range(S)]
+
 
 def kernel_offsets(geometry: ConvGeometry, segment: int, lanes: int, rows_per_call: int = 1):
     """The tap kernel's ``column_offsets`` argument: :func:`column_offsets`

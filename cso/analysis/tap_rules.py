@@ -77,8 +77,8 @@ def max_tap_rows(
     stride_h: int = 1, dilation_h: int = 1,
 ) -> int:  # fmt: skip
     """Output rows a tap-kernel block may hold: :func:`max_rows_per_call`'s
-    rows, and for one filter a call no more than keep
-    :func:`tap_live_vectors` within the registers.
+    rows, and for one filter a call no more than keep its
+    :func:`tap_live_vectors` within the vector registers.
 
     Past ``regs`` live vectors the generated column loop spills to the
     stack: counted in its machine code on a Xeon (32 registers), every block
