@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..geometry import ceil_div
-from . import depthwise, tap_layout
+from . import depthwise, tap_layout, tap_rules
 from .choices import Algorithm
 
 
@@ -54,6 +54,20 @@ def tap_story(plan, dense, size, compulsory, padding) -> list:
             else ": one row" + (", one load per FMA)" if filters == 1 else ")")
         ),
     ]
+    if rows > 1 and filters == 1:
+        registers = plan.hardware.vector_registers
+        most = tap_rules.max_tap_rows(
+            vectors, g.kernel_height, registers, filters, g.stride_h, g.dilation_h
+        )
+        live = tap_rules.tap_live_vectors(
+            rows, vectors, g.kernel_height, filters, g.stride_h, g.dilation_h
+        )
+        lines.append(
+            f"  blocks of {rows} rows: the {g.out_height} output rows split evenly into blocks "
+            f"of at most {most}, the most whose column loop keeps its live vectors "
+            f"(accumulators, weights, input rows feeding two FMAs or more; {live} here) in the "
+            f"{registers} registers without spilling to the stack"
+        )
     if filters > 1:
         broadcasts = loads - depthwise.kernel_loads(g, rows, segment, lanes)
         lines.append(

@@ -129,6 +129,16 @@ def test_explain_tells_the_depthwise_story():
     text = cso.explain(plan)
     assert "Algorithm: depthwise" in text and "tap kernel" in text
     assert "best dense plan" in text and "FLOP per byte" in text
+    # A block of rows says what bounds it: 5x5 keeps 12 rows' live vectors in
+    # 32 registers, so 28 rows split into blocks of 10.
+    block = cso.plan_conv2d(
+        (1, 32, 28, 28), (32, 1, 5, 5), padding=2, groups=32, algorithm="depthwise",
+        hardware=AVX512_CORE,
+    )
+    assert block.rows_per_call == 10
+    text = cso.explain(block)
+    assert "split evenly into blocks of at most 12" in text
+    assert "(accumulators, weights, input rows feeding two FMAs or more; 27 here)" in text
 
 
 def test_dense_loop_nest_variants_are_refused_for_depthwise_plans(rng):
