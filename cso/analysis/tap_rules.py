@@ -85,13 +85,15 @@ def max_tap_rows(
     of 33 live vectors or more spilled (one filter: 5x5 blocks of 13-16 rows,
     7x7 of 11-16, 3x3 of 16, 5x5 at stride 2 of 10, two vectors of 5x5 in 6
     rows; two filters of 5x5 in 7 rows, four of 3x3 in 4) and none of 32 or
-    fewer.  One filter's spilling blocks ran 1.2-2x slower than the largest
-    that does not spill, some at one thread (7x7 in 12 rows against 10, 3x3
-    in 16 against 14) and all at two (5x5 in 14 rows against 10, a 480
-    channel layer at 28x28: 1.4x).  Blocks of two and four filters that
-    spill ran 6-16% faster than the ones that do not (ResNeXt-50's stride-2
-    grouped layers, both thread counts), so they keep the accumulator bound
-    alone.
+    fewer.  One filter's spilling blocks ran up to 2x slower than the
+    largest that does not spill (480 channels at 28x28,
+    ``experiments/tap_spills.py``): at one thread 7x7 in 12 rows against 10
+    (2.0x) and 3x3 in 16 against 14 (1.12x); at two, 5x5 in 14 against 10
+    (1.4x) and 7x7 in 12 against 10 (1.5x); 3x3 in 16 ran as fast as in 14
+    at two threads and 5x5 in 14 as fast as in 10 at one.  Blocks of two
+    and four filters that spill ran 6-16% faster than the ones that do not
+    (ResNeXt-50's stride-2 grouped layers, both thread counts), so they keep
+    the accumulator bound alone.
     """
     most = max_rows_per_call(vectors, kernel_height, vector_registers, filters)
     if filters > 1:
