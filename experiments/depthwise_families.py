@@ -54,17 +54,7 @@ def main():
                 )
             except ValueError:
                 continue  # the family does not run this layer
-        outputs = {family: np.empty(exact.shape, np.float32) for family in plans}
-        programs = {
-            family: (lambda f=family: cso.conv2d(x, w, plan=plans[f], out=outputs[f],
-                                                 **layer.params))  # fmt: skip
-            for family in plans
-        }
-        for family, program in programs.items():
-            program()
-            error = float(np.max(np.abs(outputs[family] - exact)))
-            if not error < 1e-3 * max(1.0, float(np.max(np.abs(exact)))):
-                raise SystemExit(f"{name}: {family} is wrong (max error {error:.3g})")
+        programs = harness.checked_programs(name, plans, x, w, layer.params, exact)
         best = best_times(programs, args.rounds)
         fastest = min(best, key=best.get)
         chosen_total += best[chosen.algorithm.value] * layer.count

@@ -92,16 +92,7 @@ def main():
         }
         if plans["grp"].filters_per_tile > 1:
             plans["grp.f1"] = dataclasses.replace(plans["grp"], filters_per_tile=1)
-        outputs = {key: np.empty(exact.shape, np.float32) for key in plans}
-        programs = {
-            key: (lambda k=key: cso.conv2d(x, w, plan=plans[k], out=outputs[k], **params))
-            for key in plans
-        }
-        for key, program in programs.items():
-            program()
-            error = float(np.max(np.abs(outputs[key] - exact)))
-            if not error < 1e-3 * max(1.0, float(np.max(np.abs(exact)))):
-                raise SystemExit(f"{name}: {key} is wrong (max error {error:.3g})")
+        programs = harness.checked_programs(name, plans, x, w, params, exact)
         best = best_times(programs, args.rounds)
         cheaper = "grp" if cost(plans["grp"]) < cost(plans["dense"]) else "dense"
         taken = "grp" if chosen.algorithm.value == "grouped" else "dense"

@@ -62,3 +62,26 @@ def model_layers(model: str, names=None, batch=None) -> list:
         if missing:
             raise SystemExit(f"no such layer in {model}: {', '.join(missing)}")
     return [layer.with_batch(batch) for layer in layers] if batch else layers
+
+
+def checked_programs(name: str, plans: dict, x, w, params: dict, exact) -> dict:
+    """A program per plan of ``plans`` (``{key: plan}``): ``cso.conv2d`` of
+    ``x`` by ``w`` with that plan into an output of its own, run once here
+    and checked against ``exact`` (the float64 reference); a wrong result
+    ends the script naming ``name`` and the plan's key."""
+    import numpy as np
+
+    import cso
+
+    outputs = {key: np.empty(exact.shape, np.float32) for key in plans}
+    programs = {
+        key: (lambda k=key: cso.conv2d(x, w, plan=plans[k], out=outputs[k], **params))
+        for key in plans
+    }
+    scale = max(1.0, float(np.max(np.abs(exact))))
+    for key, program in programs.items():
+        program()
+        error = float(np.max(np.abs(outputs[key] - exact)))
+        if not error < 1e-3 * scale:
+            raise SystemExit(f"{name}: {key} is wrong (max error {error:.3g})")
+    return programs

@@ -25,7 +25,6 @@ import os
 import re
 import shutil
 import tempfile
-import time
 
 import harness  # noqa: F401  (pins BLAS threads before NumPy loads)
 import numpy as np
@@ -59,16 +58,6 @@ def spills(body: list) -> int:
     )  # fmt: skip
 
 
-def best_seconds(run, rounds: int) -> float:
-    run()
-    best = float("inf")
-    for _ in range(rounds):
-        started = time.perf_counter()
-        run()
-        best = min(best, time.perf_counter() - started)
-    return best
-
-
 def main():
     parser = harness.parser(__doc__, rounds=40)
     parser.add_argument("--kernels", default="3,5,7", help="filter heights R")
@@ -94,7 +83,7 @@ def measure(args):
     import cso
     from cso.analysis import depthwise, tap_rules
     from cso.launch import launch_for
-    from cso.measure import plan_program
+    from cso.measure import best_times, plan_program
 
     hardware = cso.detect_hardware()
     lanes = max(1, hardware.vector_bytes // 4)
@@ -146,7 +135,8 @@ def measure(args):
                     body = column_loop(nest.inspect_asm(nest.signatures[0]))
                     fmas = sum("vfmadd" in line for line in body)
                     stack = spills(body)
-                cells.append(f"{best_seconds(program, args.rounds) * 1e6:8.1f}us")
+                seconds = best_times({"block": program}, args.rounds)["block"]
+                cells.append(f"{seconds * 1e6:8.1f}us")
             print(
                 f"{height:>2} {rows:>3} {live:>5} {'ok' if rows <= rule else 'over':>5} "
                 f"{fmas:>5} {stack:>6} {cells[0]:>10} {cells[1]:>10}",
