@@ -9,7 +9,7 @@ in registers while it applies every tap.  The layer is memory-bound: its
 cost is the bytes it moves beside its multiply-adds and calls.
 
 A grouped convolution with few channels per group (``C_g`` from 2 to
-:data:`MAX_GROUP_CHANNELS`) runs the same way: the group's ``C_g`` channels
+:data:`~cso.analysis.tap_rules.MAX_GROUP_CHANNELS`) runs the same way: the group's ``C_g`` channels
 are packed once, one after another, and each call applies the ``C_g * R *
 S`` taps of one filter.  The dense kernel would pack every window ``R*S``
 times for only ``K_g`` filters to read (a 3x3 layer of 8 channels a group
@@ -34,13 +34,6 @@ from .tap_layout import (
 )
 from .ties import first_within
 
-# Accumulator vectors in one row of the tap kernel at most.
-MAX_SEGMENT_VECTORS = tap_rules.MAX_SEGMENT_VECTORS
-
-
-MAX_GROUP_CHANNELS = tap_rules.MAX_GROUP_CHANNELS
-is_small_grouped = tap_rules.is_small_grouped
-
 
 def is_depthwise(geometry: ConvGeometry) -> bool:
     """One input channel per group, more than one group: ``groups == C``."""
@@ -51,7 +44,7 @@ def tap_algorithm(geometry: ConvGeometry):
     """The tap family that can run ``geometry``: ``DEPTHWISE``, ``GROUPED`` or None."""
     if is_depthwise(geometry):
         return Algorithm.DEPTHWISE
-    if is_small_grouped(geometry):
+    if tap_rules.is_small_grouped(geometry):
         return Algorithm.GROUPED
     return None
 
@@ -89,7 +82,8 @@ def kernel_options(geometry: ConvGeometry, lanes: int, vector_registers: int) ->
     """``[(rows_per_call, segment, filters_per_call)]`` the analysis weighs
     for a tap layer.
 
-    Segments of ``v`` vectors for ``v`` from 1 to :data:`MAX_SEGMENT_VECTORS`
+    Segments of ``v`` vectors for ``v`` from 1 to
+    :data:`~cso.analysis.tap_rules.MAX_SEGMENT_VECTORS`
     and no wider than a row (one vector when a row is narrower than that);
     for each, and each ``F`` of :func:`filter_options` whose ``F * v``
     accumulators fit (:func:`~cso.analysis.tap_rules.max_rows_per_call`), the
@@ -101,7 +95,7 @@ def kernel_options(geometry: ConvGeometry, lanes: int, vector_registers: int) ->
     """
     g = geometry
     options = []
-    for vectors in range(1, max(1, min(MAX_SEGMENT_VECTORS, g.out_width // lanes)) + 1):
+    for vectors in range(1, max(1, min(tap_rules.MAX_SEGMENT_VECTORS, g.out_width // lanes)) + 1):
         for filters in filter_options(g):
             if tap_rules.max_rows_per_call(vectors, 1, vector_registers, filters) < 1:
                 continue

@@ -10,7 +10,7 @@ from typing import Callable, NamedTuple
 
 from . import tap_rules
 from .choices import Algorithm
-from .depthwise import MAX_GROUP_CHANNELS, is_depthwise, plan_depthwise
+from .depthwise import is_depthwise, plan_depthwise
 from .lanes import is_lane_depthwise, plan_lanes
 from .planes import is_plane_depthwise, plan_planes
 from .rows import MAX_ROW_STRIDE, is_row_depthwise, plan_rows
@@ -31,7 +31,7 @@ FAMILIES = {
     ),
     Algorithm.GROUPED: Family(
         tap_rules.is_small_grouped,
-        f"more than one group of 2 to {MAX_GROUP_CHANNELS} channels",
+        f"more than one group of 2 to {tap_rules.MAX_GROUP_CHANNELS} channels",
         plan_depthwise,
     ),
     Algorithm.DEPTHWISE_LANES: Family(

@@ -19,7 +19,6 @@ from ..geometry import ceil_div
 from .tap_rules import MAX_SEGMENT_VECTORS, max_lane_outputs, max_rows_per_call
 
 
-
 @functools.lru_cache(maxsize=None)
 def conflict_probe_shape(vector_bytes: int, vector_registers: int, l1_ways: int):
     """``(Nf, Nwin)``: the float32 window-vectorised shape of
