@@ -32,7 +32,7 @@ from .analysis.choices import KCRS_ALGORITHMS, VectorOperand
 from .analysis.plan import Plan
 from .geometry import ceil_div
 from .launch import Launch, launch_for
-from .openmp import kept_openmp_threads
+from .openmp import current_counts, kept_openmp_threads, restore_counts
 from .packing.filters import (
     pack_bias,
     pack_edge_filter_rows,
@@ -78,20 +78,30 @@ def filter_operands(w, bias, plan: Plan) -> FilterOperands:
     dtype = np.dtype(plan.dtype)
     if plan.algorithm in KCRS_ALGORITHMS:
         # The tap and lane nests read each filter's taps from KCRS in place.
-        w_flat = writeable(np.ascontiguousarray(w, dtype=dtype)).reshape(-1)
-        return _depthwise_operands(w_flat, bias, plan)
-    zero_bias, edge = _plan_constants(plan)
+        return _depthwise_operands(flat_operand(w, dtype), bias, plan)
+    zero_bias, edge = plan_constants(plan)
     bias_panel = zero_bias if bias is None else _bias_panel(bias, plan)
-    if plan.vector_operand == VectorOperand.FILTERS and not plan.packs_filters_in_nest:
+    if packs_panels_up_front(plan):
         panels = pack_panels_up_front(w, plan)
         return FilterOperands(
             panels, panels[: plan.filters_per_tile], True, bias_panel, bias is not None
         )
     # Read in place, or packed tile by tile by the loop nest, from KCRS.
-    w_flat = writeable(np.ascontiguousarray(w, dtype=dtype)).reshape(-1)
+    w_flat = flat_operand(w, dtype)
     if edge is None:
         edge = _edge_filters(w_flat, plan)
     return FilterOperands(w_flat, edge, False, bias_panel, bias is not None)
+
+
+def packs_panels_up_front(plan: Plan) -> bool:
+    """Whether :func:`filter_operands` packs ``plan``'s filter panels before
+    its loop nest runs (``FilterOperands.packed``): a dense filter-vectorised
+    plan that does not pack them tile by tile in its nest."""
+    return (
+        plan.algorithm not in KCRS_ALGORITHMS
+        and plan.vector_operand == VectorOperand.FILTERS
+        and not plan.packs_filters_in_nest
+    )
 
 
 def pack_panels_up_front(w, plan: Plan) -> np.ndarray:
@@ -111,11 +121,11 @@ def pack_panels_up_front(w, plan: Plan) -> np.ndarray:
         )  # fmt: skip
 
 
-# Per plan, what its filter operands hold whatever the filters: see _plan_constants.
+# Per plan, what its filter operands hold whatever the filters: see plan_constants.
 _constants: dict = {}
 
 
-def _plan_constants(plan: Plan) -> tuple:
+def plan_constants(plan: Plan) -> tuple:
     """``(zero bias panel, edge filters or None)`` for ``plan``: the bias panel
     of a call without a bias, and the edge operand when it is a placeholder
     (no group has fewer than ``Nf`` filters), else None (it depends on the
@@ -130,7 +140,7 @@ def _plan_constants(plan: Plan) -> tuple:
     # Never read where no tile is an edge tile read from KCRS: a group of at
     # least Nf filters, or every tile packed by the loop nest.
     if g.filters_per_group >= plan.filters_per_tile or plan.packs_filters_in_nest:
-        edge = _placeholder(plan.filters_per_tile, plan.dtype)
+        edge = placeholder(plan.filters_per_tile, plan.dtype)
     constants = (_bias_panel(None, plan), edge)
     if len(_constants) >= 1024:
         _constants.clear()  # plans are few per process; this only bounds a pathological one
@@ -159,11 +169,10 @@ def prepacked_operands(panels: np.ndarray, bias, plan: Plan) -> FilterOperands:
 def _depthwise_operands(w_flat, bias, plan: Plan) -> FilterOperands:
     """KCRS filters and the ``(K,)`` bias (a zero placeholder without one)."""
     dtype = np.dtype(plan.dtype)
-    placeholder = _placeholder(1, dtype)
+    zeros = placeholder(1, dtype)
     if bias is None:
-        return FilterOperands(w_flat, placeholder, False, placeholder, False)
-    bias = writeable(np.ascontiguousarray(bias, dtype=dtype)).reshape(-1)
-    return FilterOperands(w_flat, placeholder, False, bias, True)
+        return FilterOperands(w_flat, zeros, False, zeros, False)
+    return FilterOperands(w_flat, zeros, False, flat_operand(bias, dtype), True)
 
 
 def _bias_panel(bias, plan: Plan):
@@ -173,7 +182,7 @@ def _bias_panel(bias, plan: Plan):
     g = plan.geometry
     if bias is None:
         padded = ceil_div(g.filters_per_group, plan.filters_per_tile) * plan.filters_per_tile
-        return _placeholder(g.groups * padded, plan.dtype)
+        return placeholder(g.groups * padded, plan.dtype)
     return pack_bias(bias, g.filters, g.groups, plan.filters_per_tile, np.dtype(plan.dtype))
 
 
@@ -186,7 +195,7 @@ def _edge_filters(w_flat, plan: Plan):
     """
     g = plan.geometry
     if g.filters_per_group >= plan.filters_per_tile:
-        return _placeholder(plan.filters_per_tile, w_flat.dtype)
+        return placeholder(plan.filters_per_tile, w_flat.dtype)
     pack_edge = (
         pack_edge_filter_rows
         if plan.vector_operand == VectorOperand.REDUCTION
@@ -200,7 +209,7 @@ def _edge_filters(w_flat, plan: Plan):
 _placeholders: dict = {}
 
 
-def _placeholder(size: int, dtype) -> np.ndarray:
+def placeholder(size: int, dtype) -> np.ndarray:
     """A shared array of ``size`` zeros, for an operand the loop nests never
     write and whose values they never use."""
     key = (size, np.dtype(dtype))
@@ -243,23 +252,33 @@ def run(
     """
     if launch is None:
         launch = launch_for(plan, filters.packed)
-    arguments = loop_arguments(launch, x, filters, y, epilogue)
+    launch_nest(plan, launch, loop_arguments(launch, x, filters, y, epilogue))
+    return y
+
+
+def launch_nest(plan: Plan, launch: Launch, arguments: tuple) -> None:
+    """Call ``launch``'s loop nest on ``arguments`` (:func:`loop_arguments`)
+    with ``plan.threads`` workers, leaving the process's thread settings as
+    they were."""
     if plan.threads == 1:
         # A one-thread plan's nest is the serial twin (launch_for): it runs on
         # this thread with no parallel region, so no OpenMP state to keep.
         launch.loop_nest(*arguments)
-        return y
+        return
     # The loop nest runs `threads` workers of its own (one per part of the
     # workspace), so Numba's thread count needs changing only when it is lower.
     # Numba's OpenMP layer changes the process's OpenMP thread count as it
     # launches: it is set back after, for torch and any other OpenMP user.
-    with kept_openmp_threads():
+    # (What kept_openmp_threads does, without a context manager's two calls.)
+    counts = current_counts()
+    try:
         if numba_thread_count() >= plan.threads:
             launch.loop_nest(*arguments)
         else:
             with numba_threads(plan.threads):
                 launch.loop_nest(*arguments)
-    return y
+    finally:
+        restore_counts(counts)
 
 
 _thread_count_function = []  # [the function numba_thread_count calls], once found
@@ -285,27 +304,33 @@ def loop_arguments(
     launch: Launch, x, filters: FilterOperands, y: np.ndarray, epilogue: Epilogue = NO_EPILOGUE
 ) -> tuple:
     """The arguments ``launch.loop_nest`` is called with (see :func:`run`)."""
-    x_flat = writeable(np.ascontiguousarray(x, dtype=y.dtype)).reshape(-1)
     if epilogue.residual is None:
-        residual, has_residual = _placeholder(1, y.dtype), False
+        residual, has_residual = placeholder(1, y.dtype), False
     else:
         residual, has_residual = epilogue.residual.reshape(-1), True
-    # The tap and lane nests read no edge filters and take the tap offsets.
-    depthwise = launch.offsets is not None
-    filters_read = (filters.array,) if depthwise else (filters.array, filters.edge)
-    last = (launch.offsets, launch.bounds) if depthwise else (launch.bounds,)
+    fused = (filters.bias, filters.has_bias, residual, epilogue.activation, has_residual)
+    return nest_arguments(
+        launch, flat_operand(x, y.dtype), filters_read(launch, filters), fused, y
+    )
+
+
+def filters_read(launch: Launch, filters: FilterOperands) -> tuple:
+    """The filter operands ``launch``'s nest takes: the tap, lane, plane and
+    row nests read no edge filters."""
+    return (filters.array,) if launch.offsets is not None else (filters.array, filters.edge)
+
+
+def nest_arguments(launch: Launch, x_flat, filters: tuple, fused: tuple, y: np.ndarray) -> tuple:
+    """Every loop nest's arguments, in order: the flat input, ``filters``
+    (:func:`filters_read`), ``fused`` (bias, has_bias, residual, activation
+    code, has_residual), the flat output, the calling thread's workspace,
+    then the tap offsets (the depthwise families) and the bounds."""
+    last = (launch.bounds,) if launch.offsets is None else (launch.offsets, launch.bounds)
     return (
         (x_flat,)
-        + filters_read
-        + (
-            filters.bias,
-            filters.has_bias,
-            residual,
-            epilogue.activation,
-            has_residual,
-            y.reshape(-1),
-            workspace(launch.workspace_elements, y.dtype),
-        )
+        + filters
+        + fused
+        + (y.ravel(), workspace(launch.workspace_elements, y.dtype))
         + last
     )
 
@@ -339,6 +364,20 @@ class numba_threads:
             numba.set_num_threads(self.previous)
         self.kept.__exit__(*exception)
         return False
+
+
+def flat_operand(array, dtype) -> np.ndarray:
+    """``array`` as a writeable, C-contiguous 1-D array of ``dtype``: a view
+    when it is one already (the common case, checked first: a fraction of a
+    microsecond a call less), else a copy."""
+    if (
+        type(array) is np.ndarray
+        and array.dtype == dtype
+        and array.flags.c_contiguous
+        and array.flags.writeable
+    ):
+        return array.ravel()
+    return writeable(np.ascontiguousarray(array, dtype=dtype)).reshape(-1)
 
 
 def writeable(array: np.ndarray) -> np.ndarray:

@@ -58,16 +58,27 @@ def openmp_threads() -> list:
     return [get() for get, _ in _functions()]
 
 
+def current_counts() -> list:
+    """:func:`openmp_threads`, for :func:`restore_counts` (the runtimes found once)."""
+    runtimes = _runtimes[0] if _runtimes else _functions()
+    return [get() for get, _ in runtimes]
+
+
+def restore_counts(counts: list) -> None:
+    """Set each runtime's count back to ``counts`` (:func:`current_counts`) where it changed."""
+    for (get, set_), count in zip(_runtimes[0], counts):
+        if get() != count:
+            set_(count)
+
+
 class kept_openmp_threads:
     """Run the enclosed code, then set each OpenMP thread count back if it changed."""
 
     __slots__ = ("before",)
 
     def __enter__(self):
-        self.before = [get() for get, _ in _functions()]
+        self.before = current_counts()
 
     def __exit__(self, *exception):
-        for (get, set_), count in zip(_functions(), self.before):
-            if get() != count:
-                set_(count)
+        restore_counts(self.before)
         return False

@@ -33,7 +33,8 @@ DEFAULT_LAYERS = [
     "l2 1x1 512->128 @28",
     "l4 3x3 512 @7",
 ]
-STAGES = ("kernel", "input packing", "filters", "rest")
+# A family without a stage (the plane and row nests pack nothing) shows "-" there.
+STAGES = ("kernel", "input packing", "output unpacking", "filters", "rest")
 
 
 def main():
@@ -53,7 +54,7 @@ def main():
     )
     print(
         f"{'layer':<26} {'kernel':>8} {'ms':>8} "
-        + " ".join(f"{s:>13}" for s in STAGES)
+        + " ".join(f"{s:>16}" for s in STAGES)
         + f" {'of peak':>8} {'kernel stage':>13}"
     )
     rng = np.random.default_rng(0)
@@ -70,7 +71,9 @@ def main():
         total = stages["total"]
         print(
             f"{layer.name:<26} {kernel_name(plan):>8} {total * 1e3:8.3f} "
-            + " ".join(f"{stages[s] / total:>13.0%}" for s in STAGES)
+            + " ".join(
+                f"{stages[s] / total:>16.0%}" if s in stages else f"{'-':>16}" for s in STAGES
+            )
             + f" {gflop / total / peak:>8.0%} {gflop / stages['kernel'] / peak:>13.0%}",
             flush=True,
         )
