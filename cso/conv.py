@@ -117,7 +117,7 @@ def conv2d(
     # On a hit, bias is None or an ndarray of a dtype and shape checked before.
     repeated = call.repeated
     if repeated is not None and out is None and residual is None and plan is None and not tuned:
-        return repeated(x, w, bias)
+        return repeated(x, w, bias, call.activation)
     geometry, dtype, output_shape = call.geometry, call.dtype, call.output_shape
     residual = check_residual(residual, output_shape)
     check_out(out, output_shape, dtype, (x, w, bias))
@@ -137,7 +137,7 @@ def conv2d(
             )
             # detect_hardware() is fixed once it has succeeded: so is this plan.
             call.plan = plan
-            call.repeated = RepeatedCall(plan, call.activation)
+            call.repeated = RepeatedCall(plan)
     epilogue = _epilogue(call.activation, residual, y)
     return executor.run(plan, x, executor.filter_operands(w, bias, plan), y, epilogue=epilogue)
 
@@ -251,7 +251,9 @@ def _conv2d_packed(
         entry = _packed_calls.get((id(packed), x.shape, x.dtype, threads))
         if entry is not None and entry[0]() is packed:
             # A call met before: its checks passed and its plan is made.
-            _, output_shape, plan = entry
+            _, output_shape, plan, repeated = entry
+            if out is None and residual is None:
+                return repeated(x, packed.panels, packed.bias, activation_code(activation))
             residual, y = _packed_output(x, packed, output_shape, out, residual)
             return _run_packed(plan, x, packed, y, activation_code(activation), residual)
     if bias is not None:
@@ -312,7 +314,9 @@ def _conv2d_packed(
         if len(_packed_calls) >= 1024:
             _packed_calls.clear()  # bounds a process that meets many shapes
         key = (id(packed), x.shape, x.dtype, threads_given)
-        _packed_calls[key] = (weakref.ref(packed), geometry.output_shape, plan)
+        _packed_calls[key] = (
+            weakref.ref(packed), geometry.output_shape, plan, RepeatedCall(plan, prepacked=True)
+        )
     return _run_packed(plan, x, packed, y, activation, residual)
 
 

@@ -2,14 +2,15 @@
 
 A model runs each layer's convolution once per inference, on the same
 shapes every time, so :func:`cso.conv2d` keeps, for each problem it has
-validated (:mod:`cso.conv`), a :class:`RepeatedCall` once it has a plan:
-the loop nest's launch, the output's shape and dtype, and the loop nest's
-arguments that do not depend on the operands.  A repeated call without
-``out``, ``residual``, ``plan`` or ``tuned`` goes straight from the checks
-to here.  Every Python step costs more right after a parallel loop nest
-than alone (the nest leaves the core's caches to other code): on a Xeon at
-two threads, ``dw 3x3 1152 @7``, a 12.6 microsecond loop nest, took 21.2
-microseconds a call through the general path and ... through this one.
+validated (:mod:`cso.conv`) and for each packed filters' input shape, a
+:class:`RepeatedCall` once it has a plan: the loop nest's launch, the
+output's shape and dtype, and the loop nest's arguments that do not depend
+on the operands.  A repeated call without ``out``, ``residual``, ``plan``
+or ``tuned`` goes straight from the checks to here.  Every Python step
+costs more right after a parallel loop nest than alone (the nest leaves
+the core's caches to other code): on a Xeon at two threads, ``dw 3x3 1152
+@7``, a 12.6 microsecond loop nest, took 21.2 microseconds a call through
+the general path and 18.5-19.0 through this one.
 """
 
 from __future__ import annotations
@@ -17,57 +18,75 @@ from __future__ import annotations
 import numpy as np
 
 from . import executor
-from .analysis.choices import KCRS_ALGORITHMS
+from .analysis.choices import KCRS_ALGORITHMS, VectorOperand
 from .analysis.plan import Plan
 from .launch import launch_for
 from .packing.filters import aligned_empty
 
 
 class RepeatedCall:
-    """``plan`` run into a new output, fusing ``activation`` (a code of
-    :func:`~cso.analysis.choices.activation_code`)."""
+    """``plan`` run into a new output.
 
-    __slots__ = ("plan", "launch", "dtype", "size", "shape", "epilogue", "kcrs", "edge", "fused")
+    Parameters
+    ----------
+    plan : Plan
+    prepacked : bool
+        The filters come packed ahead of time (:func:`cso.pack_filters`: its
+        panels and packed bias), not as KCRS.
+    """
 
-    def __init__(self, plan: Plan, activation: int):
-        self.plan = plan
-        self.launch = launch_for(plan, executor.packs_panels_up_front(plan))
+    __slots__ = (
+        "plan", "prepacked", "launch", "dtype", "size", "shape", "kcrs", "edge", "zero_bias",
+    )  # fmt: skip
+
+    def __init__(self, plan: Plan, prepacked: bool = False):
+        self.plan, self.prepacked = plan, prepacked
+        self.kcrs = plan.algorithm in KCRS_ALGORITHMS
+        if prepacked:
+            # What executor.prepacked_operands reads: whole panels but for the
+            # KCRS rows of the depthwise and dot-product plans.
+            panels = not self.kcrs and plan.vector_operand != VectorOperand.REDUCTION
+        else:
+            panels = executor.packs_panels_up_front(plan)
+        self.launch = launch_for(plan, panels)
         self.dtype = np.dtype(plan.dtype)
         self.shape = plan.geometry.output_shape
         self.size = int(np.prod(self.shape))
-        self.epilogue = executor.Epilogue(activation) if activation else executor.NO_EPILOGUE
-        # Filters read in place whose operands (bar the filters themselves)
-        # are the plan's alone: the depthwise families' KCRS rows, and dense
-        # plans reading KCRS with no edge tile to pack (edge not None).
-        self.kcrs = plan.algorithm in KCRS_ALGORITHMS
+        # Filters read in place whose other operands are the plan's alone:
+        # the depthwise families' KCRS rows (packed ahead or not: the same),
+        # and dense plans reading KCRS with no edge tile to pack (edge set).
+        self.edge = None
         if self.kcrs:
-            self.edge, zero_bias = None, executor.placeholder(1, self.dtype)
-        elif executor.packs_panels_up_front(plan):
-            self.edge, zero_bias = None, None
-        else:
-            zero_bias, self.edge = executor.plan_constants(plan)
-        placeholder = executor.placeholder(1, self.dtype)
-        # The fused operands of a call without a bias (see executor.nest_arguments).
-        self.fused = (zero_bias, False, placeholder, activation, False)
+            self.zero_bias = executor.placeholder(1, self.dtype)
+        elif not prepacked and not panels:
+            self.zero_bias, self.edge = executor.plan_constants(plan)
 
-    def __call__(self, x: np.ndarray, w: np.ndarray, bias) -> np.ndarray:
-        """The convolution of ``x`` by ``w`` plus ``bias`` (None or a ``(K,)``
-        array), checked by the caller to be this plan's problem."""
+    def __call__(self, x: np.ndarray, w: np.ndarray, bias, activation: int) -> np.ndarray:
+        """The convolution of ``x`` by ``w`` (KCRS, or the packed panels)
+        plus ``bias`` (None or a ``(K,)`` array, or the packed bias), then
+        ``activation`` (:func:`~cso.analysis.choices.activation_code`),
+        checked by the caller to be this plan's problem."""
         dtype = self.dtype
         # 64-byte aligned as cso.outputs.new_output makes it, without its reshape.
         y = aligned_empty(self.size, dtype)
         if self.kcrs or (self.edge is not None and bias is None):
             filters = (executor.flat_operand(w, dtype),)
+            if bias is None:
+                fused = (self.zero_bias, False)
+            else:
+                fused = (executor.flat_operand(bias, dtype), True)
             if not self.kcrs:
                 filters += (self.edge,)
-            fused = self.fused
-            if bias is not None:
-                fused = (executor.flat_operand(bias, dtype), True) + fused[2:]
+            fused += (executor.placeholder(1, dtype), activation, False)
             arguments = executor.nest_arguments(
                 self.launch, executor.flat_operand(x, dtype), filters, fused, y
             )
         else:
-            operands = executor.filter_operands(w, bias, self.plan)
-            arguments = executor.loop_arguments(self.launch, x, operands, y, self.epilogue)
+            if self.prepacked:
+                operands = executor.prepacked_operands(w, bias, self.plan)
+            else:
+                operands = executor.filter_operands(w, bias, self.plan)
+            epilogue = executor.Epilogue(activation) if activation else executor.NO_EPILOGUE
+            arguments = executor.loop_arguments(self.launch, x, operands, y, epilogue)
         executor.launch_nest(self.plan, self.launch, arguments)
         return y.reshape(self.shape)

@@ -7,7 +7,7 @@ import pytest
 
 import cso
 from cso import executor
-from cso.analysis.choices import KCRS_ALGORITHMS
+from cso.analysis.choices import KCRS_ALGORITHMS, activation_code
 from cso.repeated import RepeatedCall
 from conftest import activate, activation_bound, assert_matches_reference, error_bound
 
@@ -40,13 +40,13 @@ def test_a_repeated_call_matches_the_reference_every_time(rng, problem, dtype, t
     x_shape, w_shape, params, forced, kind = problem
     plan = cso.plan_conv2d(x_shape, w_shape, dtype=dtype, threads=threads, **params, **forced)
     assert _kind(plan) == kind
-    call = RepeatedCall(plan, 0)
+    call = RepeatedCall(plan)
     outputs = []
     for with_bias in (False, True, False):
         x = rng.standard_normal(x_shape).astype(dtype)
         w = rng.standard_normal(w_shape).astype(dtype)
         bias = rng.standard_normal(w_shape[0]).astype(dtype) if with_bias else None
-        y = call(x, w, bias)
+        y = call(x, w, bias, 0)
         assert y.dtype == dtype and y.flags.c_contiguous and y.ctypes.data % 64 == 0
         assert_matches_reference(y, x, w, bias, **params)
         outputs.append(y)
@@ -54,13 +54,33 @@ def test_a_repeated_call_matches_the_reference_every_time(rng, problem, dtype, t
 
 
 @pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("problem", PLANS, ids=[p[4] + str(i) for i, p in enumerate(PLANS)])
+def test_a_repeated_call_on_packed_filters_matches_the_reference(rng, problem, threads):
+    x_shape, w_shape, params, forced, _ = problem
+    plan = cso.plan_conv2d(x_shape, w_shape, threads=threads, filters_prepacked=True, **params,
+                           **forced)  # fmt: skip
+    w = rng.standard_normal(w_shape).astype(np.float32)
+    bias = rng.standard_normal(w_shape[0]).astype(np.float32)
+    for with_bias in (False, True):
+        packed = cso.pack_filters(w, x_shape, plan=plan, bias=bias if with_bias else None,
+                                  **params)  # fmt: skip
+        call = RepeatedCall(packed.plan, prepacked=True)
+        for activation in (None, "relu"):
+            x = rng.standard_normal(x_shape).astype(np.float32)
+            y = call(x, packed.panels, packed.bias, activation_code(activation))
+            expected = cso.reference.conv2d(x, w, bias if with_bias else None, **params)
+            bound = error_bound(x, w, bias if with_bias else None, np.float32, **params)
+            assert np.all(np.abs(y - activate(activation, expected)) <= bound)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
 def test_conv2d_repeats_through_the_prepared_call(rng, threads, monkeypatch):
     seen = []
     original = RepeatedCall.__call__
 
-    def counted(self, x, w, bias):
+    def counted(self, x, w, bias, activation):
         seen.append(self.plan)
-        return original(self, x, w, bias)
+        return original(self, x, w, bias, activation)
 
     monkeypatch.setattr(RepeatedCall, "__call__", counted)
     params = dict(padding=1, groups=48)
@@ -80,3 +100,11 @@ def test_conv2d_repeats_through_the_prepared_call(rng, threads, monkeypatch):
     # With out, residual or a plan a call takes the general path.
     cso.conv2d(x, w, bias, threads=threads, activation="silu", out=np.empty_like(y), **params)
     assert len(seen) == 2
+    # So do packed filters' repeated calls, whatever their activation.
+    packed = cso.pack_filters(w, x.shape, bias=bias, threads=threads, **params)
+    for call, activation in enumerate([None, "relu6", "relu6", None]):
+        y = cso.conv2d(x, packed, threads=threads, activation=activation)
+        before = cso.reference.conv2d(x, w, bias, **params)
+        bound = activation_bound(before, error_bound(x, w, bias, np.float32, **params), np.float32)
+        assert np.all(np.abs(y - activate(activation, before)) <= bound)
+        assert len(seen) == 2 + call
