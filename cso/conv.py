@@ -116,8 +116,9 @@ def conv2d(
             _validated[key] = call
     # On a hit, bias is None or an ndarray of a dtype and shape checked before.
     repeated = call.repeated
-    if repeated is not None and out is None and residual is None and plan is None and not tuned:
-        return repeated(x, w, bias, call.activation)
+    if repeated is not None and out is None and plan is None and not tuned:
+        residual = check_residual(residual, call.output_shape)
+        return repeated(x, w, bias, call.activation, residual)
     geometry, dtype, output_shape = call.geometry, call.dtype, call.output_shape
     residual = check_residual(residual, output_shape)
     check_out(out, output_shape, dtype, (x, w, bias))
@@ -252,8 +253,11 @@ def _conv2d_packed(
         if entry is not None and entry[0]() is packed:
             # A call met before: its checks passed and its plan is made.
             _, output_shape, plan, repeated = entry
-            if out is None and residual is None:
-                return repeated(x, packed.panels, packed.bias, activation_code(activation))
+            if out is None:
+                residual = check_residual(residual, output_shape)
+                return repeated(
+                    x, packed.panels, packed.bias, activation_code(activation), residual
+                )
             residual, y = _packed_output(x, packed, output_shape, out, residual)
             return _run_packed(plan, x, packed, y, activation_code(activation), residual)
     if bias is not None:

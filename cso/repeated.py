@@ -5,8 +5,8 @@ shapes every time, so :func:`cso.conv2d` keeps, for each problem it has
 validated (:mod:`cso.conv`) and for each packed filters' input shape, a
 :class:`RepeatedCall` once it has a plan: the loop nest's launch, the
 output's shape and dtype, and the loop nest's arguments that do not depend
-on the operands.  A repeated call without ``out``, ``residual``, ``plan``
-or ``tuned`` goes straight from the checks to here.  Every Python step
+on the operands.  A repeated call without ``out``, ``plan`` or ``tuned``
+goes straight from the checks to here.  Every Python step
 costs more right after a parallel loop nest than alone (the nest leaves
 the core's caches to other code): on a Xeon at two threads, ``dw 3x3 1152
 @7``, a 12.6 microsecond loop nest, took 21.2 microseconds a call through
@@ -61,14 +61,20 @@ class RepeatedCall:
         elif not prepacked and not panels:
             self.zero_bias, self.edge = executor.plan_constants(plan)
 
-    def __call__(self, x: np.ndarray, w: np.ndarray, bias, activation: int) -> np.ndarray:
-        """The convolution of ``x`` by ``w`` (KCRS, or the packed panels)
-        plus ``bias`` (None or a ``(K,)`` array, or the packed bias), then
-        ``activation`` (:func:`~cso.analysis.choices.activation_code`),
-        checked by the caller to be this plan's problem."""
+    def __call__(
+        self, x: np.ndarray, w: np.ndarray, bias, activation: int, residual=None
+    ) -> np.ndarray:
+        """``activation(conv(x, w) + bias + residual)``: ``w`` KCRS or the
+        packed panels, ``bias`` None or a ``(K,)`` array or the packed bias,
+        ``activation`` a code of :func:`~cso.analysis.choices.activation_code`,
+        ``residual`` None or an array of the output's shape; all checked by
+        the caller to be this plan's problem."""
         dtype = self.dtype
         # 64-byte aligned as cso.outputs.new_output makes it, without its reshape.
         y = aligned_empty(self.size, dtype)
+        if residual is not None:
+            # In the output's dtype and layout; y is new, so they share no memory.
+            residual = executor.flat_operand(residual, dtype)
         if self.kcrs or (self.edge is not None and bias is None):
             filters = (executor.flat_operand(w, dtype),)
             if bias is None:
@@ -77,7 +83,10 @@ class RepeatedCall:
                 fused = (executor.flat_operand(bias, dtype), True)
             if not self.kcrs:
                 filters += (self.edge,)
-            fused += (executor.placeholder(1, dtype), activation, False)
+            if residual is None:
+                fused += (executor.placeholder(1, dtype), activation, False)
+            else:
+                fused += (residual, activation, True)
             arguments = executor.nest_arguments(
                 self.launch, executor.flat_operand(x, dtype), filters, fused, y
             )
@@ -86,7 +95,10 @@ class RepeatedCall:
                 operands = executor.prepacked_operands(w, bias, self.plan)
             else:
                 operands = executor.filter_operands(w, bias, self.plan)
-            epilogue = executor.Epilogue(activation) if activation else executor.NO_EPILOGUE
+            if activation or residual is not None:
+                epilogue = executor.Epilogue(activation, residual)
+            else:
+                epilogue = executor.NO_EPILOGUE
             arguments = executor.loop_arguments(self.launch, x, operands, y, epilogue)
         executor.launch_nest(self.plan, self.launch, arguments)
         return y.reshape(self.shape)

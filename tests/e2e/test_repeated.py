@@ -2,14 +2,18 @@
 first, with new operand values every time, whichever way its plan reads
 its filters."""
 
+import numba
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import cso
 from cso import executor
 from cso.analysis.choices import KCRS_ALGORITHMS, activation_code
 from cso.repeated import RepeatedCall
 from conftest import activate, activation_bound, assert_matches_reference, error_bound
+from test_properties import problems
 
 # (x shape, w shape, params, forced plan settings, how the plan reads its filters)
 PLANS = [
@@ -50,6 +54,14 @@ def test_a_repeated_call_matches_the_reference_every_time(rng, problem, dtype, t
         assert y.dtype == dtype and y.flags.c_contiguous and y.ctypes.data % 64 == 0
         assert_matches_reference(y, x, w, bias, **params)
         outputs.append(y)
+        # The residual, in another dtype and not contiguous, and an activation.
+        residual = rng.standard_normal(y.shape + (2,))[..., 0]
+        y = call(x, w, bias, activation_code("relu"), residual)
+        before = cso.reference.conv2d(x, w, bias, **params) + residual
+        # One more rounding: the sum with the residual (and the residual's to dtype).
+        added = 2 * np.abs(before) * np.finfo(dtype).eps
+        bound = activation_bound(before, error_bound(x, w, bias, dtype, **params) + added, dtype)
+        assert np.all(np.abs(y - activate("relu", before)) <= bound)
     assert not np.shares_memory(outputs[0], outputs[2])
 
 
@@ -78,9 +90,9 @@ def test_conv2d_repeats_through_the_prepared_call(rng, threads, monkeypatch):
     seen = []
     original = RepeatedCall.__call__
 
-    def counted(self, x, w, bias, activation):
+    def counted(self, *arguments):
         seen.append(self.plan)
-        return original(self, x, w, bias, activation)
+        return original(self, *arguments)
 
     monkeypatch.setattr(RepeatedCall, "__call__", counted)
     params = dict(padding=1, groups=48)
@@ -97,9 +109,21 @@ def test_conv2d_repeats_through_the_prepared_call(rng, threads, monkeypatch):
         assert x.base is big and not w.flags.writeable  # the operands as given
         # The first call plans; each one after it is a repeated call.
         assert len(seen) == call
-    # With out, residual or a plan a call takes the general path.
+    # A residual is fused on the repeated path too, the output's own values...
+    residual = rng.standard_normal(y.shape).astype(np.float32)
+    y = cso.conv2d(x, w, bias, threads=threads, activation="silu", residual=residual, **params)
+    before = cso.reference.conv2d(x, w, bias, **params) + residual
+    bound = activation_bound(
+        before, error_bound(x, w, bias, np.float32, **params) + np.abs(before) * 1e-7, np.float32
+    )
+    assert np.all(np.abs(y - activate("silu", before)) <= bound) and len(seen) == 3
+    # ...checked as the general path checks it.
+    with pytest.raises(ValueError, match="residual must have the output's shape"):
+        cso.conv2d(x, w, bias, threads=threads, activation="silu", residual=residual[:, :1],
+                   **params)  # fmt: skip
+    # With out or a plan a call takes the general path.
     cso.conv2d(x, w, bias, threads=threads, activation="silu", out=np.empty_like(y), **params)
-    assert len(seen) == 2
+    assert len(seen) == 3
     # So do packed filters' repeated calls, whatever their activation.
     packed = cso.pack_filters(w, x.shape, bias=bias, threads=threads, **params)
     for call, activation in enumerate([None, "relu6", "relu6", None]):
@@ -107,4 +131,27 @@ def test_conv2d_repeats_through_the_prepared_call(rng, threads, monkeypatch):
         before = cso.reference.conv2d(x, w, bias, **params)
         bound = activation_bound(before, error_bound(x, w, bias, np.float32, **params), np.float32)
         assert np.all(np.abs(y - activate(activation, before)) <= bound)
-        assert len(seen) == 2 + call
+        assert len(seen) == 3 + call
+    y = cso.conv2d(x, packed, threads=threads, residual=residual)
+    expected = cso.reference.conv2d(x, w, bias, **params) + residual
+    bound = error_bound(x, w, bias, np.float32, **params) + np.abs(expected) * 1e-7
+    assert np.all(np.abs(y - expected) <= bound) and len(seen) == 7
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    problem=problems(),
+    threads=st.sampled_from([1, 2]),
+    with_bias=st.booleans(),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_the_analysis_plans_repeated_calls_match_the_reference(problem, threads, with_bias, seed):
+    x_shape, w_shape, params, _ = problem
+    threads = min(threads, numba.config.NUMBA_NUM_THREADS)
+    rng = np.random.default_rng(seed)
+    for _ in range(2):  # the second call of a problem takes the repeated path
+        x = rng.standard_normal(x_shape).astype(np.float32)
+        w = rng.standard_normal(w_shape).astype(np.float32)
+        bias = rng.standard_normal(w_shape[0]).astype(np.float32) if with_bias else None
+        y = cso.conv2d(x, w, bias, threads=threads, **params)
+        assert_matches_reference(y, x, w, bias, **params)
