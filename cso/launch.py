@@ -267,10 +267,12 @@ def loop_module_for(plan: Plan, patch: LoopPatch = None):
             serial=serial, patch=patch,
         )  # fmt: skip
     if plan.algorithm == Algorithm.DEPTHWISE_ROWS:
+        vectors = plan.windows_per_tile // plan.vector_lanes
         return rows_module(
             g.kernel_height, g.kernel_width, g.dilation_h, g.dilation_w, g.stride_h, g.stride_w,
-            plan.rows_per_call, plan.windows_per_tile // plan.vector_lanes, plan.dtype,
-            plan.vector_lanes, serial=serial, patch=patch,
+            plan.rows_per_call, vectors, plan.dtype, plan.vector_lanes,
+            unmasked_inner=rows.full_interior_vectors(g, plan.vector_lanes, vectors),
+            serial=serial, patch=patch,
         )  # fmt: skip
     if plan.algorithm == Algorithm.DEPTHWISE_LANES:
         return lanes_module(
@@ -278,14 +280,14 @@ def loop_module_for(plan: Plan, patch: LoopPatch = None):
             plan.vector_lanes, serial=serial, patch=patch,
         )  # fmt: skip
     if plan.algorithm in KCRS_ALGORITHMS:
-        segment, rows = plan.windows_per_tile, plan.rows_per_call
+        segment, block_rows = plan.windows_per_tile, plan.rows_per_call
         return depthwise_module(
-            *tap_layout.kernel_shape(g, rows),
-            rows,
+            *tap_layout.kernel_shape(g, block_rows),
+            block_rows,
             segment // plan.vector_lanes,
             plan.dtype,
             plan.vector_lanes,
-            depthwise.masked_rows(g, segment, rows),
+            depthwise.masked_rows(g, segment, block_rows),
             plan.filters_per_tile,
             serial=serial,
             patch=patch,

@@ -102,6 +102,25 @@ def mask_table(geometry: ConvGeometry, lanes: int, vectors: int) -> np.ndarray:
     return np.array(entries, dtype=np.int64).astype(np.uint32).view(np.int32)
 
 
+def full_interior_vectors(geometry: ConvGeometry, lanes: int, vectors: int) -> bool:
+    """Whether every call's inner vectors ``1 <= u <= U-2`` need no masks:
+    ``U > 2`` and every :func:`mask_table` entry of those vectors, in every
+    call, holds all ``lanes``.
+
+    The row kernel then loads and stores them whole (a masked load cannot
+    be folded into its FMA): only each call's first and last vector meet
+    the row's edges.  On a Xeon, ``dw 3x3 32 @56`` at one thread in blocks
+    of 4 rows ran 12.8 cycles an output vector masked throughout, 10.2 so.
+    """
+    if vectors <= 2:
+        return False
+    per_vector = entries_per_call(geometry, vectors) // vectors
+    full = (1 << lanes) - 1
+    table = mask_table(geometry, lanes, vectors).view(np.uint32).astype(np.int64)
+    entries = table.reshape(-1, vectors, per_vector)[:, 1 : vectors - 1]
+    return bool(np.all(entries == full))
+
+
 def block_window_rows(geometry: ConvGeometry, rows_per_call: int) -> int:
     """Input rows a block of ``B`` output rows reads: ``(B-1)*sh + (R-1)*dh + 1``."""
     return rows_read(rows_per_call, geometry.kernel_height, geometry.stride_h, geometry.dilation_h)

@@ -36,7 +36,10 @@ of its taps takes the ``phase``-th of every ``sw`` elements (one
 two-source shuffle at ``sw = 2``; the loaded vector itself at ``sw = 1``).
 The masks are ``masks[mask_offset + u*(1 + G*sw) + i]`` (int32 bit sets,
 the same for every row of the block): ``i = 0`` the stores, ``1 + g*sw + h``
-the loads of group ``g``'s half ``h``.
+the loads of group ``g``'s half ``h``.  A kernel built ``unmasked_inner``
+reads no masks for vectors ``1 <= u <= U-2``: it loads and stores them
+whole, which is right only where all their masks are full in every call
+(:func:`cso.analysis.rows.full_interior_vectors`).
 """
 
 from __future__ import annotations
@@ -64,6 +67,7 @@ from .vector_ir import (
 def build_row_tap_kernel(
     kernel_height: int, kernel_width: int, dilation_h: int, dilation_w: int, stride_h: int,
     stride_w: int, rows: int, vectors: int, dtype_name: str, vector_lanes: int,
+    unmasked_inner: bool = False,
 ):  # fmt: skip
     """Return a Numba intrinsic computing ``rows x vectors`` output vectors of a plane.
 
@@ -82,6 +86,10 @@ def build_row_tap_kernel(
     dtype_name : {"float32", "float64"}
     vector_lanes : int
         At most 32 (the masks are int32 bit sets).
+    unmasked_inner : bool
+        Load and store vectors ``1 <= u <= U-2`` whole, ignoring their
+        masks: only for a caller whose masks there are all full
+        (:func:`~cso.analysis.rows.full_interior_vectors`); needs ``U > 2``.
 
     Returns
     -------
@@ -98,6 +106,8 @@ def build_row_tap_kernel(
         ("vectors", vectors, 32),
     )  # fmt: skip
     check_bit_set_lanes(vector_lanes)
+    if unmasked_inner and vectors <= 2:
+        raise ValueError(f"unmasked_inner needs more than 2 vectors a call, got {vectors}")
     lanes = vector_lanes
     groups = load_groups(kernel_width, dilation_w, stride_w)
     per_vector = 1 + len(groups) * stride_w
@@ -154,62 +164,104 @@ def build_row_tap_kernel(
                 )
                 row = b.gep(inputs_base, [b.mul(e.constant(i), width_v)])
                 row_starts[i] = b.select(on_plane, row, zeros_base)
-            # A loop over the U vector columns, each finished and stored before
-            # the next: only its B chains of FMAs are live, and the code is one
-            # column's (unrolled over U x B, LLVM spilled at sw = 2 from B*U = 8
-            # on, and 16 x 4 blocks of 3x3 ran 1.3x slower than 4 x 4 on the Xeon:
-            # their code no longer fit the decoded-instruction cache).  One chain
-            # of FMAs an output vector (partial sums by filter row ran alike on
-            # the Xeon); the window rows in order, so each output sums its filter
-            # rows in order.
-            entry = b.basic_block
-            loop = b.append_basic_block("row_taps.column")
-            done = b.append_basic_block("row_taps.done")
-            b.branch(loop)
-            b.position_at_end(loop)
-            u = b.phi(e.intp)
-            u.add_incoming(e.constant(0), entry)
-            column = b.mul(u, e.constant(lanes * stride_w))
-            column_masks = b.gep(masks_base, [b.mul(u, e.constant(per_vector))])
-            store_mask = e.bit_set_mask(column_masks, 0)
-            load_masks = {
-                (g, h): e.bit_set_mask(column_masks, 1 + g * stride_w + h)
-                for g in range(len(groups))
-                for h in range(stride_w)
-            }
-            sums = [start] * rows
-            for i in sorted(served):
-                row = b.gep(row_starts[i], [column])
-                for g, (offset, taps) in enumerate(groups.items()):
-                    loaded = [
-                        e.load(row, e.constant(offset + h * lanes), load_masks[g, h])
-                        for h in range(stride_w)
-                    ]
-                    for s, phase in taps:
-                        value = (
-                            loaded[0]
-                            if stride_w == 1
-                            else b.shuffle_vector(loaded[0], loaded[1], picks[phase])
-                        )
-                        for out_row, r in served[i]:
-                            sums[out_row] = b.call(
-                                e.fma, [value, weights[r * kernel_width + s], sums[out_row]]
+            # Each vector column of the block finished and stored before the
+            # next: only its B chains of FMAs are live.  One chain of FMAs an
+            # output vector (partial sums by filter row ran alike on the Xeon);
+            # the window rows in order, so each output sums its filter rows in
+            # order, masked or not.
+            def emit_column(u, masked: bool, fused: bool):
+                """Vector column ``u`` (an i64) of the block, loaded and stored
+                under its masks or whole, through the epilogue when ``fused``."""
+                column = b.mul(u, e.constant(lanes * stride_w))
+                column_masks = b.gep(masks_base, [b.mul(u, e.constant(per_vector))])
+                load_masks = {
+                    (g, h): e.bit_set_mask(column_masks, 1 + g * stride_w + h)
+                    for g in range(len(groups) if masked else 0)
+                    for h in range(stride_w)
+                }
+
+                def load(row, offset, g, h):
+                    if not masked:
+                        return b.load(e.vector_at(row, e.constant(offset)), align=e.align)
+                    return e.load(row, e.constant(offset), load_masks[g, h])
+
+                sums = [start] * rows
+                for i in sorted(served):
+                    row = b.gep(row_starts[i], [column])
+                    for g, (offset, taps) in enumerate(groups.items()):
+                        loaded = [load(row, offset + h * lanes, g, h) for h in range(stride_w)]
+                        for s, phase in taps:
+                            value = (
+                                loaded[0]
+                                if stride_w == 1
+                                else b.shuffle_vector(loaded[0], loaded[1], picks[phase])
                             )
-            at_column = b.mul(u, e.constant(lanes))
+                            for out_row, r in served[i]:
+                                sums[out_row] = b.call(
+                                    e.fma, [value, weights[r * kernel_width + s], sums[out_row]]
+                                )
+                at_column = b.mul(u, e.constant(lanes))
 
-            def at(out_row):
-                return b.add(b.mul(e.constant(out_row), out_stride_v), at_column)
+                def at(out_row):
+                    return b.add(b.mul(e.constant(out_row), out_stride_v), at_column)
 
-            def residual_of(out_row):
-                return e.load(residual_base, at(out_row), store_mask)
+                store_mask = e.bit_set_mask(column_masks, 0) if masked else None
 
-            results = emit_epilogue(b, sums, residual_of, activation_v, has_residual_v)
-            for out_row, value in enumerate(results):
-                e.store(value, out_base, at(out_row), store_mask)
-            following = b.add(u, e.constant(1))
-            u.add_incoming(following, b.basic_block)
-            b.cbranch(b.icmp_signed("<", following, e.constant(vectors)), loop, done)
-            b.position_at_end(done)
+                def residual_of(out_row):
+                    if not masked:
+                        vector = e.vector_at(residual_base, at(out_row))
+                        return b.load(vector, align=e.align)
+                    return e.load(residual_base, at(out_row), store_mask)
+
+                results = sums
+                if fused:
+                    results = emit_epilogue(b, sums, residual_of, activation_v, has_residual_v)
+                for out_row, value in enumerate(results):
+                    if masked:
+                        e.store(value, out_base, at(out_row), store_mask)
+                    else:
+                        b.store(value, e.vector_at(out_base, at(out_row)), align=e.align)
+
+            def emit_columns(fused: bool):
+                if unmasked_inner:
+                    # The first and last vectors meet the row's edges; those
+                    # between need no mask, so the columns are unrolled (a
+                    # masked load cannot be folded into its FMA).  Unrolling U x
+                    # B in general, LLVM spilled at sw = 2 from B*U = 8 on, and
+                    # 16 x 4 blocks of 3x3 ran 1.3x slower than 4 x 4 on the
+                    # Xeon: their code no longer fit the decoded-instruction
+                    # cache; hence a loop otherwise.
+                    emit_column(e.constant(0), True, fused)
+                    for inner in range(1, vectors - 1):
+                        emit_column(e.constant(inner), False, fused)
+                    emit_column(e.constant(vectors - 1), True, fused)
+                    return
+                entry = b.basic_block
+                loop = b.append_basic_block("row_taps.column")
+                done = b.append_basic_block("row_taps.done")
+                b.branch(loop)
+                b.position_at_end(loop)
+                u = b.phi(e.intp)
+                u.add_incoming(e.constant(0), entry)
+                emit_column(u, True, fused)
+                following = b.add(u, e.constant(1))
+                u.add_incoming(following, b.basic_block)
+                b.cbranch(b.icmp_signed("<", following, e.constant(vectors)), loop, done)
+                b.position_at_end(done)
+
+            # A call with no epilogue (no activation, no residual) takes columns
+            # of their own, decided once a call: the epilogue's switch in every
+            # column, and its code between them, cost 1.1x on dw 3x3 144 @56 at
+            # two threads (Xeon).
+            plain = b.and_(
+                b.icmp_signed("==", activation_v, ir.Constant(activation_v.type, 0)),
+                b.not_(has_residual_v),
+            )
+            with b.if_else(plain, likely=True) as (without, with_epilogue):
+                with without:
+                    emit_columns(False)
+                with with_epilogue:
+                    emit_columns(True)
             return context.get_dummy_value()
 
         return sig, codegen

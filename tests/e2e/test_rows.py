@@ -18,9 +18,13 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import cso
-from cso.analysis.choices import Algorithm
+from cso.analysis.choices import Algorithm, activation_code
 from cso.analysis.plane_shapes import max_block_rows
+from cso.analysis.rows import full_interior_vectors
 from cso.geometry import make_geometry
+from cso.launch import launch_for
+from cso.macrokernel.specialise import rows_module
+from cso.microkernels.row_taps import build_row_tap_kernel
 
 
 @st.composite
@@ -70,6 +74,42 @@ def test_every_block_of_rows_matches_the_one_row_kernel_bit_for_bit(problem, row
     y = cso.conv2d(x, w, b, plan=block, **params)
     assert np.array_equal(y, cso.conv2d(x, w, b, plan=one_row, **params))
     assert_matches_reference(y, x, w, b, **params)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("epilogue", [{}, dict(activation="relu6", residual=True)])
+def test_unmasked_inner_vectors_match_the_masked_kernel_bit_for_bit(rng, threads, epilogue):
+    # 3x3 over 56 columns: one call of 4 vectors, the middle two inside the row.
+    x = rng.standard_normal((2, 6, 11, 56)).astype(np.float32)
+    w = rng.standard_normal((12, 1, 3, 3)).astype(np.float32)
+    params = dict(padding=1, groups=6)
+    threads = min(threads, cso.executor.available_threads())
+    plan = cso.plan_conv2d(x.shape, w.shape, threads=threads, algorithm="depthwise_rows",
+                           **params)  # fmt: skip
+    g, vectors = plan.geometry, plan.windows_per_tile // plan.vector_lanes
+    assert vectors == 4 and full_interior_vectors(g, plan.vector_lanes, vectors)
+    masked = rows_module(
+        g.kernel_height, g.kernel_width, g.dilation_h, g.dilation_w, g.stride_h, g.stride_w,
+        plan.rows_per_call, vectors, plan.dtype, plan.vector_lanes, unmasked_inner=False,
+        serial=threads == 1,
+    )  # fmt: skip
+    filters = cso.executor.filter_operands(w, None, plan)
+    residual = rng.standard_normal(g.output_shape).astype(np.float32)
+    fused = cso.executor.Epilogue(
+        activation_code(epilogue.get("activation")), residual if epilogue else None
+    )
+    outputs = []
+    for launch in (launch_for(plan, False), launch_for(plan, False, module=masked)):
+        y = np.empty(g.output_shape, np.float32)
+        cso.executor.run(plan, x, filters, y, launch, fused)
+        outputs.append(y)
+    assert np.array_equal(outputs[0], outputs[1])
+    expected = cso.reference.conv2d(x, w, **params) + (residual if epilogue else 0)
+    if epilogue:
+        expected = np.clip(expected, 0, 6)
+    assert np.allclose(outputs[0], expected, rtol=1e-5, atol=1e-4)
+    with pytest.raises(ValueError, match="unmasked_inner needs more than 2 vectors"):
+        build_row_tap_kernel(3, 3, 1, 1, 1, 1, 4, 2, "float32", 16, True)
 
 
 def test_a_row_plan_holds_no_more_rows_than_the_output_and_registers():

@@ -143,3 +143,38 @@ def test_the_row_calls_cover_the_row(width, span):
         covered |= set(range(q0, min(q0 + span, width)))
     assert covered == set(range(width))
     assert starts[-1] + span == width or (width < span and starts == [0])
+
+
+@settings(max_examples=80, deadline=None)
+@given(row_geometries())
+def test_inner_vectors_are_unmasked_only_where_every_lane_is_inside(case):
+    g, lanes = case
+    vectors = rows.row_vectors_per_call(g, lanes)
+    inside = vectors > 2
+    groups = rows.load_groups(g.kernel_width, g.dilation_w, g.stride_w)
+    for q0 in rows.row_calls(g.out_width, vectors * lanes):
+        for u in range(1, vectors - 1):
+            for lane in range(lanes):
+                inside &= q0 + u * lanes + lane < g.out_width
+                for e in groups:
+                    for half in range(g.stride_w):
+                        column = q0 * g.stride_w - g.pad_left + u * lanes * g.stride_w
+                        inside &= 0 <= column + e + half * lanes + lane < g.width
+    assert rows.full_interior_vectors(g, lanes, vectors) == inside
+
+
+def test_inner_vectors_by_hand():
+    def full(width, kernel=3, stride=1, dilation=1, lanes=16):
+        padding = dilation * (kernel - 1) // 2
+        g = make_geometry(
+            (1, 4, 9, width), (4, 1, kernel, kernel), stride=stride, padding=padding,
+            dilation=dilation, groups=4,
+        )  # fmt: skip
+        return rows.full_interior_vectors(g, lanes, rows.row_vectors_per_call(g, lanes))
+
+    # 56 outputs, one call of 4 vectors: vectors 1 and 2 read columns 15-48.
+    assert full(56) and full(112) and full(112, stride=2)
+    # 40 outputs, 3 vectors: vector 1 reads columns 15-32.
+    assert full(40)
+    # 2 vectors a call have no inner one; dilation 12 reaches past column 55.
+    assert not full(20) and not full(56, dilation=12)
