@@ -1,13 +1,15 @@
 """Where cso's time goes on chosen layers, at any batch and thread count.
 
-    python experiments/stage_times.py [--model resnet50|vgg16] [--batch 8] [--threads 1]
+    python experiments/stage_times.py [--model M] [--batch 8] [--threads 1]
                                       [--layers NAME ...] [--rounds 5]
 
 ``python -m cso bench --breakdown`` times the stages of every layer of a
 run; this does the same for a few layers (by default ResNet-50's 56x56 and
 28x28 layers where torch is ahead at batch 8), with the stages of
 :func:`cso.measure.stage_times` (kernel, input packing, filters, the rest, by
-difference of variants of the loop nest).  It also prints each layer's rate
+difference of variants of the loop nest; a depthwise family's own stages,
+such as the lane nest's output unpacking, and "-" for a stage a family
+does not have).  It also prints each layer's rate
 and the kernel stage's alone, as shares of the FMA peak
 (:func:`cso.microkernels.peak.fma_peak_gflops`, per thread): how far the
 micro-kernel runs below its L1-resident ceiling (``kernel_ceiling.py``) and

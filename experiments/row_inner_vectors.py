@@ -1,0 +1,91 @@
+"""Do the row kernel's unmasked inner vectors pay?
+
+    python experiments/row_inner_vectors.py [--threads 2] [--rounds 21]
+
+Every depthwise layer of MobileNetV2 and EfficientNet-B0 that the analysis
+gives the row plan, and whose calls' inner vectors lie inside the row
+(:func:`cso.analysis.rows.full_interior_vectors`), run through the plan's
+loop nest twice in one process, side by side (interleaved rounds): with the
+row kernel as shipped (vectors ``1 <= u <= U-2`` loaded and stored whole,
+the columns unrolled) and with every vector masked, the columns in a loop
+(``rows_module(..., unmasked_inner=False)``).  Both calls have no
+epilogue, so both take the kernel's epilogue-free columns.  The outputs
+must match bit for bit (the same FMAs in the same order); prints each
+layer's times and ratio, and the total over those layers.
+"""
+
+from __future__ import annotations
+
+import harness  # noqa: F401  (pins BLAS threads before NumPy loads)
+import numpy as np
+
+import cso
+from cso import executor
+from cso.analysis.choices import Algorithm
+from cso.analysis.rows import full_interior_vectors
+from cso.launch import launch_for
+from cso.macrokernel.specialise import rows_module
+from cso.measure import best_times, kernel_name
+from cso.models import efficientnet_b0, mobilenetv2_100
+from cso.outputs import new_output
+
+
+def main():
+    parser = harness.parser(__doc__, threads=2, rounds=21)
+    args = parser.parse_args()
+    threads = args.threads
+    rng = np.random.default_rng(0)
+    totals = {"whole": 0.0, "masked": 0.0}
+    seen = set()
+    print(f"{threads} thread(s), float32; times of the loop nest alone")
+    for layer in mobilenetv2_100() + efficientnet_b0():
+        if not layer.depthwise or layer.name in seen:
+            continue
+        seen.add(layer.name)
+        plan = cso.plan_conv2d(layer.x_shape, layer.w_shape, threads=threads, **layer.params)
+        g = plan.geometry
+        if plan.algorithm != Algorithm.DEPTHWISE_ROWS:
+            continue
+        vectors = plan.windows_per_tile // plan.vector_lanes
+        if not full_interior_vectors(g, plan.vector_lanes, vectors):
+            print(f"{layer.name:<22} {kernel_name(plan):>9}  no inner vectors to unmask")
+            continue
+        x = rng.standard_normal(layer.x_shape).astype(np.float32)
+        w = rng.standard_normal(layer.w_shape).astype(np.float32)
+        masked = rows_module(
+            g.kernel_height, g.kernel_width, g.dilation_h, g.dilation_w, g.stride_h, g.stride_w,
+            plan.rows_per_call, vectors, plan.dtype, plan.vector_lanes, unmasked_inner=False,
+            serial=threads == 1,
+        )  # fmt: skip
+        filters = executor.filter_operands(w, None, plan)
+        programs, outputs = {}, {}
+        for name, launch in (
+            ("whole", launch_for(plan, False)),
+            ("masked", launch_for(plan, False, module=masked)),
+        ):
+            y = new_output(g.output_shape, np.float32)
+            arguments = executor.loop_arguments(launch, x, filters, y)
+            programs[name] = lambda launch=launch, arguments=arguments: executor.launch_nest(
+                plan, launch, arguments
+            )
+            programs[name]()
+            outputs[name] = y
+        assert np.array_equal(outputs["whole"], outputs["masked"]), layer.name
+        best = best_times(programs, args.rounds)
+        for name in totals:
+            totals[name] += best[name] * layer.count
+        print(
+            f"{layer.name:<22} {kernel_name(plan):>9}  inner whole {best['whole'] * 1e6:7.1f} us"
+            f"  all masked {best['masked'] * 1e6:7.1f} us"
+            f"  masked / whole {best['masked'] / best['whole']:.3f}  x{layer.count}"
+        )
+    if totals["whole"]:
+        print(
+            f"total: inner whole {totals['whole'] * 1e6:.1f} us, all masked "
+            f"{totals['masked'] * 1e6:.1f} us, masked / whole "
+            f"{totals['masked'] / totals['whole']:.3f}"
+        )
+
+
+if __name__ == "__main__":
+    main()
