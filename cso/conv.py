@@ -98,14 +98,20 @@ def conv2d(
     """
     if tuned is not False:
         check_tuned(tuned)
-    if isinstance(w, PackedFilters):
-        if tuned:
-            raise ValueError("tuned must be False with packed filters: they carry their own plan")
-        return _conv2d_packed(
-            x, w, bias, stride, padding, dilation, groups, out, threads, plan, activation, residual
-        )
-    x = as_array(x, "x")
-    w = as_array(w, "w")
+    # Arrays as given skip as_array here: their dtypes are in the key, and a
+    # key is only ever stored after _validate has checked them.
+    if type(x) is not np.ndarray or type(w) is not np.ndarray:
+        if isinstance(w, PackedFilters):
+            if tuned:
+                raise ValueError(
+                    "tuned must be False with packed filters: they carry their own plan"
+                )
+            return _conv2d_packed(
+                x, w, bias, stride, padding, dilation, groups, out, threads, plan, activation,
+                residual,
+            )  # fmt: skip
+        x = as_array(x, "x")
+        w = as_array(w, "w")
     key = _call_key(x, w, bias, (stride, padding, dilation, groups, threads, activation))
     call = _validated.get(key) if key is not None else None
     if call is None:
@@ -117,7 +123,8 @@ def conv2d(
     # On a hit, bias is None or an ndarray of a dtype and shape checked before.
     repeated = call.repeated
     if repeated is not None and out is None and plan is None and not tuned:
-        residual = check_residual(residual, call.output_shape)
+        if residual is not None:
+            residual = check_residual(residual, call.output_shape)
         return repeated(x, w, bias, call.activation, residual)
     geometry, dtype, output_shape = call.geometry, call.dtype, call.output_shape
     residual = check_residual(residual, output_shape)
@@ -180,6 +187,7 @@ _validated: dict = {}
 def _validate(x, w, bias, stride, padding, dilation, groups, threads, activation):
     """Every check of ``conv2d``'s operands and parameters, in order (the
     first failure raises): ``(_Call, bias as an array or None)``."""
+    x, w = as_array(x, "x"), as_array(w, "w")  # arrays of a dtype not checked yet
     check_ndim(x, "x", "(N, C, H, W)")
     check_ndim(w, "w", "(K, C // groups, R, S)")
     geometry = make_geometry(
