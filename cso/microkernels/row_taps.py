@@ -174,22 +174,24 @@ def build_row_tap_kernel(
                 under its masks or whole, through the epilogue when ``fused``."""
                 column = b.mul(u, e.constant(lanes * stride_w))
                 column_masks = b.gep(masks_base, [b.mul(u, e.constant(per_vector))])
+
+                def mask(index):
+                    """Entry ``index`` of the column's masks; None (whole) unmasked."""
+                    return e.bit_set_mask(column_masks, index) if masked else None
+
                 load_masks = {
-                    (g, h): e.bit_set_mask(column_masks, 1 + g * stride_w + h)
-                    for g in range(len(groups) if masked else 0)
+                    (g, h): mask(1 + g * stride_w + h)
+                    for g in range(len(groups))
                     for h in range(stride_w)
                 }
-
-                def load(row, offset, g, h):
-                    if not masked:
-                        return b.load(e.vector_at(row, e.constant(offset)), align=e.align)
-                    return e.load(row, e.constant(offset), load_masks[g, h])
-
                 sums = [start] * rows
                 for i in sorted(served):
                     row = b.gep(row_starts[i], [column])
                     for g, (offset, taps) in enumerate(groups.items()):
-                        loaded = [load(row, offset + h * lanes, g, h) for h in range(stride_w)]
+                        loaded = [
+                            e.load(row, e.constant(offset + h * lanes), load_masks[g, h])
+                            for h in range(stride_w)
+                        ]
                         for s, phase in taps:
                             value = (
                                 loaded[0]
@@ -205,22 +207,16 @@ def build_row_tap_kernel(
                 def at(out_row):
                     return b.add(b.mul(e.constant(out_row), out_stride_v), at_column)
 
-                store_mask = e.bit_set_mask(column_masks, 0) if masked else None
+                store_mask = mask(0)
 
                 def residual_of(out_row):
-                    if not masked:
-                        vector = e.vector_at(residual_base, at(out_row))
-                        return b.load(vector, align=e.align)
                     return e.load(residual_base, at(out_row), store_mask)
 
                 results = sums
                 if fused:
                     results = emit_epilogue(b, sums, residual_of, activation_v, has_residual_v)
                 for out_row, value in enumerate(results):
-                    if masked:
-                        e.store(value, out_base, at(out_row), store_mask)
-                    else:
-                        b.store(value, e.vector_at(out_base, at(out_row)), align=e.align)
+                    e.store(value, out_base, at(out_row), store_mask)
 
             def emit_columns(fused: bool):
                 if unmasked_inner:

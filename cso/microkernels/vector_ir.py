@@ -195,17 +195,24 @@ class KernelEmitter:
             self.prefetch, [address, ir.Constant(I32, 1), ir.Constant(I32, 3), ir.Constant(I32, 1)]
         )
 
-    def load(self, base, offset, mask):
+    def load(self, base, offset, mask=None):
+        """The vector at element ``offset`` of ``base``: whole when ``mask``
+        is None, else the lanes ``mask`` sets (zero in the others)."""
+        address = self.vector_at(base, offset)
+        if mask is None:
+            return self.builder.load(address, align=self.align)
         return self.builder.call(
-            self.masked_load,
-            [self.vector_at(base, offset), ir.Constant(I32, self.align), mask, self.zero],
+            self.masked_load, [address, ir.Constant(I32, self.align), mask, self.zero]
         )
 
-    def store(self, value, base, offset, mask):
-        self.builder.call(
-            self.masked_store,
-            [value, self.vector_at(base, offset), ir.Constant(I32, self.align), mask],
-        )
+    def store(self, value, base, offset, mask=None):
+        """Store ``value`` at element ``offset`` of ``base``: whole when
+        ``mask`` is None, else the lanes ``mask`` sets."""
+        address = self.vector_at(base, offset)
+        if mask is None:
+            self.builder.store(value, address, align=self.align)
+            return
+        self.builder.call(self.masked_store, [value, address, ir.Constant(I32, self.align), mask])
 
 
 def check_mask_table(masks) -> None:
