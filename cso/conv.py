@@ -138,14 +138,15 @@ def conv2d(
     if plan is None and tuned:
         plan = tuned_plan(geometry, dtype.name, call.threads, tuned)
     if plan is None:
-        plan = call.plan
-        if plan is None:
-            plan = plan_for_geometry(
-                geometry, dtype_name(dtype), detect_hardware(), None, None, None, call.threads
-            )
+        if call.repeated is None:
             # detect_hardware() is fixed once it has succeeded: so is this plan.
-            call.plan = plan
-            call.repeated = RepeatedCall(plan)
+            call.repeated = RepeatedCall(
+                plan_for_geometry(
+                    geometry, dtype_name(dtype), detect_hardware(), None, None, None,
+                    call.threads,
+                )
+            )  # fmt: skip
+        plan = call.repeated.plan
     epilogue = _epilogue(call.activation, residual, y)
     return executor.run(plan, x, executor.filter_operands(w, bias, plan), y, epilogue=epilogue)
 
@@ -165,17 +166,16 @@ def _epilogue(activation: int, residual, y) -> executor.Epilogue:
 
 class _Call:
     """What validating a call's shapes, dtypes and parameters found, and the
-    analysis' plan for it once needed."""
+    analysis' plan for it once needed, prepared for the calls that repeat it
+    (``repeated``: a :class:`~cso.repeated.RepeatedCall`, holding the plan)."""
 
-    __slots__ = ("geometry", "output_shape", "dtype", "threads", "activation", "plan", "repeated")
+    __slots__ = ("geometry", "output_shape", "dtype", "threads", "activation", "repeated")
 
     def __init__(self, geometry, dtype, threads, activation):
         self.geometry, self.dtype, self.threads = geometry, dtype, threads
         # Kept: the geometry computes it anew each time (a microsecond a call).
         self.output_shape = geometry.output_shape
-        self.activation, self.plan = activation, None
-        # Its plan's run prepared once (cso.repeated), with the plan.
-        self.repeated = None
+        self.activation, self.repeated = activation, None
 
 
 # Validated calls by _call_key: a repeated call skips the checks, the
@@ -260,14 +260,16 @@ def _conv2d_packed(
         entry = _packed_calls.get((id(packed), x.shape, x.dtype, threads))
         if entry is not None and entry[0]() is packed:
             # A call met before: its checks passed and its plan is made.
-            _, output_shape, plan, repeated = entry
+            repeated = entry[1]
             if out is None:
-                residual = check_residual(residual, output_shape)
+                residual = check_residual(residual, repeated.shape)
                 return repeated(
                     x, packed.panels, packed.bias, activation_code(activation), residual
                 )
-            residual, y = _packed_output(x, packed, output_shape, out, residual)
-            return _run_packed(plan, x, packed, y, activation_code(activation), residual)
+            residual, y = _packed_output(x, packed, repeated.shape, out, residual)
+            return _run_packed(
+                repeated.plan, x, packed, y, activation_code(activation), residual
+            )
     if bias is not None:
         raise ValueError("bias must be None with packed filters: pass it to cso.pack_filters")
     if plan is not None:
@@ -326,9 +328,7 @@ def _conv2d_packed(
         if len(_packed_calls) >= 1024:
             _packed_calls.clear()  # bounds a process that meets many shapes
         key = (id(packed), x.shape, x.dtype, threads_given)
-        _packed_calls[key] = (
-            weakref.ref(packed), geometry.output_shape, plan, RepeatedCall(plan, prepacked=True)
-        )
+        _packed_calls[key] = (weakref.ref(packed), RepeatedCall(plan, prepacked=True))
     return _run_packed(plan, x, packed, y, activation, residual)
 
 
@@ -346,7 +346,8 @@ def _run_packed(plan, x, packed, y, activation: int, residual):
     return executor.run(plan, x, operands, y, epilogue=_epilogue(activation, residual, y))
 
 
-# Calls with packed filters already checked and planned, by (id of the packed
+# Calls with packed filters already checked and planned, as (the packed filters
+# held weakly, their RepeatedCall), by (id of the packed
 # filters, x's shape and dtype, threads): a repeated call (every layer of a
 # session) skips the checks and the replanning.  The filters are held weakly,
 # so that the cache keeps no panels alive (an id reused by new filters fails

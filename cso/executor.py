@@ -161,9 +161,20 @@ def prepacked_operands(panels: np.ndarray, bias, plan: Plan) -> FilterOperands:
     # Without a bias, the shared zeros of a full bias panel's size: the
     # micro-kernels load their bias row either way.
     bias_panel = bias if has_bias else _bias_panel(None, plan)
-    if plan.vector_operand == VectorOperand.REDUCTION:
+    if not reads_whole_panels(plan, prepacked=True):
         return FilterOperands(panels, _edge_filters(panels, plan), False, bias_panel, has_bias)
     return FilterOperands(panels, panels[: plan.filters_per_tile], True, bias_panel, has_bias)
+
+
+def reads_whole_panels(plan: Plan, prepacked: bool) -> bool:
+    """``FilterOperands.packed`` of ``plan``'s operands, which picks its
+    launch (:func:`~cso.launch.launch_for`): from :func:`prepacked_operands`
+    (``prepacked``), every panel but the KCRS rows of the tap, lane, plane,
+    row and dot-product plans; from :func:`filter_operands`, the panels
+    packed up front (:func:`packs_panels_up_front`)."""
+    if not prepacked:
+        return packs_panels_up_front(plan)
+    return plan.algorithm not in KCRS_ALGORITHMS and plan.vector_operand != VectorOperand.REDUCTION
 
 
 def _depthwise_operands(w_flat, bias, plan: Plan) -> FilterOperands:

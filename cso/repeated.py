@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import executor
-from .analysis.choices import KCRS_ALGORITHMS, VectorOperand
+from .analysis.choices import KCRS_ALGORITHMS
 from .analysis.plan import Plan
 from .launch import launch_for
 from .packing.filters import aligned_empty
@@ -42,12 +42,7 @@ class RepeatedCall:
     def __init__(self, plan: Plan, prepacked: bool = False):
         self.plan, self.prepacked = plan, prepacked
         self.kcrs = plan.algorithm in KCRS_ALGORITHMS
-        if prepacked:
-            # What executor.prepacked_operands reads: whole panels but for the
-            # KCRS rows of the depthwise and dot-product plans.
-            panels = not self.kcrs and plan.vector_operand != VectorOperand.REDUCTION
-        else:
-            panels = executor.packs_panels_up_front(plan)
+        panels = executor.reads_whole_panels(plan, prepacked)
         self.launch = launch_for(plan, panels)
         self.dtype = np.dtype(plan.dtype)
         self.shape = plan.geometry.output_shape
