@@ -55,6 +55,36 @@ REPEATED = frozenset(
 SMALL_DIFFERENCES = frozenset(("l1_spill_seconds_per_byte",))
 
 
+# A shape's in-place figure is sampled past its nine until the median's
+# standard error is within this share of the median (or the cap is reached).
+# On a Xeon the 8 x 48 kernel's samples spread 1-20 ps about a median of
+# 7-11 (the difference of two 1.5 ms plans, 2% apart): its medians of nine
+# read 4.2-8.9 ps in four calibrations, and 2.0 units against 4.3 moved
+# three of ResNet-50's and VGG-16's 70 plans.  The 14 x 32 kernel's
+# (18-19 ps, spread 2.5) take no more.
+IN_PLACE_PRECISION = 0.1
+IN_PLACE_MAX_SAMPLES = 36
+
+
+def median_standard_error(samples) -> float:
+    """``0.93 * IQR / sqrt(n)``: the standard error of a median of ``n``
+    samples, from their interquartile range (``1.253 * sigma / sqrt(n)``
+    for normal samples, whose ``sigma`` is ``IQR / 1.349``)."""
+    ordered = sorted(samples)
+    n = len(ordered)
+    spread = ordered[(3 * n) // 4] - ordered[n // 4] if n >= 4 else ordered[-1] - ordered[0]
+    return 0.93 * spread / n**0.5
+
+
+def precise_enough(samples) -> bool:
+    """Whether ``samples``' median is known to :data:`IN_PLACE_PRECISION`
+    of itself (:func:`median_standard_error`), or they number
+    :data:`IN_PLACE_MAX_SAMPLES`."""
+    if len(samples) >= IN_PLACE_MAX_SAMPLES:
+        return True
+    return median_standard_error(samples) <= IN_PLACE_PRECISION * abs(median(samples))
+
+
 def _steps(hardware, quick: bool):
     """``[(field or None, description, probe)]``, in the order they run."""
     lanes = hardware.vector_bytes // 4
@@ -72,6 +102,7 @@ def _steps(hardware, quick: bool):
         state["kernels"] = kernel_probes.kernel_rates(
             shapes, lanes, hardware.l1_bytes, hardware.l2_bytes, repeats
         )
+        resident_medians.append(kernel_probes.summary(state["kernels"])[0])
         return state["kernels"]
 
     def taps():
@@ -93,11 +124,16 @@ def _steps(hardware, quick: bool):
         # shared one state.  On a Xeon, five calibrations so read 8x48w at
         # 4.1-5.5 ps and 14x32w at 13.9-16.3, and planned ResNet-50 and
         # VGG-16 97.1-100% alike over their ten pairs; five with the nine
-        # taken at once read 5.1-12 and 15-22 ps, and 90.0-100% alike.
+        # taken at once read 5.1-12 and 15-22 ps, and 90.0-100% alike.  The
+        # last pass then samples a shape on until its median is precise enough
+        # (precise_enough): the nine are too few for the 8 x 48 kernel's.
         def run():
             for nf, nwin in loop_probes.in_place_shapes(hardware):
                 samples = in_place_samples.setdefault(kernel_shape_key(nf, nwin, "windows"), [])
                 for _ in range(1 if quick else 3):
+                    seconds = loop_probes.in_place_filter_seconds(hardware, (nf, nwin), rounds)
+                    samples.append(seconds)
+                while last and not quick and not precise_enough(samples):
                     seconds = loop_probes.in_place_filter_seconds(hardware, (nf, nwin), rounds)
                     samples.append(seconds)
             if last:
@@ -107,13 +143,36 @@ def _steps(hardware, quick: bool):
 
         return run
 
+    resident_medians = []
+
+    def resident_pass():
+        # The shapes' median rate from L1, again: kernel_flops is the median
+        # of three such passes spread over the calibration (one when quick).
+        # The FMA peak holds still (240-243 GFLOP/s on a shared Xeon, four
+        # processes a minute) while the kernels, which load from L1, move
+        # with the machine's other tenants: medians of 207-230 GFLOP/s in
+        # those processes, and 208 in one of five calibrations against
+        # 229-230, whose mac_cost (4.7 against 4.3) moved 5 of ResNet-50's
+        # and VGG-16's 70 plans.
+        seconds = kernel_probes.resident_seconds(shapes, lanes, rounds=3 * repeats)
+        resident_medians.append(
+            median(2 * nf * nwin * kernel_probes.RESIDENT_DEPTH / seconds[nf, nwin, operand]
+                   for nf, nwin, operand in shapes)
+        )  # fmt: skip
+
+    def kernel_flops():
+        return median(resident_medians)
+
     def in_place_early(index: int) -> list:
         """The in-place pass ``index`` of the earlier ones, as a step (none when quick)."""
         if index >= in_place_passes:
             return []
         description = "filter elements read in place, per window-vectorised shape"
         description += f" ({index}/{in_place_passes})"
-        return [(None, description, in_place_pass(False))]
+        return [
+            (None, description, in_place_pass(False)),
+            (None, f"micro-kernel rates from L1 ({index + 1}/{in_place_passes})", resident_pass),
+        ]
 
     def loop_shapes():
         # Per shape, the median of several timings in the loop nest.
@@ -159,8 +218,6 @@ def _steps(hardware, quick: bool):
          lambda: fma_peak_gflops("float32", lanes, 0.05 if quick else 0.2) * 1e9),
         (None, f"micro-kernels {', '.join(f'{a}x{b}{c[0]}' for a, b, c in shapes)}: "
                "rate from L1 and with L2 and L3 streams", kernels),
-        ("kernel_flops", "micro-kernel rate from L1 (median)",
-         lambda: kernel_probes.summary(state["kernels"])[0]),
         ("l2_stream_seconds_per_byte", "extra time per byte streamed from L2 (least)",
          lambda: kernel_probes.summary(state["kernels"])[1]),
         (None, "micro-kernels in the loop nest, per padded multiply-add", loop_shapes),
@@ -211,6 +268,8 @@ def _steps(hardware, quick: bool):
                f"{in_place_passes})", in_place_pass(True)),
         ("in_place_filter_seconds", "filter element read in place (median over the shapes)",
          lambda: median(state["in_place"].values())),
+        ("kernel_flops", "micro-kernel rate from L1 (the median over the shapes; the median "
+                         f"of {in_place_passes} passes)", kernel_flops),
     ], state  # fmt: skip
 
 

@@ -34,6 +34,9 @@ OUT_STRIDE = 56 * 56
 # (0 to 3% of the kernel's time) and the L1 spill's (0 in four calibrations,
 # 3.5% in a fifth) changed 9-18 and 31 of ResNet-50's and VGG-16's 70 plans.
 RESOLUTION = 0.05
+# Multiply-add steps of one kernel call in the rate probes (each operand's
+# tile, 256 steps deep, stays within the L1).
+RESIDENT_DEPTH = 256
 
 
 def planner_shapes(vector_bytes: int, vector_registers: int) -> list:
@@ -128,7 +131,7 @@ def kernel_seconds(
     return best_seconds(lambda: run(*args, calls), repeats) / calls
 
 
-def stream_seconds_per_byte(nf, nwin, operand, lanes, footprint, resident, depth=256,
+def stream_seconds_per_byte(nf, nwin, operand, lanes, footprint, resident, depth=RESIDENT_DEPTH,
                             repeats=5) -> float:  # fmt: skip
     """Extra seconds per streamed byte when the streamed operand cycles through
     panels filling ``footprint`` bytes rather than one L1-resident panel
@@ -303,14 +306,14 @@ def interleaved_seconds(runs: dict, lanes, rounds) -> dict:
     return best
 
 
-def resident_seconds(shapes, lanes, depth=256, rounds=15) -> dict:
+def resident_seconds(shapes, lanes, depth=RESIDENT_DEPTH, rounds=15) -> dict:
     """``{(Nf, Nwin, operand): seconds per call}`` with every operand in L1,
     every shape timed in :func:`interleaved_seconds`' rounds."""
     runs = {shape: (*shape, dict(depth=depth)) for shape in shapes}
     return interleaved_seconds(runs, lanes, rounds)
 
 
-def kernel_rates(shapes, lanes, l1_bytes, l2_bytes, repeats=5, depth=256) -> dict:
+def kernel_rates(shapes, lanes, l1_bytes, l2_bytes, repeats=5, depth=RESIDENT_DEPTH) -> dict:
     """``{"NfxNwin[w|f]": (FLOP/s from L1, extra s/byte streaming from L2,
     extra s/byte streaming from L3)}``: the streams cycle over panels filling
     ``min(L2/2, 4 L1)`` (in L2) and ``4 L2`` (beyond it), each against the

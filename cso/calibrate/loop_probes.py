@@ -19,7 +19,7 @@ from ..analysis.cost import workers_read_every_panel
 from ..analysis.weights import kernel_shape_key
 from ..analysis.retile import with_tiles
 from ..executor import available_threads, pack_panels_up_front
-from ..measure import best_times, plan_program
+from ..measure import best_times, fast_quarter_times, plan_program
 from ..packing.filters import aligned_empty
 from ..packing.transpose import pack_filter_tiles_in_turn, vector_token
 from .timing import slope_and_intercept
@@ -210,29 +210,32 @@ def in_place_filter_seconds(hardware, shape, rounds=5) -> float:
     Xeon eight measurements of the 8 x 48 kernel's gave 1-9 units (8 x 32:
     6-13); zeroing those under 2% of the layer made the median jump
     between 0 and 7 units from one calibration to the next, and with it
-    29 of ResNet-50's and VGG-16's 70 per-call plans.  The caller takes a
+    29 of ResNet-50's and VGG-16's 70 per-call plans.  The two plans' times
+    are their fastest quarters' means (:func:`cso.measure.fast_quarter_times`),
+    whose difference moves less than the best rounds'.  The caller takes a
     median of several."""
     x, w = _operands(FILTER_LAYER)
     nf, nwin = shape
     plan = _plan(
         FILTER_LAYER, hardware, vector_operand="windows", windows_per_tile=nwin, filters_per_tile=nf
     )
-    extra = _call_over_packed(plan, FILTER_LAYER, x, w, rounds)
+    extra = _call_over_packed(plan, FILTER_LAYER, x, w, rounds, fast_quarter_times)
     reads = plan.cost_of(plan.schedule).in_place_filter_reads
     return max(0.0, extra) / max(1, reads)
 
 
-def _call_over_packed(plan, layer, x, w, rounds) -> float:
+def _call_over_packed(plan, layer, x, w, rounds, times=best_times) -> float:
     """``plan``'s time per call less its time on filters packed ahead, the
-    two timed in interleaved rounds (best of each)."""
+    two timed in interleaved rounds (``times``: the best of each, or
+    :func:`cso.measure.fast_quarter_times`)."""
     x_shape, _, stride, padding = layer
     panels = pack_filters(w, x_shape, stride=stride, padding=padding, plan=plan)
     programs = {
         "call": plan_program(plan, x, w),
         "packed": plan_program(plan, x, w, prepacked=panels),
     }
-    best = best_times(programs, rounds, MIN_SECONDS)
-    return best["call"] - best["packed"]
+    timed = times(programs, rounds, MIN_SECONDS)
+    return timed["call"] - timed["packed"]
 
 
 def loop_shape_seconds(hardware, shapes, rounds=5) -> dict:

@@ -454,3 +454,32 @@ def test_the_l3_probe_reads_beyond_the_l2_and_within_a_few_of_them(l2, l3, cores
     from cso.analysis.counts import l3_resident_bytes
 
     assert l3_resident_bytes(l2, l3, cores) == expected
+
+
+def test_median_standard_error_is_from_the_interquartile_range():
+    from cso.calibrate import median_standard_error
+
+    # Sorted 1..16: quartiles at positions 4 and 12 (values 5 and 13), n = 16.
+    assert median_standard_error(list(range(16, 0, -1))) == pytest.approx(0.93 * 8 / 4)
+    assert median_standard_error([3.0] * 9) == 0.0
+    # Fewer than four samples: their whole range.
+    assert median_standard_error([1.0, 4.0]) == pytest.approx(0.93 * 3 / 2**0.5)
+
+
+def test_in_place_samples_are_taken_until_their_median_is_precise_or_capped():
+    from cso.calibrate import IN_PLACE_MAX_SAMPLES, IN_PLACE_PRECISION, precise_enough
+
+    tight = [10.0, 10.2, 9.9, 10.1, 9.8, 10.0, 10.3, 9.7, 10.0]
+    assert precise_enough(tight)
+    # The 8 x 48 kernel's spread on a Xeon (ps): the median of nine is not
+    # known to a tenth of itself.
+    wide = [3.4, 8.6, 3.0, 6.6, 13.3, 5.1, 6.8, 5.6, 16.0]
+    assert not precise_enough(wide)
+    # The same spread, three times the samples: the standard error shrinks
+    # by sqrt(3) to 0.63, under a tenth of the median (0.66), before the cap.
+    assert not precise_enough(wide * 2)
+    assert precise_enough(wide * 3) and len(wide * 3) < IN_PLACE_MAX_SAMPLES
+    assert IN_PLACE_PRECISION == 0.1
+    # Samples that never settle stop at the cap.
+    assert precise_enough([0.0, 100.0] * (IN_PLACE_MAX_SAMPLES // 2))
+    assert not precise_enough([0.0, 100.0] * (IN_PLACE_MAX_SAMPLES // 2 - 1))

@@ -1,0 +1,72 @@
+"""cso.measure's timing of programs in interleaved rounds, on a fake clock."""
+
+import itertools
+
+import pytest
+
+from cso import measure
+
+
+class FakeClock:
+    """``time.perf_counter`` for programs that advance it by set durations."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+    def program(self, durations):
+        """A program whose successive calls take ``durations`` (cycled)."""
+        durations = itertools.cycle(durations)
+
+        def run():
+            self.now += next(durations)
+
+        return run
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    fake = FakeClock()
+    monkeypatch.setattr(measure.time, "perf_counter", fake)
+    return fake
+
+
+def test_fast_quarter_times_is_the_mean_of_each_programs_fastest_quarter(clock):
+    # 8 rounds: each program's fastest 2 are averaged, whatever their order.
+    programs = {
+        "a": clock.program([5.0, 1.0, 9.0, 3.0, 2.0, 8.0, 7.0, 6.0]),
+        "b": clock.program([4.0, 4.0, 0.5, 4.0, 4.0, 4.0, 1.5, 4.0]),
+    }
+    times = measure.fast_quarter_times(programs, rounds=8)
+    assert times == {"a": pytest.approx(1.5), "b": pytest.approx(1.0)}
+
+
+def test_fast_quarter_times_runs_at_least_four_rounds_and_every_program_each_round(clock):
+    calls = {"a": 0, "b": 0}
+
+    def counted(name):
+        def run():
+            calls[name] += 1
+            clock.now += 1.0
+
+        return run
+
+    times = measure.fast_quarter_times({name: counted(name) for name in calls}, rounds=1)
+    assert calls == {"a": 4, "b": 4}
+    assert times == {"a": 1.0, "b": 1.0}
+
+
+def test_fast_quarter_times_goes_on_until_min_seconds_at_most_fifty_rounds(clock):
+    calls = []
+
+    def second():
+        calls.append(None)
+        clock.now += 1.0
+
+    measure.fast_quarter_times({"a": second}, rounds=2, min_seconds=10.5)
+    assert len(calls) == 11  # the 11th round ends past 10.5 seconds
+    calls.clear()
+    measure.fast_quarter_times({"a": lambda: calls.append(None)}, rounds=2, min_seconds=1e9)
+    assert len(calls) == 50  # the clock never moves: the cap stops it
