@@ -22,6 +22,7 @@ from .analysis.choices import KCRS_ALGORITHMS
 from .analysis.plan import Plan
 from .launch import launch_for
 from .packing.filters import aligned_empty
+from .workspace import workspace
 
 
 class RepeatedCall:
@@ -37,6 +38,7 @@ class RepeatedCall:
 
     __slots__ = (
         "plan", "prepacked", "launch", "dtype", "size", "shape", "kcrs", "edge", "zero_bias",
+        "no_residual", "tail",
     )  # fmt: skip
 
     def __init__(self, plan: Plan, prepacked: bool = False):
@@ -55,6 +57,10 @@ class RepeatedCall:
             self.zero_bias = executor.placeholder(1, self.dtype)
         elif not prepacked and not panels:
             self.zero_bias, self.edge = executor.plan_constants(plan)
+        # The nest's last arguments, the same every call (executor.nest_arguments).
+        self.no_residual = executor.placeholder(1, self.dtype)
+        launch = self.launch
+        self.tail = (launch.bounds,) if launch.offsets is None else (launch.offsets, launch.bounds)
 
     def __call__(
         self, x: np.ndarray, w: np.ndarray, bias, activation: int, residual=None
@@ -67,25 +73,27 @@ class RepeatedCall:
         dtype = self.dtype
         # 64-byte aligned as cso.outputs.new_output makes it, without its reshape.
         y = aligned_empty(self.size, dtype)
-        if residual is not None:
-            # In the output's dtype and layout; y is new, so they share no memory.
-            residual = executor.flat_operand(residual, dtype)
         if self.kcrs or (self.edge is not None and bias is None):
-            filters = (executor.flat_operand(w, dtype),)
-            if bias is None:
-                fused = (self.zero_bias, False)
-            else:
-                fused = (executor.flat_operand(bias, dtype), True)
+            # executor.nest_arguments' order, built here without its calls:
+            # on a Xeon at two threads, MobileNetV2's and EfficientNet-B0's
+            # depthwise calls in interleaved rounds, 0.3-1.2 microseconds a
+            # call less (three runs each, the old class beside this one).
+            arguments = (executor.flat_operand(x, dtype), executor.flat_operand(w, dtype))
             if not self.kcrs:
-                filters += (self.edge,)
-            if residual is None:
-                fused += (executor.placeholder(1, dtype), activation, False)
+                arguments += (self.edge,)
+            if bias is None:
+                arguments += (self.zero_bias, False)
             else:
-                fused += (residual, activation, True)
-            arguments = executor.nest_arguments(
-                self.launch, executor.flat_operand(x, dtype), filters, fused, y
-            )
+                arguments += (executor.flat_operand(bias, dtype), True)
+            if residual is None:
+                arguments += (self.no_residual, activation, False)
+            else:
+                # In the output's dtype and layout; y is new, so they share no memory.
+                arguments += (executor.flat_operand(residual, dtype), activation, True)
+            arguments += (y, workspace(self.launch.workspace_elements, dtype)) + self.tail
         else:
+            if residual is not None:
+                residual = executor.flat_operand(residual, dtype)
             if self.prepacked:
                 operands = executor.prepacked_operands(w, bias, self.plan)
             else:
