@@ -200,7 +200,7 @@ def in_place_shapes(hardware) -> list:
     return fitting or [min(shapes)]
 
 
-def in_place_filter_seconds(hardware, shape, rounds=5) -> float:
+def in_place_filter_seconds(hardware, shape, rounds=5, times=fast_quarter_times) -> float:
     """Per filter element: :data:`FILTER_LAYER` through a window-vectorised
     plan of ``shape`` (``(Nf, Nwin)``, :func:`in_place_shapes`), reading its
     filters in place, less the same plan reading them packed ahead (0 when
@@ -211,15 +211,17 @@ def in_place_filter_seconds(hardware, shape, rounds=5) -> float:
     6-13); zeroing those under 2% of the layer made the median jump
     between 0 and 7 units from one calibration to the next, and with it
     29 of ResNet-50's and VGG-16's 70 per-call plans.  The two plans' times
-    are their fastest quarters' means (:func:`cso.measure.fast_quarter_times`),
-    whose difference moves less than the best rounds'.  The caller takes a
-    median of several."""
+    are their fastest quarters' means (``times``,
+    :func:`cso.measure.fast_quarter_times`), whose difference moves less
+    than the best rounds' (:func:`cso.measure.best_times`;
+    ``experiments/difference_estimators.py``).  The caller takes a median
+    of several."""
     x, w = _operands(FILTER_LAYER)
     nf, nwin = shape
     plan = _plan(
         FILTER_LAYER, hardware, vector_operand="windows", windows_per_tile=nwin, filters_per_tile=nf
     )
-    extra = _call_over_packed(plan, FILTER_LAYER, x, w, rounds, fast_quarter_times)
+    extra = _call_over_packed(plan, FILTER_LAYER, x, w, rounds, times)
     reads = plan.cost_of(plan.schedule).in_place_filter_reads
     return max(0.0, extra) / max(1, reads)
 
