@@ -15,6 +15,8 @@ import time
 import numba
 import numpy as np
 
+from ..openmp import kept_openmp_threads
+
 
 @numba.njit(fastmath=True, nogil=True, cache=True)
 def _stream_part(source, destination):
@@ -67,8 +69,15 @@ def stream_seconds(read_bytes: int, written_bytes: int, threads: int = 1,
 
     Each round repeats the stream until ``min_seconds`` have passed and takes
     the mean, so that tiny buffers are not timed by the clock's resolution.
+    Numba's thread count and the process's OpenMP counts are left as they
+    were (Numba's OpenMP layer sets the latter as it launches).
     """
     source, destination = stream_buffers(read_bytes, written_bytes)
+    with kept_openmp_threads():
+        return _best_stream(source, destination, threads, rounds, min_seconds)
+
+
+def _best_stream(source, destination, threads, rounds, min_seconds) -> float:
     previous = numba.get_num_threads()
     numba.set_num_threads(threads)
     try:

@@ -23,6 +23,10 @@ def calls():
     cso.conv2d(x, w, padding=1, threads=1)                   # dense, one thread
     cso.conv2d(x, cso.pack_filters(w, x.shape), activation="relu")
     cso.conv2d(x, np.ones((16, 1, 3, 3), np.float32), groups=16)   # depthwise
+    # The bench's roofline stream, on two threads and one (it left 2 before).
+    from cso.microkernels.stream import stream_seconds
+    stream_seconds(1 << 16, 1 << 16, 2, rounds=1, min_seconds=0)
+    stream_seconds(1 << 16, 1 << 16, 1, rounds=1, min_seconds=0)
 """
 
 
