@@ -25,7 +25,8 @@ class MeasuredRates:
         float32 FMA peak of one core, FLOP/s (register-only FMA chains).
     kernel_flops : float
         The micro-kernels' float32 rate with every operand in L1, FLOP/s
-        (the median over the shapes the planner offers).
+        (the median over the shapes the planner offers; in a full
+        calibration, the median of three such passes spread over it).
     l2_stream_seconds_per_byte : float
         Extra time per byte of a micro-kernel's streamed operand read from
         L2 instead of L1 (the same kernel, its streamed panels cycling

@@ -268,8 +268,8 @@ def _steps(hardware, quick: bool):
                f"{in_place_passes})", in_place_pass(True)),
         ("in_place_filter_seconds", "filter element read in place (median over the shapes)",
          lambda: median(state["in_place"].values())),
-        ("kernel_flops", "micro-kernel rate from L1 (the median over the shapes; the median "
-                         f"of {in_place_passes} passes)", kernel_flops),
+        ("kernel_flops", "micro-kernel rate from L1 (median over the shapes and the passes)",
+         kernel_flops),
     ], state  # fmt: skip
 
 
