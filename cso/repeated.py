@@ -38,7 +38,7 @@ class RepeatedCall:
 
     __slots__ = (
         "plan", "prepacked", "launch", "dtype", "size", "shape", "kcrs", "edge", "zero_bias",
-        "no_residual", "tail",
+        "no_residual", "tail", "panel_rows",
     )  # fmt: skip
 
     def __init__(self, plan: Plan, prepacked: bool = False):
@@ -49,13 +49,23 @@ class RepeatedCall:
         self.dtype = np.dtype(plan.dtype)
         self.shape = plan.geometry.output_shape
         self.size = int(np.prod(self.shape))
-        # Filters read in place whose other operands are the plan's alone:
-        # the depthwise families' KCRS rows (packed ahead or not: the same),
-        # and dense plans reading KCRS with no edge tile to pack (edge set).
-        self.edge = None
+        # The calls whose filter operands are the filters themselves and the
+        # plan's constants (executor.filter_operands, prepacked_operands):
+        # the depthwise families' KCRS rows (packed ahead or not: the same);
+        # dense plans reading KCRS rows with no edge tile to pack (edge set;
+        # packed ahead, dot-product panels are those rows); and panels packed
+        # ahead and read whole, whose edge operand is their first Nf rows
+        # (panel_rows set).
+        self.edge = self.panel_rows = None
         if self.kcrs:
             self.zero_bias = executor.placeholder(1, self.dtype)
-        elif not prepacked and not panels:
+        elif prepacked and panels:
+            self.zero_bias = executor.plan_constants(plan)[0]
+            self.panel_rows = plan.filters_per_tile
+        elif not panels:
+            # KCRS rows read in place (dot-product panels packed ahead are
+            # those rows): the edge operand is constant where no group has
+            # fewer than Nf filters.
             self.zero_bias, self.edge = executor.plan_constants(plan)
         # The nest's last arguments, the same every call (executor.nest_arguments).
         self.no_residual = executor.placeholder(1, self.dtype)
@@ -73,13 +83,18 @@ class RepeatedCall:
         dtype = self.dtype
         # 64-byte aligned as cso.outputs.new_output makes it, without its reshape.
         y = aligned_empty(self.size, dtype)
-        if self.kcrs or (self.edge is not None and bias is None):
+        # A bias given per call needs packing (the general path); packed ahead, it is ready.
+        ready_bias = bias is None or self.prepacked
+        if self.kcrs or self.panel_rows is not None or (self.edge is not None and ready_bias):
             # executor.nest_arguments' order, built here without its calls:
             # on a Xeon at two threads, MobileNetV2's and EfficientNet-B0's
             # depthwise calls in interleaved rounds, 0.3-1.2 microseconds a
             # call less (three runs each, the old class beside this one).
-            arguments = (executor.flat_operand(x, dtype), executor.flat_operand(w, dtype))
-            if not self.kcrs:
+            filters = executor.flat_operand(w, dtype)
+            arguments = (executor.flat_operand(x, dtype), filters)
+            if self.panel_rows is not None:
+                arguments += (filters[: self.panel_rows],)
+            elif not self.kcrs:
                 arguments += (self.edge,)
             if bias is None:
                 arguments += (self.zero_bias, False)

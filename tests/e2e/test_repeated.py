@@ -26,6 +26,9 @@ PLANS = [
      dict(vector_operand="windows", filters_per_tile=14), "edge tile packed"),
     ((1, 16, 15, 15), (40, 16, 3, 3), dict(padding=1),
      dict(vector_operand="filters", schedule="IS"), "panels packed"),
+    # Dot products (a 1x1 plane): KCRS rows, packed ahead or not.
+    ((1, 64, 1, 1), (16, 64, 1, 1), {}, dict(vector_operand="reduction"), "in place"),
+    ((2, 48, 1, 1), (5, 48, 1, 1), {}, dict(vector_operand="reduction"), "edge tile packed"),
 ]  # fmt: skip
 
 
