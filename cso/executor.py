@@ -186,14 +186,24 @@ def _depthwise_operands(w_flat, bias, plan: Plan) -> FilterOperands:
     return FilterOperands(w_flat, zeros, False, flat_operand(bias, dtype), True)
 
 
+def bias_is_its_panel(plan: Plan) -> bool:
+    """Whether a ``(K,)`` bias, flat, is already its ``[G][T_f*Nf]`` panel
+    for ``plan``: each group's filters fill whole tiles, so no padding falls
+    between the groups' biases."""
+    return plan.geometry.filters_per_group % plan.filters_per_tile == 0
+
+
 def _bias_panel(bias, plan: Plan):
-    """``bias`` packed as ``[G][T_f*Nf]``; without one, shared zeros (the
+    """``bias`` packed as ``[G][T_f*Nf]`` (the bias as given where it is its
+    own panel: the nests only read it); without one, shared zeros (the
     micro-kernels load the bias row either way, and add it only when there
     is a bias)."""
     g = plan.geometry
     if bias is None:
         padded = ceil_div(g.filters_per_group, plan.filters_per_tile) * plan.filters_per_tile
         return placeholder(g.groups * padded, plan.dtype)
+    if bias_is_its_panel(plan):
+        return flat_operand(bias, np.dtype(plan.dtype))
     return pack_bias(bias, g.filters, g.groups, plan.filters_per_tile, np.dtype(plan.dtype))
 
 

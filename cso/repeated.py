@@ -38,7 +38,7 @@ class RepeatedCall:
 
     __slots__ = (
         "plan", "prepacked", "launch", "dtype", "size", "shape", "kcrs", "edge", "zero_bias",
-        "no_residual", "tail", "panel_rows", "bias_is_panel",
+        "no_residual", "tail", "panel_rows", "bias_ready",
     )  # fmt: skip
 
     def __init__(self, plan: Plan, prepacked: bool = False):
@@ -67,10 +67,8 @@ class RepeatedCall:
             # those rows): the edge operand is constant where no group has
             # fewer than Nf filters.
             self.zero_bias, self.edge = executor.plan_constants(plan)
-        # Where each group's filters fill whole tiles, the bias panel
-        # ([G][T_f*Nf], executor.filter_operands) is the (K,) bias as given.
-        g = plan.geometry
-        self.bias_is_panel = g.filters_per_group % plan.filters_per_tile == 0
+        # A bias that needs no packing: packed ahead, or its own panel.
+        self.bias_ready = prepacked or executor.bias_is_its_panel(plan)
         # The nest's last arguments, the same every call (executor.nest_arguments).
         self.no_residual = executor.placeholder(1, self.dtype)
         launch = self.launch
@@ -87,9 +85,8 @@ class RepeatedCall:
         dtype = self.dtype
         # 64-byte aligned as cso.outputs.new_output makes it, without its reshape.
         y = aligned_empty(self.size, dtype)
-        # A bias given per call needs packing (the general path) unless it is
-        # its own panel; packed ahead, it is ready.
-        ready_bias = bias is None or self.prepacked or self.bias_is_panel
+        # A bias given per call that needs packing takes the general path.
+        ready_bias = bias is None or self.bias_ready
         if self.kcrs or self.panel_rows is not None or (self.edge is not None and ready_bias):
             # executor.nest_arguments' order, built here without its calls:
             # on a Xeon at two threads, MobileNetV2's and EfficientNet-B0's
