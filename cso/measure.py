@@ -136,7 +136,33 @@ def best_times(programs, rounds=5, min_seconds=0.0):
     cache (on a Xeon, ``dw 3x3 576 @14``: per call 66 and packed 52
     microseconds that way, 50 and 47 timed without the peers).
     """
-    best = {name: float("inf") for name in programs}
+    return {name: min(times) for name, times in _round_times(programs, rounds, min_seconds).items()}
+
+
+def fast_quarter_times(programs, rounds=5, min_seconds=0.0):
+    """Each program's mean time over its fastest quarter of interleaved
+    rounds (as in :func:`best_times`, and at least 4).
+
+    For a difference of two programs' times that is a few percent of
+    either: the best of each is one lucky round apiece, and the difference
+    of two such moves by as much as itself.  On a shared Xeon, a filter
+    read in place by the 8 x 48 kernel (two 1.5 ms programs 2% apart),
+    sampled 16 times: the difference of the best rounds 10.1 ps a read
+    (standard deviation 6.4), of the fastest quarters' means 9.0 (2.5).
+    """
+    samples = _round_times(programs, max(4, rounds), min_seconds)
+    result = {}
+    for name, times in samples.items():
+        quarter = max(1, len(times) // 4)
+        result[name] = sum(sorted(times)[:quarter]) / quarter
+    return result
+
+
+def _round_times(programs, rounds, min_seconds) -> dict:
+    """``{name: [seconds of each round]}``: at least ``rounds`` rounds, more
+    until ``min_seconds`` have passed, 50 at most; each round runs every
+    program once, in a fresh seeded shuffle (:func:`best_times`)."""
+    samples = {name: [] for name in programs}
     order = list(programs)
     shuffle = random.Random(0).shuffle
     started = time.perf_counter()
@@ -146,37 +172,9 @@ def best_times(programs, rounds=5, min_seconds=0.0):
         for name in order:
             start = time.perf_counter()
             programs[name]()
-            best[name] = min(best[name], time.perf_counter() - start)
-        done += 1
-    return best
-
-
-def fast_quarter_times(programs, rounds=5, min_seconds=0.0):
-    """Each program's mean time over its fastest quarter of interleaved
-    rounds (shuffled as in :func:`best_times`, at least ``rounds`` and
-    4, more until ``min_seconds`` have passed, 50 at most).
-
-    For a difference of two programs' times that is a few percent of
-    either: the best of each is one lucky round apiece, and the difference
-    of two such moves by as much as itself.  On a shared Xeon, a filter
-    read in place by the 8 x 48 kernel (two 1.5 ms programs 2% apart),
-    sampled 16 times: the difference of the best rounds 10.1 ps a read
-    (standard deviation 6.4), of the fastest quarters' means 9.0 (2.5).
-    """
-    samples = {name: [] for name in programs}
-    order = list(programs)
-    shuffle = random.Random(0).shuffle
-    started = time.perf_counter()
-    done = 0
-    while done < max(4, rounds) or (time.perf_counter() - started < min_seconds and done < 50):
-        shuffle(order)
-        for name in order:
-            start = time.perf_counter()
-            programs[name]()
             samples[name].append(time.perf_counter() - start)
         done += 1
-    quarter = max(1, done // 4)
-    return {name: sum(sorted(times)[:quarter]) / quarter for name, times in samples.items()}
+    return samples
 
 
 def plan_program(plan: Plan, x, w, bias=None, *, variant=None, prepacked=None):

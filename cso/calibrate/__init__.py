@@ -156,7 +156,7 @@ def _steps(hardware, quick: bool):
         # and VGG-16's 70 plans.
         seconds = kernel_probes.resident_seconds(shapes, lanes, rounds=3 * repeats)
         resident_medians.append(
-            median(2 * nf * nwin * kernel_probes.RESIDENT_DEPTH / seconds[nf, nwin, operand]
+            median(kernel_probes.call_flops(nf, nwin, seconds[nf, nwin, operand])
                    for nf, nwin, operand in shapes)
         )  # fmt: skip
 

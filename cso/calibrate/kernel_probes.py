@@ -313,6 +313,11 @@ def resident_seconds(shapes, lanes, depth=RESIDENT_DEPTH, rounds=15) -> dict:
     return interleaved_seconds(runs, lanes, rounds)
 
 
+def call_flops(nf, nwin, seconds, depth=RESIDENT_DEPTH) -> float:
+    """FLOP/s of an ``Nf x Nwin`` kernel call of ``depth`` steps that took ``seconds``."""
+    return 2 * nf * nwin * depth / seconds
+
+
 def kernel_rates(shapes, lanes, l1_bytes, l2_bytes, repeats=5, depth=RESIDENT_DEPTH) -> dict:
     """``{"NfxNwin[w|f]": (FLOP/s from L1, extra s/byte streaming from L2,
     extra s/byte streaming from L3)}``: the streams cycle over panels filling
@@ -330,7 +335,7 @@ def kernel_rates(shapes, lanes, l1_bytes, l2_bytes, repeats=5, depth=RESIDENT_DE
     for nf, nwin, operand in shapes:
         resident = resident_of[(nf, nwin, operand)]
         rates[kernel_shape_key(nf, nwin, operand)] = (
-            2 * nf * nwin * depth / resident,
+            call_flops(nf, nwin, resident, depth),
             stream_seconds_per_byte(
                 nf, nwin, operand, lanes, min(l2_bytes // 2, 4 * l1_bytes), resident, depth,
                 repeats,
