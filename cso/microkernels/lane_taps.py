@@ -141,8 +141,7 @@ def build_lane_tap_kernel(
                 accumulators.append(phi)
             tap_row = b.mul(r, e.constant(kernel_width * lanes))
             taps = [
-                b.load(e.vector_at(filters_base, b.add(tap_row, e.constant(s * lanes))),
-                       align=e.align)
+                e.load(filters_base, b.add(tap_row, e.constant(s * lanes)))
                 for s in range(kernel_width)
             ]  # fmt: skip
             row = b.mul(r, step_v)
@@ -150,9 +149,7 @@ def build_lane_tap_kernel(
             for c, feeds in enumerate(uses):
                 if not feeds:
                     continue
-                value = b.load(
-                    e.vector_at(inputs_base, b.add(row, e.constant(c * lanes))), align=e.align
-                )
+                value = e.load(inputs_base, b.add(row, e.constant(c * lanes)))
                 for q, s in feeds:
                     updated[q] = b.call(e.fma, [taps[s], value, updated[q]])
             following = b.add(r, e.constant(1))
@@ -168,7 +165,7 @@ def build_lane_tap_kernel(
                 phi.add_incoming(updated[q], loop)
                 results.append(phi)
             for q, value in enumerate(results):
-                b.store(value, e.vector_at(out_base, e.constant(q * lanes)), align=e.align)
+                e.store(value, out_base, e.constant(q * lanes))
             return context.get_dummy_value()
 
         return sig, codegen

@@ -80,10 +80,10 @@ def build_lane_pack(dtype_name: str, vector_lanes: int):
             with b.if_else(whole, likely=True) as (then, otherwise):
                 with then:
                     rows = [
-                        b.load(e.vector_at(src_base, offset), align=e.align) for offset in sources
+                        e.load(src_base, offset) for offset in sources
                     ]
                     for i, value in enumerate(transpose(b, rows)):
-                        b.store(value, e.vector_at(dst_base, target(i)), align=e.align)
+                        e.store(value, dst_base, target(i))
                 with otherwise:
                     pixels = e.lanes_below(count_v)
                     rows = []
@@ -96,7 +96,7 @@ def build_lane_pack(dtype_name: str, vector_lanes: int):
                         store = b.append_basic_block(f"pack.store{i}")
                         b.cbranch(b.icmp_signed("<", e.constant(i), count_v), store, done)
                         b.position_at_end(store)
-                        b.store(value, e.vector_at(dst_base, target(i)), align=e.align)
+                        e.store(value, dst_base, target(i))
                     b.branch(done)
                     b.position_at_end(done)
             return context.get_dummy_value()
@@ -142,7 +142,7 @@ def build_lane_unpack(dtype_name: str, vector_lanes: int):
 
             def channels():
                 pixels = [
-                    b.load(e.vector_at(src_base, e.constant(i * lanes)), align=e.align)
+                    e.load(src_base, e.constant(i * lanes))
                     for i in range(lanes)
                 ]
                 return transpose(b, pixels)
@@ -153,16 +153,14 @@ def build_lane_unpack(dtype_name: str, vector_lanes: int):
                     results = emit_epilogue(
                         b,
                         channels(),
-                        lambda index: b.load(
-                            e.vector_at(res_base, offsets[index]), align=e.align
-                        ),
+                        lambda index: e.load(res_base, offsets[index]),
                         activation_v,
                         has_residual_v,
                     )
                     for offset in offsets:
                         e.prefetch_for_store(dst_base, b.add(offset, ahead))
                     for value, offset in zip(results, offsets):
-                        b.store(value, e.vector_at(dst_base, offset), align=e.align)
+                        e.store(value, dst_base, offset)
                 with otherwise:
                     in_run = e.lanes_below(count_v)
                     masks = [

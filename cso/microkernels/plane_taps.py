@@ -151,10 +151,7 @@ def build_plane_tap_kernel(
 
             sums = emit_epilogue(b, sums, residual_of, activation_v, has_residual_v)
             for u, value in enumerate(sums):
-                if checked:
-                    e.store(value, out_base, e.constant(u * lanes), mask(u, 0))
-                else:
-                    b.store(value, e.vector_at(out_base, e.constant(u * lanes)), align=e.align)
+                e.store(value, out_base, e.constant(u * lanes), mask(u, 0) if checked else None)
             return context.get_dummy_value()
 
         return sig, codegen
