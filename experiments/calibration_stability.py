@@ -30,7 +30,7 @@ import cso  # noqa: E402
 from cso.analysis.calibration import derive_weights  # noqa: E402
 from cso.analysis.calibration_store import rates_from_record  # noqa: E402
 from cso.analysis.detect import stored_or_probed  # noqa: E402
-from cso.analysis.weights import TABLE_WEIGHTS  # noqa: E402
+from cso.analysis.weights import TABLE_LABELS, TABLE_WEIGHTS  # noqa: E402
 from cso.measure import best_times, plan_program  # noqa: E402
 from cso.models import MODELS  # noqa: E402
 from forced_shapes import describe  # noqa: E402
@@ -65,14 +65,14 @@ def main():
     for field in fields(hardware[0].weights):
         a, b = (getattr(h.weights, field.name) for h in hardware)
         if field.name in SHAPE_WEIGHTS:
-            weight = SHAPE_WEIGHTS[field.name]
+            label = TABLE_LABELS[field.name]
             for shape in sorted(dict(a).keys() | dict(b).keys()):
                 # A shape absent from a record's table takes the record's shared
                 # weight (mac_cost, in_place_filter_cost or input_pack_cost).
                 costs = [dict(pairs).get(shape) for pairs in (a, b)]
                 if costs[0] != costs[1]:
                     shown = ["shared" if cost is None else f"{cost:g}" for cost in costs]
-                    print(f"  {weight + ' ' + shape:<24} {shown[0]:>10} {shown[1]:>10}")
+                    print(f"  {label + ' ' + shape:<24} {shown[0]:>10} {shown[1]:>10}")
         elif a != b:
             print(f"  {field.name:<24} {a:>10g} {b:>10g}")
     same = total = 0

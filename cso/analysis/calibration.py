@@ -73,35 +73,95 @@ def kernel_mac_costs(rates: MeasuredRates) -> tuple:
     ``mac_cost``.
 
     With ``loop_shape_seconds`` (the shapes timed in the loop nest, ``t_s``
-    per padded multiply-add, ``d = t_s / median(t) - 1``): ``c_mac,shape =
-    mac_cost * (1 + sign(d) * (|d| - tol))``, ``tol`` the tolerance, so
-    that a shape's cost is continuous in its rate: a shape just past the
-    tolerance costs just more than ``mac_cost``, not ``|d|`` more (on a
-    Xeon, 48x7f read 7.9% and 8.5% past the median in two calibrations,
-    and costing 8.5% more in the second moved six ResNet-50 layers of 7x7
-    outputs to 32x14f, 4-15% slower there: 61 of 70 plans alike, 67 with
-    this rule).  Without (older records): ``4 F / F_shape`` from each
-    shape's rate from L1.  The loop nest is what the model prices: on a
-    shared Xeon the 16 x 16 kernel ran at 82% of the peak from L1, as the
-    others did, and at 44-47% in every ResNet-50 layer's loop nest (the
-    others 65-75%), where the model took it for its lesser padding on seven
-    of the layers.
+    per padded multiply-add): ``c_mac,shape = mac_cost * (1 +
+    beyond_tolerance(d))`` with ``d`` the larger of ``t_s / median(t) - 1``
+    and the shape's shortfall from L1 (:func:`shape_deviation`).  The loop
+    nest is what the model prices: on a shared Xeon the 16 x 16 kernel ran
+    at 82% of the peak from L1, as the others did, and at 44-47% in every
+    ResNet-50 layer's loop nest (the others 65-75%), where the model took
+    it for its lesser padding on seven of the layers.  Without (older
+    records): ``4 F / F_shape`` from each shape's rate from L1.
     """
     if rates.loop_shape_seconds:
-        middle = median(seconds for _, seconds in rates.loop_shape_seconds)
-        base = mac_cost(rates)
-        costs = []
-        for shape, seconds in rates.loop_shape_seconds:
-            off = seconds / middle - 1.0
-            if abs(off) > SHAPE_RATE_TOLERANCE:
-                beyond = math.copysign(abs(off) - SHAPE_RATE_TOLERANCE, off)
-                costs.append((shape, rounded(base * (1.0 + beyond))))
-        return tuple(costs)
+        return _loop_mac_costs(rates, rates.loop_shape_seconds, every=False)
     return tuple(
         (shape, rounded(4.0 * rates.fma_flops / flops))
         for shape, flops in rates.kernel_shape_flops
         if abs(flops / rates.kernel_flops - 1.0) > SHAPE_RATE_TOLERANCE
     )
+
+
+def pointwise_mac_costs(rates: MeasuredRates) -> tuple:
+    """``((shape, c_mac,shape,1x1), ...)`` for every shape timed in the loop
+    nest on a 1x1 layer (``loop_pointwise_shape_seconds``), by
+    :func:`kernel_mac_costs`' rule against those shapes' median
+    (``mac_cost`` within the tolerance); empty where it was not measured
+    (the 3x3 layer's costs then serve 1x1 layers too).
+
+    Every shape is listed so that a shape within the tolerance on 1x1
+    layers costs ``mac_cost`` there even where the 3x3 layer gave it a
+    cost of its own."""
+    return _loop_mac_costs(rates, rates.loop_pointwise_shape_seconds, every=True)
+
+
+def shape_deviation(loop_off: float, resident_off) -> float:
+    """``d = max(d_loop, d_L1)`` where ``d_L1 > 0``, else ``d_loop``: how
+    much slower than the median a shape runs in the loop nest
+    (``loop_off``, ``t_s / median(t) - 1``), and at least as much as it
+    falls short from L1 (``resident_off``, ``median(F) / F_s - 1``; None
+    where the shape's rate from L1 was not measured).
+
+    The loop nest's figure is one state of a shared machine, and a kernel
+    bound by its loads loses more when the core's sibling is busy: on an
+    AMD EPYC (Zen 3) the 8 x 8 kernel (nine loads per eight FMAs, 83-84%
+    of the peak from L1 against the others' 96-98%) ran 7-13% slower than
+    the median shape on a 3x3 layer in quiet minutes and 21-35% in busy
+    ones, and priced by the quiet figure the model took it for its lesser
+    padding on ResNet-50's 3x3 layers of 7x7 outputs, 1.14-1.37x slower
+    there than 6 x 16.  Its shortfall from L1 is a floor that holds in
+    either state."""
+    if resident_off is None or resident_off <= 0:
+        return loop_off
+    return max(loop_off, resident_off)
+
+
+def beyond_tolerance(deviation: float, tolerance: float = None) -> float:
+    """``0`` for ``|d| <= tol``, ``sign(d) * 2 (|d| - tol)`` up to ``2 tol``,
+    ``d`` beyond (``tol``: :data:`SHAPE_RATE_TOLERANCE`).
+
+    Continuous, so that noise near the tolerance moves a cost a little, not
+    by the tolerance (on a Xeon, 48x7f read 7.9% and 8.5% past the median
+    in two calibrations, and costing it 8.5% more in the second moved six
+    ResNet-50 layers of 7x7 outputs to 32x14f, 4-15% slower there: 61 of 70
+    plans alike, 67 with a continuous rule), and whole beyond twice the
+    tolerance, so that a shape far off is priced at what it loses (with
+    ``|d| - tol`` throughout, a shape 13% slower cost 5% more)."""
+    tolerance = SHAPE_RATE_TOLERANCE if tolerance is None else tolerance
+    size = abs(deviation)
+    if size <= tolerance:
+        return 0.0
+    if size < 2 * tolerance:
+        return math.copysign(2 * (size - tolerance), deviation)
+    return deviation
+
+
+def _loop_mac_costs(rates: MeasuredRates, loop_seconds, every: bool) -> tuple:
+    """The shapes of ``loop_seconds`` past the tolerance (``every``: all of
+    them, the others at ``mac_cost``) with their costs by
+    :func:`kernel_mac_costs`' rule."""
+    if not loop_seconds:
+        return ()
+    middle = median(seconds for _, seconds in loop_seconds)
+    resident = dict(rates.kernel_shape_flops)
+    resident_middle = median(resident.values()) if resident else None
+    base = mac_cost(rates)
+    costs = []
+    for shape, seconds in loop_seconds:
+        resident_off = resident_middle / resident[shape] - 1.0 if shape in resident else None
+        beyond = beyond_tolerance(shape_deviation(seconds / middle - 1.0, resident_off))
+        if beyond or every:
+            costs.append((shape, rounded(base * (1.0 + beyond))))
+    return tuple(costs)
 
 
 def kernel_in_place_costs(rates: MeasuredRates) -> tuple:
@@ -305,7 +365,8 @@ CALIBRATED_WEIGHTS = tuple(FORMULAS)
 
 def derive_weights(rates: MeasuredRates) -> CostWeights:
     """The :class:`CostWeights` of ``rates``: each of :data:`FORMULAS`,
-    :func:`rounded`, each shape's :func:`kernel_mac_costs` and
+    :func:`rounded`, each shape's :func:`kernel_mac_costs` (and
+    :func:`pointwise_mac_costs`) and
     :func:`kernel_in_place_costs`, and each packing kind's
     :func:`input_pack_costs`; ``origin`` is ``"calibrated"``.
 
@@ -319,6 +380,7 @@ def derive_weights(rates: MeasuredRates) -> CostWeights:
         DEFAULT_WEIGHTS,
         **derived,
         kernel_mac_costs=kernel_mac_costs(rates),
+        pointwise_mac_costs=pointwise_mac_costs(rates),
         kernel_in_place_costs=kernel_in_place_costs(rates),
         input_pack_costs=input_pack_costs(rates),
         origin="calibrated",

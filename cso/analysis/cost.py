@@ -423,7 +423,7 @@ def schedule_traffic(
     )
     shape = kernel_shape_key(filters_per_tile, windows_per_tile, vector_operand)
     shape_costs = dict(
-        mac_cost=hardware.weights.mac_cost_of(shape),
+        mac_cost=hardware.weights.mac_cost_of(shape, pointwise=kernel_area == 1),
         in_place_cost=hardware.weights.in_place_cost_of(shape),
         input_pack_cost=hardware.weights.input_pack_cost_of(input_pack_kind),
         filter_pack_cost=filter_pack_cost_for(

@@ -128,9 +128,12 @@ def _hidden(traffic, plan) -> float:
 
 
 def kernel_mac_cost(plan) -> float:
-    """``c_mac`` of the plan's micro-kernel shape (``CostWeights.mac_cost_of``)."""
+    """``c_mac`` of the plan's micro-kernel shape (``CostWeights.mac_cost_of``,
+    its 1x1 figure on a 1x1 layer)."""
+    geometry = plan.geometry
     return plan.hardware.weights.mac_cost_of(
-        kernel_shape_key(plan.filters_per_tile, plan.windows_per_tile, plan.vector_operand)
+        kernel_shape_key(plan.filters_per_tile, plan.windows_per_tile, plan.vector_operand),
+        pointwise=geometry.kernel_height * geometry.kernel_width == 1,
     )
 
 
@@ -241,8 +244,14 @@ def _filter_pack_story(plan) -> str:
 def _mac_cost_story(plan) -> str:
     own = kernel_mac_cost(plan)
     shape = kernel_shape_key(plan.filters_per_tile, plan.windows_per_tile, plan.vector_operand)
-    measured = any(name == shape for name, _ in plan.hardware.weights.kernel_mac_costs)
-    where = "this shape's, calibrated" if measured else "the weights' mac_cost"
+    weights = plan.hardware.weights
+    geometry = plan.geometry
+    if geometry.kernel_height * geometry.kernel_width == 1 and weights.pointwise_mac_costs:
+        measured = any(name == shape for name, _ in weights.pointwise_mac_costs)
+        where = "this shape's on 1x1 layers, calibrated" if measured else "the weights' mac_cost"
+    else:
+        measured = any(name == shape for name, _ in weights.kernel_mac_costs)
+        where = "this shape's, calibrated" if measured else "the weights' mac_cost"
     return f"c_mac {own:.3g} ({where})"
 
 

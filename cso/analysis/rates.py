@@ -121,6 +121,11 @@ class MeasuredRates:
         ``(shape, seconds)`` pairs.  Where it was measured it sets the
         shapes' own mac costs (:func:`kernel_mac_costs`) instead of the
         rates from L1.  Empty in records made before it was measured.
+    loop_pointwise_shape_seconds : tuple of (str, float)
+        The same on a 1x1 layer (its window tiles' channels streaming from
+        L2): where it was measured it sets the shapes' mac costs on 1x1
+        layers (:func:`pointwise_mac_costs`).  Empty in records made before
+        it was measured.
     """
 
     fma_flops: float
@@ -149,6 +154,7 @@ class MeasuredRates:
     in_place_shape_seconds: tuple = ()
     input_pack_kind_seconds: tuple = ()
     loop_shape_seconds: tuple = ()
+    loop_pointwise_shape_seconds: tuple = ()
 
     def __post_init__(self):
         for name in _SHAPE_RATES:
@@ -158,7 +164,7 @@ class MeasuredRates:
                 shape_pairs(
                     getattr(self, name),
                     f"MeasuredRates.{name}",
-                    zero_allowed=name not in ("kernel_shape_flops", "loop_shape_seconds"),
+                    zero_allowed=name not in _POSITIVE_SHAPE_RATES,
                 ),
             )
         for field in fields(self):
@@ -194,4 +200,7 @@ _SHAPE_RATES = (
     "in_place_shape_seconds",
     "input_pack_kind_seconds",
     "loop_shape_seconds",
+    "loop_pointwise_shape_seconds",
 )
+# Of those, the tables whose figures are rates or whole times, never 0.
+_POSITIVE_SHAPE_RATES = ("kernel_shape_flops", "loop_shape_seconds", "loop_pointwise_shape_seconds")

@@ -178,6 +178,17 @@ class CostWeights:
         8 x 8 for its lesser padding on 13 of ResNet-50's layers, which it
         ran at 0.65-0.95x the 6 x 16's speed.  Empty by default (one rate
         for every shape, as measured on the AVX-512 Xeon).
+    pointwise_mac_costs : tuple of (str, float)
+        ``mac_cost`` of each micro-kernel shape on a 1x1 layer, every shape
+        a calibration measured there listed (those within the tolerance at
+        ``mac_cost``); when it is not empty it stands for
+        ``kernel_mac_costs`` on 1x1 layers.  Shapes rank differently there:
+        on an AMD EPYC (Zen 3, AVX2) the 8 x 8 kernel ran 7-8% slower than
+        the median shape per padded multiply-add on a 3x3 layer and 22-39%
+        slower on 1x1 layers, where the model, pricing it by the 3x3
+        layer, took it for its lesser padding on ResNet-50's 1x1 layers of
+        7x7 outputs and ran them 1.25-1.57x slower than the fastest shape.
+        Empty by default.
     kernel_in_place_costs : tuple of (str, float)
         ``in_place_filter_cost`` of each window-vectorised shape a
         calibration measured, as ``(shape, cost)`` pairs; a shape without
@@ -229,6 +240,7 @@ class CostWeights:
     dram_shared_cost: float = 20.0
     l1_conflict_cost: float = 128.0
     kernel_mac_costs: tuple = ()
+    pointwise_mac_costs: tuple = ()
     kernel_in_place_costs: tuple = ()
     input_pack_costs: tuple = ()
     origin: str = "defaults"
@@ -262,10 +274,13 @@ class CostWeights:
             )
 
 
-    def mac_cost_of(self, shape: str) -> float:
+    def mac_cost_of(self, shape: str, pointwise: bool = False) -> float:
         """``c_mac`` of the micro-kernel ``shape`` (:func:`kernel_shape_key`):
-        its own from ``kernel_mac_costs``, else ``mac_cost``."""
-        return dict(self.kernel_mac_costs).get(shape, self.mac_cost)
+        its own from ``kernel_mac_costs`` (from ``pointwise_mac_costs`` on a
+        1x1 layer, ``pointwise``, when that table is not empty), else
+        ``mac_cost``."""
+        table = self.pointwise_mac_costs if pointwise and self.pointwise_mac_costs else None
+        return dict(table or self.kernel_mac_costs).get(shape, self.mac_cost)
 
     def in_place_cost_of(self, shape: str) -> float:
         """``c_in_place`` of the micro-kernel ``shape``: its own from
@@ -322,10 +337,14 @@ def shape_pairs(value, what: str, zero_allowed: bool = True) -> tuple:
 # the weight it maps to here.
 TABLE_WEIGHTS = {
     "kernel_mac_costs": "mac_cost",
+    "pointwise_mac_costs": "mac_cost",
     "kernel_in_place_costs": "in_place_filter_cost",
     "input_pack_costs": "input_pack_cost",
 }
 SHAPE_TABLES = tuple(TABLE_WEIGHTS)
+# How each table's rows are labelled in reports: its weight's name, and
+# "1x1" for the costs on 1x1 layers, which share their weight with another.
+TABLE_LABELS = dict(TABLE_WEIGHTS, pointwise_mac_costs="mac_cost 1x1")
 
 # Weights that are shares, checked against their own ranges.
 _FRACTIONS = ("sweep_fraction", "stream_overlap")

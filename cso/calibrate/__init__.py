@@ -172,33 +172,50 @@ def _steps(hardware, quick: bool):
         return [
             (None, description, in_place_pass(False)),
             (None, f"micro-kernel rates from L1 ({index + 1}/{in_place_passes})", resident_pass),
-        ]
+            (None, f"micro-kernels in the loop nest and input packing ({index}/{in_place_passes})",
+             loop_and_packing_pass(False)),
+        ]  # fmt: skip
 
-    def loop_shapes():
-        # Per shape, the median of several timings in the loop nest.
-        runs = [
-            loop_probes.loop_shape_seconds(hardware, shapes, rounds)
-            for _ in range(1 if quick else 3)
-        ]
-        state["loop_shapes"] = {key: median(run[key] for run in runs) for key in runs[0]}
-        return state["loop_shapes"]
+    # The figures below are medians of samples taken in the passes spread
+    # over the calibration (one pass when quick), not all at once: on a
+    # shared EPYC (Zen 3) one calibration's input packing read 1.5-1.75x
+    # the others' (a busy minute of the memory), and its plans matched the
+    # others' on 87-90% of ResNet-50's and VGG-16's layers.
+    loop_layers = {
+        "loop_shapes": loop_probes.SHAPE_LAYER,
+        "loop_pointwise_shapes": loop_probes.POINTWISE_SHAPE_LAYER,
+    }
+    loop_runs = {name: [] for name in loop_layers}
+    pack_kinds = loop_probes.PACK_LAYERS
+    if quick:
+        pack_kinds = {kind: pack_kinds[kind] for kind in ("shifted",)}
+    pack_samples = {kind: [] for kind in pack_kinds}
 
-    def input_packing():
-        # Per kind, the median of several differences: one median over the
-        # kinds moved from one kind's figure to another's between runs.
-        kinds = loop_probes.PACK_LAYERS
-        if quick:
-            kinds = {kind: kinds[kind] for kind in ("shifted",)}
-        measured = {
-            kind: median_of(
-                lambda layer=layer: loop_probes.input_pack_seconds(hardware, layer, rounds),
-                1 if quick else 5,
-            )()
-            for kind, layer in kinds.items()
-        }
-        # A kind whose layer packs nothing here keeps the median's weight.
-        state["input_pack"] = {k: v for k, v in measured.items() if v is not None}
-        return state["input_pack"]
+    def loop_and_packing_pass(last: bool):
+        # Per shape, one timing in the loop nest on each layer; per kind of
+        # input packing, two differences (one when quick).
+        def run():
+            for name, layer in loop_layers.items():
+                loop_runs[name].append(
+                    loop_probes.loop_shape_seconds(hardware, shapes, rounds, layer)
+                )
+            for kind, layer in pack_kinds.items():
+                for _ in range(1 if quick else 2):
+                    seconds = loop_probes.input_pack_seconds(hardware, layer, rounds)
+                    pack_samples[kind].append(seconds)
+            if not last:
+                return None
+            for name, runs in loop_runs.items():
+                state[name] = {key: median(run[key] for run in runs) for key in runs[0]}
+            # A kind whose layer packs nothing here keeps the median's weight.
+            state["input_pack"] = {
+                kind: median(values)
+                for kind, values in pack_samples.items()
+                if not any(value is None for value in values)
+            }
+            return state["input_pack"]
+
+        return run
 
     def line_reload():
         shape = conflict_probe_shape(
@@ -220,7 +237,6 @@ def _steps(hardware, quick: bool):
                "rate from L1 and with L2 and L3 streams", kernels),
         ("l2_stream_seconds_per_byte", "extra time per byte streamed from L2 (least)",
          lambda: kernel_probes.summary(state["kernels"])[1]),
-        (None, "micro-kernels in the loop nest, per padded multiply-add", loop_shapes),
         *in_place_early(1),
         ("l3_bytes_per_second", "L3 read bandwidth, one core",
          lambda: memory_probes.read_bandwidth(l3_size, repeats, passes=4)),
@@ -253,8 +269,10 @@ def _steps(hardware, quick: bool):
          lambda: loop_probes.unpacked_call_seconds(hardware, "depthwise_planes", rounds)),
         ("kernel_call_seconds", "micro-kernel call in the loop nest",
          lambda: loop_probes.kernel_call_seconds(hardware, rounds)),
-        (None, "input elements packed into panels, per kind of packing "
-               f"({', '.join(loop_probes.PACK_LAYERS)})", input_packing),
+        (None, "micro-kernels in the loop nest (a 3x3 and a 1x1 layer, per padded multiply-add) "
+               "and input elements packed into panels, per kind of packing "
+               f"({', '.join(pack_kinds)}) ({in_place_passes}/{in_place_passes})",
+         loop_and_packing_pass(True)),
         ("input_pack_seconds", "input element packed into panels (median over the kinds)",
          lambda: median(state["input_pack"].values())),
         ("filter_pack_seconds", "filter element packed",
@@ -327,4 +345,5 @@ def measure_rates(hardware, *, quick: bool = False, progress=None, details=None)
     values["in_place_shape_seconds"] = state["in_place"]
     values["input_pack_kind_seconds"] = state["input_pack"]
     values["loop_shape_seconds"] = state["loop_shapes"]
+    values["loop_pointwise_shape_seconds"] = state["loop_pointwise_shapes"]
     return MeasuredRates(**values)

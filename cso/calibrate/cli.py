@@ -18,7 +18,7 @@ from dataclasses import fields
 
 from ..analysis import calibration, calibration_store
 from ..analysis.detect import stored_or_probed
-from ..analysis.weights import DEFAULT_WEIGHTS, SHAPE_TABLES, TABLE_WEIGHTS
+from ..analysis.weights import DEFAULT_WEIGHTS, SHAPE_TABLES, TABLE_LABELS, TABLE_WEIGHTS
 from . import measure_rates
 
 _UNITS = {
@@ -34,6 +34,7 @@ _TABLE_LABELS = {
     "in_place_shape_seconds": "in place, ",
     "input_pack_kind_seconds": "packing, ",
     "loop_shape_seconds": "in the loop, ",
+    "loop_pointwise_shape_seconds": "in the loop, 1x1, ",
 }
 
 
@@ -65,9 +66,10 @@ def weights_table(weights) -> str:
         lines.append(f"{field.name:<24} {new:>12.4g} {old:>12.4g} {ratio}{measured}")
     for table, weight in TABLE_WEIGHTS.items():
         old = getattr(DEFAULT_WEIGHTS, weight)
+        label = TABLE_LABELS[table]
         for shape, cost in getattr(weights, table):
             ratio = f"{cost / old:7.2f}" if old else "      -"
-            lines.append(f"{weight + ' ' + shape:<24} {cost:>12.4g} {old:>12.4g} {ratio}")
+            lines.append(f"{label + ' ' + shape:<24} {cost:>12.4g} {old:>12.4g} {ratio}")
     return "\n".join(lines)
 
 

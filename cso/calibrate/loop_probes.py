@@ -42,6 +42,11 @@ FILTER_LAYER = ((1, 256, 14, 14), (256, 256, 3, 3), 1, 1)
 # 14x14 the shapes' padding differs most (196 windows in tiles of 14 to 48),
 # which the rate per padded multiply-add takes out.
 SHAPE_LAYER = FILTER_LAYER
+# And on this 1x1 layer, whose window tiles' 512 channels stream from L2:
+# shapes rank otherwise there.  On an AMD EPYC of Zen 3 the 8 x 8 kernel ran
+# 7-8% slower than the median shape on SHAPE_LAYER and 22-39% slower on 1x1
+# layers of 7x7 and 14x14 outputs; 16 x 6 13-15% slower and at the median.
+POINTWISE_SHAPE_LAYER = ((1, 512, 7, 7), (512, 512, 1, 1), 1, 0)
 # Filters to pack: 2.4 million elements, about a millisecond, well above the
 # timer's and the allocator's noise (FILTER_LAYER's 0.6 million varied by 50%).
 PACK_FILTER_LAYER = ((1, 512, 14, 14), (512, 512, 3, 3), 1, 1)
@@ -240,17 +245,18 @@ def _call_over_packed(plan, layer, x, w, rounds, times=best_times) -> float:
     return timed["call"] - timed["packed"]
 
 
-def loop_shape_seconds(hardware, shapes, rounds=5) -> dict:
-    """``{shape key: seconds per padded multiply-add}``: :data:`SHAPE_LAYER`
-    planned with each of ``shapes`` (``(Nf, Nwin, operand)``) forced and its
-    filters packed ahead (no filter packing, no in-place reads), the plans
-    timed whole in interleaved rounds, each over its padded multiply-adds."""
-    x, w = _operands(SHAPE_LAYER)
-    x_shape, _, stride, padding = SHAPE_LAYER
+def loop_shape_seconds(hardware, shapes, rounds=5, layer=SHAPE_LAYER) -> dict:
+    """``{shape key: seconds per padded multiply-add}``: ``layer``
+    (:data:`SHAPE_LAYER` or :data:`POINTWISE_SHAPE_LAYER`) planned with
+    each of ``shapes`` (``(Nf, Nwin, operand)``) forced and its filters
+    packed ahead (no filter packing, no in-place reads), the plans timed
+    whole in interleaved rounds, each over its padded multiply-adds."""
+    x, w = _operands(layer)
+    x_shape, _, stride, padding = layer
     programs, macs = {}, {}
     for nf, nwin, operand in shapes:
         plan = _plan(
-            SHAPE_LAYER,
+            layer,
             hardware,
             filters_per_tile=nf,
             windows_per_tile=nwin,

@@ -68,6 +68,37 @@ def test_the_conflict_is_priced_and_steers_the_plan():
     assert "within the L1's 16 ways" in cso.explain(spared)
 
 
+def test_a_shapes_1x1_mac_cost_prices_1x1_layers_only():
+    # The 8x8 kernel's 1x1 figure (6.0) prices a 1x1 layer's multiply-adds
+    # and explain names it; a 3x3 layer keeps the shape's own figure (4.4).
+    from dataclasses import replace
+
+    base = cso.Hardware(vector_bytes=32, vector_registers=16, cores=2)
+    plain = replace(base.weights, mac_cost=4.0, kernel_mac_costs=(("8x8w", 4.4),))
+    dear = replace(plain, pointwise_mac_costs=(("6x16w", 4.0), ("8x8w", 6.0)))
+    forced = dict(filters_per_tile=8, windows_per_tile=8, vector_operand="windows", threads=1)
+
+    def plan(weights, w_shape, padding):
+        return cso.plan_conv2d(
+            (1, 64, 14, 14), w_shape, padding=padding,
+            hardware=base.with_changes(weights=weights), **forced,
+        )  # fmt: skip
+
+    def mac_share(p):
+        traffic = p.cost_of(p.schedule)
+        return traffic.padded_macs, traffic.cost
+
+    pointwise = [plan(weights, (64, 64, 1, 1), 0) for weights in (plain, dear)]
+    spatial = [plan(weights, (64, 64, 3, 3), 1) for weights in (plain, dear)]
+    (macs, cheap_cost), (_, dear_cost) = (mac_share(p) for p in pointwise)
+    # Same tiles, so the costs differ by exactly (6.0 - 4.4) per padded multiply-add.
+    assert pointwise[0].tiles_by_schedule == pointwise[1].tiles_by_schedule
+    assert dear_cost - cheap_cost == pytest.approx(1.6 * macs)
+    assert mac_share(spatial[0]) == mac_share(spatial[1])
+    assert "c_mac 6 (this shape's on 1x1 layers, calibrated)" in cso.explain(pointwise[1])
+    assert "c_mac 4.4 (this shape's, calibrated)" in cso.explain(spatial[1])
+
+
 def test_filters_packed_for_workers_reading_every_panel_cost_the_shared_rate():
     # filter_pack_shared_cost prices a call's filter packing exactly when the
     # plan runs on more than one thread and its workers each read every
