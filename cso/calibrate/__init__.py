@@ -163,8 +163,9 @@ def _steps(hardware, quick: bool):
     def kernel_flops():
         return median(resident_medians)
 
-    def in_place_early(index: int) -> list:
-        """The in-place pass ``index`` of the earlier ones, as a step (none when quick)."""
+    def early_pass(index: int) -> list:
+        """The earlier pass ``index`` (in-place reads, the rates from L1, the
+        loop-nest timings and input packing) as steps (none when quick)."""
         if index >= in_place_passes:
             return []
         description = "filter elements read in place, per window-vectorised shape"
@@ -237,7 +238,7 @@ def _steps(hardware, quick: bool):
                "rate from L1 and with L2 and L3 streams", kernels),
         ("l2_stream_seconds_per_byte", "extra time per byte streamed from L2 (least)",
          lambda: kernel_probes.summary(state["kernels"])[1]),
-        *in_place_early(1),
+        *early_pass(1),
         ("l3_bytes_per_second", "L3 read bandwidth, one core",
          lambda: memory_probes.read_bandwidth(l3_size, repeats, passes=4)),
         ("dram_bytes_per_second", "DRAM read bandwidth, one core",
@@ -257,7 +258,7 @@ def _steps(hardware, quick: bool):
              hardware.page_bytes, hardware.line_bytes, hardware.tlb_entries, repeats)),
         ("transposed_store_seconds", "filter-vectorised write-back, per element",
          lambda: kernel_probes.transposed_store_seconds(all_shapes, lanes, repeats)),
-        *in_place_early(2),
+        *early_pass(2),
         (None, "depthwise tap kernel, one row, against its column taps", taps),
         ("tap_call_seconds", "depthwise tap-kernel call", lambda: state["taps"][0]),
         ("tap_load_seconds", "depthwise tap-kernel input vector load", lambda: state["taps"][1]),
