@@ -207,6 +207,7 @@ def traffic(problem: Problem, nf: int, nwin: int, choice: TileChoice) -> Traffic
         outer_jobs=problem.space.outer_jobs,
         images=problem.space.images,
         input_pack_kind=counts.input_pack_kind(g.kernel_height, g.kernel_width, g.stride_w),
+        out_width=g.out_width,
     )
 
 

@@ -278,6 +278,7 @@ def schedule_traffic(
     outer_jobs: int = 1,
     images: int = 1,
     input_pack_kind: str = None,
+    out_width: int = None,
 ) -> Traffic:
     """Bytes per level and cost of one schedule, per (group, image).
 
@@ -293,7 +294,8 @@ def schedule_traffic(
     the batch is folded into the windows, else 1; ``windows`` stays one
     image's ``P*Q``); the counts over that space are divided by it.
     ``input_pack_kind`` (:func:`~cso.analysis.counts.input_pack_kind`)
-    picks the packed elements' weight (``CostWeights.input_pack_cost_of``).
+    and the output width ``out_width`` pick the packed elements' weight
+    (``CostWeights.input_pack_cost_of``).
     """
     l2_usable = int(hardware.l2_bytes * hardware.usable_fraction)
     l3_usable = int(hardware.l3_bytes * hardware.usable_fraction)
@@ -425,7 +427,7 @@ def schedule_traffic(
     shape_costs = dict(
         mac_cost=hardware.weights.mac_cost_of(shape, pointwise=kernel_area == 1),
         in_place_cost=hardware.weights.in_place_cost_of(shape),
-        input_pack_cost=hardware.weights.input_pack_cost_of(input_pack_kind),
+        input_pack_cost=hardware.weights.input_pack_cost_of(input_pack_kind, out_width),
         filter_pack_cost=filter_pack_cost_for(
             hardware.weights, threads, schedule, window_parts, in_nest
         ),

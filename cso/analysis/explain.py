@@ -205,14 +205,22 @@ def _input_pack_kind(plan) -> str:
 
 
 def input_pack_cost(plan) -> float:
-    """``c_input`` of the plan's kind of input packing (``CostWeights.input_pack_cost_of``)."""
-    return plan.hardware.weights.input_pack_cost_of(_input_pack_kind(plan))
+    """``c_input`` of the plan's kind of input packing at its output width
+    (``CostWeights.input_pack_cost_of``)."""
+    return plan.hardware.weights.input_pack_cost_of(
+        _input_pack_kind(plan), plan.geometry.out_width
+    )
 
 
 def _input_pack_story(plan) -> str:
     kind = _input_pack_kind(plan)
-    measured = any(name == kind for name, _ in plan.hardware.weights.input_pack_costs)
+    weights = plan.hardware.weights
+    measured = any(name == kind for name, _ in weights.input_pack_costs)
     where = "this kind's, calibrated" if measured else "the weights' input_pack_cost"
+    row = dict(weights.input_pack_row_costs).get(kind)
+    if row is not None:
+        base = weights.input_pack_cost_of(kind)
+        where += f": {base:.3g} + {row:.3g} / {plan.geometry.out_width} output columns"
     return f"input packing: {kind}, c_input {input_pack_cost(plan):.3g} per element ({where})"
 
 

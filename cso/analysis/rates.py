@@ -121,6 +121,12 @@ class MeasuredRates:
         ``(shape, seconds)`` pairs.  Where it was measured it sets the
         shapes' own mac costs (:func:`kernel_mac_costs`) instead of the
         rates from L1.  Empty in records made before it was measured.
+    input_pack_width_seconds : tuple of (str, float)
+        ``input_pack_seconds`` of some kinds measured at two output widths,
+        as ``("<kind>@<columns>", seconds)`` pairs (e.g. ``"shifted@56"``,
+        ``"shifted@7"``): what sets each kind's per-row term
+        (:func:`input_pack_row_costs`).  Empty in records made before it
+        was measured.
     loop_pointwise_shape_seconds : tuple of (str, float)
         The same on a 1x1 layer (its window tiles' channels streaming from
         L2): where it was measured it sets the shapes' mac costs on 1x1
@@ -155,6 +161,7 @@ class MeasuredRates:
     input_pack_kind_seconds: tuple = ()
     loop_shape_seconds: tuple = ()
     loop_pointwise_shape_seconds: tuple = ()
+    input_pack_width_seconds: tuple = ()
 
     def __post_init__(self):
         for name in _SHAPE_RATES:
@@ -167,6 +174,13 @@ class MeasuredRates:
                     zero_allowed=name not in _POSITIVE_SHAPE_RATES,
                 ),
             )
+        for name, _ in self.input_pack_width_seconds:
+            kind, at, columns = name.partition("@")
+            if not (kind and at and columns.isascii() and columns.isdigit() and int(columns) > 0):
+                raise ValueError(
+                    "MeasuredRates.input_pack_width_seconds: names are '<kind>@<columns>', "
+                    f"got {name!r}"
+                )
         for field in fields(self):
             if field.name in _SHAPE_RATES:
                 continue
@@ -201,6 +215,7 @@ _SHAPE_RATES = (
     "input_pack_kind_seconds",
     "loop_shape_seconds",
     "loop_pointwise_shape_seconds",
+    "input_pack_width_seconds",
 )
 # Of those, the tables whose figures are rates or whole times, never 0.
 _POSITIVE_SHAPE_RATES = ("kernel_shape_flops", "loop_shape_seconds", "loop_pointwise_shape_seconds")

@@ -209,7 +209,20 @@ class CostWeights:
         pixels 138-144, and one median weight for all three moved from one
         kind's figure to the next between calibrations minutes apart (99
         and 180), so that two calibrations planned only 71% of ResNet-50's
-        and VGG-16's layers alike.  Empty by default.
+        and VGG-16's layers alike.  Where a kind was also measured on
+        narrow rows, the figure is the intercept ``a`` of ``a + b / Q``
+        (``input_pack_row_costs``).  Empty by default.
+    input_pack_row_costs : tuple of (str, float)
+        ``b`` of each kind of input packing measured at two output widths:
+        an element of a layer whose output rows are ``Q`` columns wide costs
+        ``input_pack_cost_of(kind) + b / Q`` (each row of a panel is copied
+        in segments no longer than the output row, and each segment has a
+        fixed cost).  On an AMD EPYC (Zen 3) the shifted copies cost 0.21 ns
+        an element at 56 columns, 0.41 at 28, 0.67 at 14 and 1.10 at 7, the
+        gathers of stride 2 1.0, 1.3 and 2.0 ns at 28, 14 and 7; priced at
+        the 56-column figure, a ResNeXt ``3x3 g32 512 @14`` layer's packing
+        took 68% of its time, and the model took that dense plan over the
+        grouped one, 2x faster there.  Empty by default.
     origin : str
         Where the weights come from: ``"defaults"`` (these figures),
         ``"calibrated"`` (:func:`~cso.analysis.calibration.derive_weights`
@@ -243,6 +256,7 @@ class CostWeights:
     pointwise_mac_costs: tuple = ()
     kernel_in_place_costs: tuple = ()
     input_pack_costs: tuple = ()
+    input_pack_row_costs: tuple = ()
     origin: str = "defaults"
 
     def __post_init__(self):
@@ -287,11 +301,17 @@ class CostWeights:
         ``kernel_in_place_costs``, else ``in_place_filter_cost``."""
         return dict(self.kernel_in_place_costs).get(shape, self.in_place_filter_cost)
 
-    def input_pack_cost_of(self, kind) -> float:
+    def input_pack_cost_of(self, kind, out_width: int = None) -> float:
         """``c_input`` of the input packing ``kind``
         (:func:`~cso.analysis.counts.input_pack_kind`): its own from
-        ``input_pack_costs``, else ``input_pack_cost`` (also for ``None``)."""
-        return dict(self.input_pack_costs).get(kind, self.input_pack_cost)
+        ``input_pack_costs``, else ``input_pack_cost`` (also for ``None``),
+        plus ``b / out_width`` where ``input_pack_row_costs`` has the kind's
+        ``b`` and the layer's output width is given."""
+        cost = dict(self.input_pack_costs).get(kind, self.input_pack_cost)
+        row = dict(self.input_pack_row_costs).get(kind)
+        if row is not None and out_width:
+            cost += row / out_width
+        return cost
 
 
 def kernel_shape_key(filters_per_tile: int, windows_per_tile: int, vector_operand) -> str:
@@ -340,11 +360,15 @@ TABLE_WEIGHTS = {
     "pointwise_mac_costs": "mac_cost",
     "kernel_in_place_costs": "in_place_filter_cost",
     "input_pack_costs": "input_pack_cost",
+    "input_pack_row_costs": "input_pack_cost",
 }
 SHAPE_TABLES = tuple(TABLE_WEIGHTS)
 # How each table's rows are labelled in reports: its weight's name, and
-# "1x1" for the costs on 1x1 layers, which share their weight with another.
-TABLE_LABELS = dict(TABLE_WEIGHTS, pointwise_mac_costs="mac_cost 1x1")
+# another where two tables share a weight (the costs on 1x1 layers, and the
+# input packing's per-row term).
+TABLE_LABELS = dict(
+    TABLE_WEIGHTS, pointwise_mac_costs="mac_cost 1x1", input_pack_row_costs="input_pack_cost b/Q"
+)
 
 # Weights that are shares, checked against their own ranges.
 _FRACTIONS = ("sweep_fraction", "stream_overlap")

@@ -190,7 +190,14 @@ def _steps(hardware, quick: bool):
     pack_kinds = loop_probes.PACK_LAYERS
     if quick:
         pack_kinds = {kind: pack_kinds[kind] for kind in ("shifted",)}
-    pack_samples = {kind: [] for kind in pack_kinds}
+    # Each kind on its layer, and the kinds whose cost grows as the rows
+    # shorten on a narrow one too, keyed "<kind>@<output columns>".
+    pack_layers = {
+        f"{kind}@{loop_probes.output_columns(layer)}": layer
+        for layers in (pack_kinds, {} if quick else loop_probes.NARROW_PACK_LAYERS)
+        for kind, layer in layers.items()
+    }
+    pack_samples = {name: [] for name in pack_layers}
 
     def loop_and_packing_pass(last: bool):
         # Per shape, one timing in the loop nest on each layer; per kind of
@@ -200,19 +207,26 @@ def _steps(hardware, quick: bool):
                 loop_runs[name].append(
                     loop_probes.loop_shape_seconds(hardware, shapes, rounds, layer)
                 )
-            for kind, layer in pack_kinds.items():
+            for name, layer in pack_layers.items():
                 for _ in range(1 if quick else 2):
                     seconds = loop_probes.input_pack_seconds(hardware, layer, rounds)
-                    pack_samples[kind].append(seconds)
+                    pack_samples[name].append(seconds)
             if not last:
                 return None
             for name, runs in loop_runs.items():
                 state[name] = {key: median(run[key] for run in runs) for key in runs[0]}
-            # A kind whose layer packs nothing here keeps the median's weight.
-            state["input_pack"] = {
-                kind: median(values)
-                for kind, values in pack_samples.items()
+            # A layer that packs nothing here is left out (its kind keeps the
+            # median's weight).
+            measured = {
+                name: median(values)
+                for name, values in pack_samples.items()
                 if not any(value is None for value in values)
+            }
+            state["input_pack_width"] = measured
+            state["input_pack"] = {
+                kind: measured[f"{kind}@{loop_probes.output_columns(layer)}"]
+                for kind, layer in pack_kinds.items()
+                if f"{kind}@{loop_probes.output_columns(layer)}" in measured
             }
             return state["input_pack"]
 
@@ -271,8 +285,8 @@ def _steps(hardware, quick: bool):
         ("kernel_call_seconds", "micro-kernel call in the loop nest",
          lambda: loop_probes.kernel_call_seconds(hardware, rounds)),
         (None, "micro-kernels in the loop nest (a 3x3 and a 1x1 layer, per padded multiply-add) "
-               "and input elements packed into panels, per kind of packing "
-               f"({', '.join(pack_kinds)}) ({in_place_passes}/{in_place_passes})",
+               "and input elements packed into panels, per kind of packing and output width "
+               f"({', '.join(pack_layers)}) ({in_place_passes}/{in_place_passes})",
          loop_and_packing_pass(True)),
         ("input_pack_seconds", "input element packed into panels (median over the kinds)",
          lambda: median(state["input_pack"].values())),
@@ -347,4 +361,5 @@ def measure_rates(hardware, *, quick: bool = False, progress=None, details=None)
     values["input_pack_kind_seconds"] = state["input_pack"]
     values["loop_shape_seconds"] = state["loop_shapes"]
     values["loop_pointwise_shape_seconds"] = state["loop_pointwise_shapes"]
+    values["input_pack_width_seconds"] = state["input_pack_width"]
     return MeasuredRates(**values)

@@ -35,6 +35,7 @@ _TABLE_LABELS = {
     "input_pack_kind_seconds": "packing, ",
     "loop_shape_seconds": "in the loop, ",
     "loop_pointwise_shape_seconds": "in the loop, 1x1, ",
+    "input_pack_width_seconds": "packing, ",
 }
 
 

@@ -37,6 +37,14 @@ PACK_LAYERS = {
     "pointwise": ((1, 256, 56, 56), (64, 256, 1, 1), 1, 0),
     "pointwise_strided": ((1, 256, 56, 56), (512, 256, 1, 1), 2, 0),
 }
+# The kinds whose cost grows as the output rows shorten, again on layers of
+# 7 output columns (PACK_LAYERS': 56 and 28): each panel row is copied in
+# segments no longer than an output row, each with a fixed cost.
+NARROW_PACK_LAYERS = {
+    "shifted": ((1, 256, 7, 7), (256, 256, 3, 3), 1, 1),
+    "strided": ((1, 256, 14, 14), (256, 256, 3, 3), 2, 1),
+    "pointwise_strided": ((1, 512, 14, 14), (512, 512, 1, 1), 2, 0),
+}
 FILTER_LAYER = ((1, 256, 14, 14), (256, 256, 3, 3), 1, 1)
 # Every micro-kernel shape is timed on this layer, inside the loop nest.  At
 # 14x14 the shapes' padding differs most (196 windows in tiles of 14 to 48),
@@ -122,6 +130,13 @@ def input_pack_seconds(hardware, layer, rounds=5):
     }
     best = best_times(programs, rounds, MIN_SECONDS)
     return max(0.0, best["packing"] - best["neither"]) / packed
+
+
+def output_columns(layer) -> int:
+    """``Q``: the output width of ``layer`` (``(input shape, filter shape,
+    stride, padding)``)."""
+    (_, _, _, width), (_, _, _, kernel_width), stride, padding = layer
+    return (width + 2 * padding - kernel_width) // stride + 1
 
 
 def filter_pack_seconds(hardware, rounds=5) -> float:

@@ -336,6 +336,57 @@ def test_each_kind_of_input_packing_gets_its_own_cost():
     assert derive_weights(MeasuredRates(**RATES)).input_pack_costs == ()
 
 
+def test_input_packing_measured_at_two_widths_gets_a_per_row_term():
+    # Shifted copies: 2.5e-10 s an element (50 units) at 56 output columns,
+    # 1e-9 s (200 units) at 7: a + b / Q through both gives b = 150 / (1/7 -
+    # 1/56) = 1200 and a = 50 - 1200 / 56 = 28.6.  Gathers measured at one
+    # width keep their one figure; a narrow figure under the wide one gives
+    # no row term (b = 0, a the wide figure).
+    kinds = {"shifted": 2.5e-10, "strided": 5e-10, "pointwise_strided": 7e-10}
+    widths = {"shifted@56": 2.5e-10, "shifted@7": 1e-9, "strided@28": 5e-10,
+              "pointwise_strided@28": 7e-10, "pointwise_strided@7": 6e-10}  # fmt: skip
+    rates = MeasuredRates(
+        **RATES, input_pack_kind_seconds=kinds, input_pack_width_seconds=widths
+    )
+    weights = derive_weights(rates)
+    assert dict(weights.input_pack_costs) == {
+        "pointwise_strided": 140.0, "shifted": 29.0, "strided": 100.0
+    }
+    assert weights.input_pack_row_costs == (("pointwise_strided", 0.0), ("shifted", 1200.0))
+    assert weights.input_pack_cost_of("shifted", 7) == pytest.approx(29.0 + 1200 / 7)
+    assert weights.input_pack_cost_of("shifted", 56) == pytest.approx(29.0 + 1200 / 56)
+    assert weights.input_pack_cost_of("shifted") == 29.0  # no width given
+    assert weights.input_pack_cost_of("strided", 7) == 100.0  # one width: no row term
+    assert MeasuredRates.from_dict(json.loads(json.dumps(rates.to_dict()))) == rates
+    for name in ("shifted", "shifted@", "@7", "shifted@0", "shifted@x", "shifted@\u00b2"):
+        with pytest.raises(ValueError, match="input_pack_width_seconds"):
+            MeasuredRates(**RATES, input_pack_width_seconds={name: 1e-9})
+    # Records made before it was measured: no row term.
+    older = derive_weights(MeasuredRates(**RATES, input_pack_kind_seconds=kinds))
+    assert older.input_pack_row_costs == ()
+
+
+def test_a_layer_is_charged_its_packing_at_its_output_width():
+    # 3x3 layers of 14 and 56 output columns, one plan each forced: the row
+    # term adds b / Q to every packed element's cost, and explain shows it.
+    weights = derive_weights(MeasuredRates(**RATES))
+    flat = cso.Hardware(vector_bytes=64, vector_registers=32, cores=1, weights=weights)
+    flat = flat.with_changes(input_pack_costs={"shifted": 30.0})
+    rowed = flat.with_changes(input_pack_row_costs={"shifted": 1400.0})
+    for width in (14, 56):
+        problem = dict(x_shape=(1, 64, width, width), w_shape=(64, 64, 3, 3), padding=1,
+                       threads=1, schedule="IS", filters_per_tile=14, windows_per_tile=32,
+                       vector_operand="windows")  # fmt: skip
+        plans = [cso.plan_conv2d(hardware=h, **problem) for h in (flat, rowed)]
+        traffic = plans[0].cost_of("IS")
+        assert traffic.packed_input_elements > 0
+        assert plans[1].cost_of("IS").cost == pytest.approx(
+            traffic.cost + traffic.packed_input_elements * 1400.0 / width, rel=1e-9
+        )
+        story = f"c_input {30 + 1400 / width:.3g} per element (this kind's, calibrated: 30 + "
+        assert story + f"1.4e+03 / {width} output columns)" in cso.explain(plans[1])
+
+
 @pytest.mark.parametrize(
     "w_shape, stride, kind",
     [
