@@ -9,19 +9,25 @@ import pytest
 from conftest import activate, activation_bound, error_bound
 
 import cso
+from cso.analysis.detect import detect_hardware
 from cso.analysis.retile import with_tiles
+from cso.analysis.tiles import filter_vector_blocks
 from cso.executor import FilterOperands, filter_operands, run
 from cso.packing.filters import pack_filters_panels
 
 
 def in_nest_plan(x_shape, w_shape, dtype, threads, channel_tile, **params):
-    """A WS filter-vectorised plan (32x14, 16x14 in float64) with every
-    window tile in one block, ``channel_tile`` channels a tile (or the
-    model's)."""
+    """A WS filter-vectorised plan of this machine's first filter-vectorised
+    shape (32x14 with AVX-512, 16x6 with AVX2; half the filters in float64)
+    with every window tile in one block, ``channel_tile`` channels a tile
+    (or the model's)."""
+    hardware = detect_hardware()
+    filters, windows = filter_vector_blocks(
+        hardware.vector_bytes, hardware.vector_registers, np.dtype(dtype).itemsize
+    )[0]
     plan = cso.plan_conv2d(
-        x_shape, w_shape, dtype=dtype, threads=threads, filters_per_tile=32 if dtype ==
-        np.float32 else 16, windows_per_tile=14, vector_operand="filters", schedule="WS",
-        **params,
+        x_shape, w_shape, dtype=dtype, threads=threads, filters_per_tile=filters,
+        windows_per_tile=windows, vector_operand="filters", schedule="WS", **params,
     )  # fmt: skip
     if channel_tile:
         plan = with_tiles(plan, channel_tile=channel_tile)
@@ -35,12 +41,12 @@ def in_nest_plan(x_shape, w_shape, dtype, threads, channel_tile, **params):
 @pytest.mark.parametrize(
     "x_shape, w_shape, params, channel_tile",
     [
-        # 1x1, K not a multiple of Nf: the last tile's filters past K are zeros.
-        ((1, 40, 14, 14), (72, 40, 1, 1), dict(), None),
+        # 1x1, K not a multiple of Nf (8 to 48): the last tile's filters past K are zeros.
+        ((1, 40, 14, 14), (70, 40, 1, 1), dict(), None),
         # 3x3 in three channel tiles: each packs its own rows of every filter tile.
         ((1, 24, 9, 11), (48, 24, 3, 3), dict(padding=1), 8),
-        # Groups of fewer filters than a tile (16 of 32 in float32): half of it zeros.
-        ((1, 32, 14, 14), (64, 8, 3, 3), dict(padding=1, groups=4), None),
+        # Groups of fewer filters than a tile (4, a tile 8 or more): the rest zeros.
+        ((1, 32, 14, 14), (16, 8, 3, 3), dict(padding=1, groups=4), None),
         # Grouped, strided, asymmetric padding.
         ((1, 32, 15, 13), (64, 16, 3, 3), dict(stride=2, padding=((1, 0), (0, 1)), groups=2), 5),
     ],

@@ -75,8 +75,11 @@ def test_every_filter_block_matches_the_reference(rng, x_shape, w_shape, params,
     residual = rng.standard_normal(plan.geometry.output_shape).astype(dtype)
     before = cso.reference.conv2d(x, w, b, **params) + residual
     bound = error_bound(x, w, b, dtype, **params) + np.finfo(dtype).eps * np.abs(residual)
-    options = depthwise.kernel_options(plan.geometry, plan.vector_lanes, 32)
-    assert {f for _, _, f in options} == set(depthwise.filter_options(plan.geometry))
+    options = depthwise.kernel_options(
+        plan.geometry, plan.vector_lanes, plan.hardware.vector_registers
+    )
+    # The F the registers allow (on AVX2's 16 registers not 8, on AVX-512's 32 all).
+    assert {f for _, _, f in options} <= set(depthwise.filter_options(plan.geometry))
     assert max(f for _, _, f in options) > 1
     for rows, segment, filters in options:
         forced = dataclasses.replace(

@@ -154,15 +154,15 @@ def test_the_model_weighs_the_row_plan():
 def test_the_row_plan_refuses_what_it_cannot_run():
     with pytest.raises(ValueError, match="algorithm='depthwise_rows' needs one input channel"):
         cso.plan_conv2d((1, 8, 9, 9), (8, 1, 3, 3), stride=3, groups=8, algorithm="depthwise_rows")
+    rows = cso.plan_conv2d(
+        (1, 8, 9, 9), (8, 1, 3, 3), padding=1, groups=8, algorithm="depthwise_rows"
+    )
     with pytest.raises(ValueError, match="a row plan needs a depthwise layer"):
         dense = cso.plan_conv2d((1, 8, 9, 9), (8, 8, 3, 3), padding=1, algorithm="dense")
         dataclasses.replace(
             dense, algorithm=Algorithm.DEPTHWISE_ROWS, filters_per_tile=1,
-            windows_per_tile=dense.vector_lanes,
+            windows_per_tile=rows.windows_per_tile,
         )  # fmt: skip
-    rows = cso.plan_conv2d(
-        (1, 8, 9, 9), (8, 1, 3, 3), padding=1, groups=8, algorithm="depthwise_rows"
-    )
     with pytest.raises(ValueError, match="a row plan computes 1 x"):
         dataclasses.replace(rows, windows_per_tile=rows.windows_per_tile + 1)
 
