@@ -40,7 +40,7 @@ def depthwise_problems(draw):
     return (batch, channels, H, W), w_shape, params, dtype, threads, bias
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(depthwise_problems(), st.integers(0, 2**32 - 1))
 def test_depthwise_matches_the_reference(problem, seed):
     x, w, b, plan = check_tap_plan(problem, seed, "depthwise")

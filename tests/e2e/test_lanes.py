@@ -43,7 +43,7 @@ def lane_problems(draw):
     return x_shape, w_shape, params, dtype, threads, draw(st.booleans())
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(lane_problems(), st.integers(0, 2**32 - 1), st.integers(1, 4))
 def test_lanes_match_the_reference(problem, seed, shorter):
     x, w, b, plan = check_tap_plan(problem, seed, "depthwise_lanes")

@@ -45,7 +45,7 @@ def plane_problems(draw):
     return x_shape, w_shape, params, dtype, threads, draw(st.booleans())
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(plane_problems(), st.integers(0, 2**32 - 1))
 def test_planes_match_the_reference(problem, seed):
     check_tap_plan(problem, seed, "depthwise_planes")
