@@ -130,11 +130,16 @@ def _hidden(traffic, plan) -> float:
 def kernel_mac_cost(plan) -> float:
     """``c_mac`` of the plan's micro-kernel shape (``CostWeights.mac_cost_of``,
     its 1x1 figure on a 1x1 layer)."""
-    geometry = plan.geometry
-    return plan.hardware.weights.mac_cost_of(
-        kernel_shape_key(plan.filters_per_tile, plan.windows_per_tile, plan.vector_operand),
-        pointwise=geometry.kernel_height * geometry.kernel_width == 1,
-    )
+    return plan.hardware.weights.mac_cost_of(_kernel_shape(plan), pointwise=_pointwise(plan))
+
+
+def _kernel_shape(plan) -> str:
+    return kernel_shape_key(plan.filters_per_tile, plan.windows_per_tile, plan.vector_operand)
+
+
+def _pointwise(plan) -> bool:
+    """Whether the plan's layer is 1x1 (its mac costs are the 1x1 ones)."""
+    return plan.geometry.kernel_height * plan.geometry.kernel_width == 1
 
 
 def _why(plan) -> str:
@@ -250,17 +255,13 @@ def _filter_pack_story(plan) -> str:
 
 
 def _mac_cost_story(plan) -> str:
-    own = kernel_mac_cost(plan)
-    shape = kernel_shape_key(plan.filters_per_tile, plan.windows_per_tile, plan.vector_operand)
     weights = plan.hardware.weights
-    geometry = plan.geometry
-    if geometry.kernel_height * geometry.kernel_width == 1 and weights.pointwise_mac_costs:
-        measured = any(name == shape for name, _ in weights.pointwise_mac_costs)
-        where = "this shape's on 1x1 layers, calibrated" if measured else "the weights' mac_cost"
-    else:
-        measured = any(name == shape for name, _ in weights.kernel_mac_costs)
-        where = "this shape's, calibrated" if measured else "the weights' mac_cost"
-    return f"c_mac {own:.3g} ({where})"
+    table = weights.mac_cost_table(_pointwise(plan))
+    measured = any(name == _kernel_shape(plan) for name, _ in table)
+    on_1x1 = _pointwise(plan) and weights.pointwise_mac_costs
+    which = "this shape's on 1x1 layers" if on_1x1 else "this shape's"
+    where = f"{which}, calibrated" if measured else "the weights' mac_cost"
+    return f"c_mac {kernel_mac_cost(plan):.3g} ({where})"
 
 
 def padding_share(plan) -> float:

@@ -293,8 +293,15 @@ class CostWeights:
         its own from ``kernel_mac_costs`` (from ``pointwise_mac_costs`` on a
         1x1 layer, ``pointwise``, when that table is not empty), else
         ``mac_cost``."""
-        table = self.pointwise_mac_costs if pointwise and self.pointwise_mac_costs else None
-        return dict(table or self.kernel_mac_costs).get(shape, self.mac_cost)
+        return dict(self.mac_cost_table(pointwise)).get(shape, self.mac_cost)
+
+    def mac_cost_table(self, pointwise: bool = False) -> tuple:
+        """The per-shape mac costs in force: ``pointwise_mac_costs`` on a 1x1
+        layer (``pointwise``) when that table is not empty, else
+        ``kernel_mac_costs``."""
+        if pointwise and self.pointwise_mac_costs:
+            return self.pointwise_mac_costs
+        return self.kernel_mac_costs
 
     def in_place_cost_of(self, shape: str) -> float:
         """``c_in_place`` of the micro-kernel ``shape``: its own from

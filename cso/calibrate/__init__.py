@@ -192,8 +192,12 @@ def _steps(hardware, quick: bool):
         pack_kinds = {kind: pack_kinds[kind] for kind in ("shifted",)}
     # Each kind on its layer, and the kinds whose cost grows as the rows
     # shorten on a narrow one too, keyed "<kind>@<output columns>".
+    def width_key(kind, layer):
+        return f"{kind}@{loop_probes.output_columns(layer)}"
+
+    kind_keys = {kind: width_key(kind, layer) for kind, layer in pack_kinds.items()}
     pack_layers = {
-        f"{kind}@{loop_probes.output_columns(layer)}": layer
+        width_key(kind, layer): layer
         for layers in (pack_kinds, {} if quick else loop_probes.NARROW_PACK_LAYERS)
         for kind, layer in layers.items()
     }
@@ -224,9 +228,7 @@ def _steps(hardware, quick: bool):
             }
             state["input_pack_width"] = measured
             state["input_pack"] = {
-                kind: measured[f"{kind}@{loop_probes.output_columns(layer)}"]
-                for kind, layer in pack_kinds.items()
-                if f"{kind}@{loop_probes.output_columns(layer)}" in measured
+                kind: measured[key] for kind, key in kind_keys.items() if key in measured
             }
             return state["input_pack"]
 

@@ -19,6 +19,7 @@ from ..analysis.cost import workers_read_every_panel
 from ..analysis.weights import kernel_shape_key
 from ..analysis.retile import with_tiles
 from ..executor import available_threads, pack_panels_up_front
+from ..geometry import make_geometry
 from ..measure import best_times, fast_quarter_times, plan_program
 from ..packing.filters import aligned_empty
 from ..packing.transpose import pack_filter_tiles_in_turn, vector_token
@@ -135,8 +136,8 @@ def input_pack_seconds(hardware, layer, rounds=5):
 def output_columns(layer) -> int:
     """``Q``: the output width of ``layer`` (``(input shape, filter shape,
     stride, padding)``)."""
-    (_, _, _, width), (_, _, _, kernel_width), stride, padding = layer
-    return (width + 2 * padding - kernel_width) // stride + 1
+    x_shape, w_shape, stride, padding = layer
+    return make_geometry(x_shape, w_shape, stride=stride, padding=padding).out_width
 
 
 def filter_pack_seconds(hardware, rounds=5) -> float:
