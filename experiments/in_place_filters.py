@@ -25,7 +25,7 @@ import harness  # noqa: E402,F401  (pins BLAS threads before NumPy loads)
 import numpy as np  # noqa: E402
 
 import cso  # noqa: E402
-from cso.analysis.explain import padding_share  # noqa: E402
+from cso.analysis.explain_dense import padding_share  # noqa: E402
 from cso.measure import best_times, plan_program  # noqa: E402
 from cso.models import MODELS  # noqa: E402
 

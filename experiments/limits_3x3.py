@@ -35,7 +35,7 @@ import numpy as np  # noqa: E402
 from numba import njit  # noqa: E402
 
 import cso  # noqa: E402
-from cso.analysis.explain import padding_share  # noqa: E402
+from cso.analysis.explain_dense import padding_share  # noqa: E402
 from cso.measure import best_times, stage_times  # noqa: E402
 from cso.microkernels.outer_product import build_outer_product_kernel  # noqa: E402
 from cso.microkernels.peak import fma_peak_gflops  # noqa: E402

@@ -42,13 +42,16 @@ from ..analysis import rows as row_analysis_source
 from ..analysis.choices import VectorOperand
 from ..cachedir import cache_directory, write_text_atomically
 from ..microkernels import activations as activations_source
+from ..microkernels import dot_products as dot_products_source
 from ..microkernels import epilogue as epilogue_source
 from ..microkernels import lane_taps as lane_taps_source
 from ..microkernels import lane_transposes as lane_transposes_source
 from ..microkernels import outer_product as outer_product_source
+from ..microkernels import outer_product_emitter as outer_product_emitter_source
 from ..microkernels import plane_taps as plane_taps_source
 from ..microkernels import row_taps as row_taps_source
 from ..microkernels import taps as taps_source
+from ..microkernels import tile_stores as tile_stores_source
 from ..microkernels import vector_ir as vector_ir_source
 from ..packing import depthwise as depthwise_packing_source
 from ..packing import filters as filters_source
@@ -67,7 +70,7 @@ _lock = threading.Lock()
 _modules: dict = {}
 
 # Every source a generated module is built from: its name hashes them all.
-_DEPENDENCIES = (
+HASHED_SOURCES = (
     loops_source,
     nest_indexing_source,
     bounds_source,
@@ -76,6 +79,9 @@ _DEPENDENCIES = (
     transpose_source,
     vector_copy_source,
     outer_product_source,
+    outer_product_emitter_source,
+    tile_stores_source,
+    dot_products_source,
     depthwise_source,
     depthwise_packing_source,
     taps_source,
@@ -97,7 +103,7 @@ _DEPENDENCIES = (
 def source_hash() -> str:
     """The hash of every source a generated module is built from, and Numba's version."""
     digest = hashlib.sha256(numba.__version__.encode())
-    for module in _DEPENDENCIES:
+    for module in HASHED_SOURCES:
         digest.update(pathlib.Path(module.__file__).read_bytes())
     return digest.hexdigest()[:16]
 

@@ -189,3 +189,41 @@ def test_a_variant_reads_packed_dot_product_filters_as_the_call_does():
     assert np.array_equal(shipped, cso.conv2d(x, packed, threads=1))
     outlined = measure.plan_program(plan, x, w, variant="outlined", prepacked=packed)
     assert np.array_equal(shipped, outlined())
+
+
+def _cso_imports(module) -> set:
+    """The cso modules ``module``'s source imports (absolute or relative)."""
+    import ast
+    import importlib.util
+
+    tree = ast.parse(open(module.__file__).read())
+    package = module.__name__.rsplit(".", 1)[0]
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            base = importlib.util.resolve_name("." * node.level + (node.module or ""), package)
+            for alias in node.names:
+                # `from ..microkernels import taps` names a module; `from .x import f` a name in x.
+                candidate = f"{base}.{alias.name}"
+                try:
+                    is_module = importlib.util.find_spec(candidate) is not None
+                except ModuleNotFoundError:  # base is a module, not a package
+                    is_module = False
+                found.add(candidate if is_module else base)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    return {name for name in found if name.startswith("cso.")}
+
+
+def test_the_hash_covers_every_kernel_source_a_hashed_source_imports():
+    # A source left out would let an edited kernel load a stale compiled module.
+    hashed = {module.__name__ for module in specialise.HASHED_SOURCES}
+    kernel_packages = ("cso.microkernels.", "cso.packing.", "cso.macrokernel.")
+    missing = {
+        (module.__name__, imported)
+        for module in specialise.HASHED_SOURCES
+        for imported in _cso_imports(module)
+        if imported.startswith(kernel_packages) and imported not in hashed
+    }
+    assert not missing
+    assert {"cso.microkernels.tile_stores", "cso.microkernels.dot_products"} <= hashed
