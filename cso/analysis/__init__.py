@@ -11,7 +11,8 @@ rules), :mod:`.counts` and :mod:`.cost` (the traffic model), :mod:`.plan` (the f
 """
 
 from .choices import SCHEDULES, VECTOR_OPERANDS, Schedule, VectorOperand
-from .cost import Traffic, schedule_traffic
+from .cost import schedule_traffic
+from .pricing import Traffic
 from .hardware import DEFAULT_HARDWARE, Hardware
 from .plan import Plan
 from .planner import plan_conv2d

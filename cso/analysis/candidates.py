@@ -15,7 +15,7 @@ import numpy as np
 from ..geometry import ConvGeometry, ceil_div
 from . import cost, counts, tiles
 from .choices import Schedule, VectorOperand
-from .cost import Traffic
+from .pricing import Traffic
 from .hardware import Hardware
 from .plan import Plan
 

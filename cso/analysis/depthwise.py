@@ -21,9 +21,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..geometry import ConvGeometry, ceil_div
-from . import cost, counts, tap_rules, tiles
+from . import counts, tap_rules, tiles
 from .choices import Algorithm, Schedule, VectorOperand
-from .cost import Traffic
+from .pricing import Traffic, weighted_cost
 from .hardware import Hardware
 from .plan import Plan
 from .tap_layout import (
@@ -170,7 +170,7 @@ def depthwise_traffic(
     ceil(P / rows) * ceil(Q / seg)`` kernel calls of ``F * rows * seg * C_g
     * R * S`` multiply-adds and :func:`kernel_loads` vector loads each.  The
     bytes and packing are weighted like the dense plans'
-    (:func:`~cso.analysis.cost.weighted_cost`);
+    (:func:`~cso.analysis.pricing.weighted_cost`);
     a call costs its FMAs' and its loads' times, summed
     (:func:`tap_kernel_cost`).  All scaled by the
     busiest thread's share of the ``N * G`` jobs.
@@ -249,7 +249,7 @@ def job_traffic(
         tap_loads=loads,
     )
     dense_counts = {name: n for name, n in job_counts.items() if name != "tap_loads"}
-    weighted = cost.weighted_cost(
+    weighted = weighted_cost(
         hardware,
         element_bytes,
         **dict(dense_counts, kernel_calls=0, padded_macs=0),

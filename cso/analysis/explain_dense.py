@@ -9,7 +9,7 @@ import numpy as np
 from ..geometry import ceil_div
 from . import candidates, counts, tiles
 from .choices import Schedule, VectorOperand
-from .cost import filter_pack_cost_for, hidden_stream_cost, workers_read_every_panel
+from .pricing import filter_pack_cost_for, hidden_stream_cost, workers_read_every_panel
 from .explain_text import size_text, weights_origin
 from .planner import plan_for_geometry
 from .weights import kernel_shape_key

@@ -25,7 +25,7 @@ import numpy as np
 from ..geometry import ConvGeometry, ceil_div
 from . import tap_rules, tiles
 from .choices import Algorithm
-from .cost import Traffic
+from .pricing import Traffic
 from .depthwise import even_split, job_traffic, untiled_plan
 from .tap_layout import rows_read
 from .hardware import Hardware

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..geometry import ConvGeometry, ceil_div
 from .choices import SCHEDULES, Algorithm, Schedule, VectorOperand
-from .cost import Traffic
+from .pricing import Traffic
 from .hardware import Hardware
 from .plan_checks import check_plan_fields
 from .tiles import packs_filters_in_nest
@@ -149,7 +149,7 @@ class Plan:
         )  # fmt: skip
 
     def cost_of(self, schedule: str):
-        """The modelled :class:`~cso.analysis.cost.Traffic` of ``schedule``."""
+        """The modelled :class:`~cso.analysis.pricing.Traffic` of ``schedule``."""
         return dict(self.costs)[schedule]
 
     def to_dict(self) -> dict:

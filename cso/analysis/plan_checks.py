@@ -19,7 +19,7 @@ import numpy as np
 from ..geometry import SUPPORTED_DTYPES, ConvGeometry, ceil_div, make_geometry
 from . import plane_shapes, tap_rules, tiles
 from .choices import SCHEDULES, TAP_ALGORITHMS, Algorithm, VectorOperand
-from .cost import Traffic
+from .pricing import Traffic
 from .hardware import Hardware
 
 _DTYPE_NAMES = {dtype.name: dtype for dtype in SUPPORTED_DTYPES}

@@ -30,7 +30,7 @@ import numpy as np
 
 from ..geometry import ConvGeometry
 from .choices import Algorithm
-from .cost import Traffic
+from .pricing import Traffic
 from .depthwise import job_traffic, untiled_plan
 from .hardware import Hardware
 from .plan import Plan

@@ -32,7 +32,7 @@ import numpy as np
 
 from ..geometry import ConvGeometry
 from .choices import Algorithm
-from .cost import Traffic
+from .pricing import Traffic
 from . import tap_rules
 from .depthwise import even_split, job_traffic, untiled_plan
 from .tap_layout import rows_read

@@ -16,7 +16,7 @@ from dataclasses import dataclass, fields
 
 @dataclass(frozen=True)
 class CostWeights:
-    """The weights of :func:`~cso.analysis.cost.weighted_cost`.
+    """The weights of :func:`~cso.analysis.pricing.weighted_cost`.
 
     Parameters
     ----------
@@ -111,7 +111,7 @@ class CostWeights:
         Share of the cost of WS's filter stream from L3 or DRAM that hides
         behind the micro-kernels' multiply-adds, up to their cost: the model
         charges ``stream + macs - stream_overlap * min(stream, macs)``
-        (:func:`~cso.analysis.cost.hidden_stream_cost`); 0 sums them, 1
+        (:func:`~cso.analysis.pricing.hidden_stream_cost`); 0 sums them, 1
         charges the larger.  ``experiments/cost_weight.py`` times the plans
         a value changes against the plans at 0.  At 0.5 it changed 16 of
         ResNet-50's and VGG-16's plans (batch 1 at one and two threads, per

@@ -5,7 +5,7 @@ as a layer runs them.
 Each times whole plans (:func:`cso.measure.plan_program`, one thread,
 interleaved rounds) on small synthetic layers, and divides a difference of
 times by the count the cost model keeps for that quantity
-(:class:`~cso.analysis.cost.Traffic`), so that a weight is the measured
+(:class:`~cso.analysis.pricing.Traffic`), so that a weight is the measured
 time of exactly what it multiplies.
 """
 
@@ -15,7 +15,7 @@ import numpy as np
 
 from .. import pack_filters, plan_conv2d
 from ..analysis import counts, tiles
-from ..analysis.cost import workers_read_every_panel
+from ..analysis.pricing import workers_read_every_panel
 from ..analysis.weights import kernel_shape_key
 from ..analysis.retile import with_tiles
 from ..executor import available_threads, pack_panels_up_front

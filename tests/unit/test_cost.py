@@ -106,7 +106,7 @@ def test_filters_packed_for_workers_reading_every_panel_cost_the_shared_rate():
     # or WS workers that read the filter blocks they packed: filter_pack_cost.
     from dataclasses import replace
 
-    from cso.analysis.cost import filter_pack_cost_for
+    from cso.analysis.pricing import filter_pack_cost_for
 
     base = cso.Hardware(vector_bytes=64, vector_registers=32, cores=2)
     weights = replace(base.weights, filter_pack_cost=100.0, filter_pack_shared_cost=100.0)

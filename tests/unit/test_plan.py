@@ -312,7 +312,7 @@ def test_cost_model_counts_by_hand():
 
 
 def test_hidden_stream_cost_by_hand():
-    from cso.analysis.cost import hidden_stream_cost
+    from cso.analysis.pricing import hidden_stream_cost
 
     hardware = AVX512.with_changes(stream_overlap=0.5)
     # 1000 L3 bytes (6000 units) behind 10**4 float32 MACs (40000 units): half hidden.
