@@ -24,6 +24,16 @@ faster on the 3x3 stride-2 layers of 112, 56 and 28 wide inputs (``dw
 on 3x3 layers (4 rows of 4 vectors on 112- and 56-wide planes, 7-14 rows
 of 1-2 vectors on narrower ones); the lane plans stay ahead on 7-wide rows
 and 5x5 filters.  The model weighs them (:func:`row_traffic`).
+
+On an AMD EPYC (Zen 3, AVX2) the row plans lose to the lane plans on every
+depthwise layer of MobileNetV2 and EfficientNet-B0, by their masks: AVX2's
+masked loads and stores (``vmaskmov``) are slow there.  Timed with the masks
+dropped (results wrong, timing only; lane plans beside them): ``dw 3x3 480
+@14`` 268 us masked, 177 with whole stores, 94 with whole loads too (lanes
+101-110); ``dw 3x3 960 @7`` 140, 67, 68 (lanes 53-78); ``dw 3x3 144 @56``
+504, 369, 224 (lanes 238-262).  A row plan with unmasked loads (a padded
+copy of each plane) and stores (calls that end at the row's edge) would run
+about 0.85-0.9x the lane plans' time there.
 """
 
 from __future__ import annotations
