@@ -20,7 +20,7 @@ import math
 from dataclasses import replace
 from statistics import median
 
-from .rates import MeasuredRates
+from .rates import MeasuredRates, split_width_name
 from .weights import DEFAULT_WEIGHTS, CostWeights
 
 # Significant figures the derived weights keep: the timings behind them
@@ -291,8 +291,8 @@ def input_pack_width_fit(rates: MeasuredRates) -> dict:
     columns, which ``a + b / Q`` through 56 and 7 puts within 12%."""
     by_kind = {}
     for name, seconds in rates.input_pack_width_seconds:
-        kind, _, columns = name.partition("@")
-        by_kind.setdefault(kind, []).append((int(columns), weight_of(seconds, rates.fma_flops)))
+        kind, columns = split_width_name(name)
+        by_kind.setdefault(kind, []).append((columns, weight_of(seconds, rates.fma_flops)))
     fits = {}
     for kind, points in by_kind.items():
         if len(points) < 2:

@@ -14,6 +14,22 @@ from dataclasses import dataclass, fields
 from .weights import shape_pairs
 
 
+def width_name(kind: str, columns: int) -> str:
+    """``"<kind>@<columns>"``: how ``input_pack_width_seconds`` names a kind
+    of input packing measured on a layer of ``columns`` output columns."""
+    return f"{kind}@{columns}"
+
+
+def split_width_name(name: str) -> tuple:
+    """``(kind, columns)`` of a :func:`width_name`; ValueError for any other string."""
+    kind, at, columns = name.partition("@")
+    if not (kind and at and columns.isascii() and columns.isdigit() and int(columns) > 0):
+        raise ValueError(
+            f"MeasuredRates.input_pack_width_seconds: names are '<kind>@<columns>', got {name!r}"
+        )
+    return kind, int(columns)
+
+
 @dataclass(frozen=True)
 class MeasuredRates:
     """What the calibration measured on one machine, in SI units, one core
@@ -175,12 +191,7 @@ class MeasuredRates:
                 ),
             )
         for name, _ in self.input_pack_width_seconds:
-            kind, at, columns = name.partition("@")
-            if not (kind and at and columns.isascii() and columns.isdigit() and int(columns) > 0):
-                raise ValueError(
-                    "MeasuredRates.input_pack_width_seconds: names are '<kind>@<columns>', "
-                    f"got {name!r}"
-                )
+            split_width_name(name)
         for field in fields(self):
             if field.name in _SHAPE_RATES:
                 continue

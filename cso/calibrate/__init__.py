@@ -16,6 +16,7 @@ from statistics import median
 
 from ..analysis.calibration import MeasuredRates
 from ..analysis.counts import l3_resident_bytes
+from ..analysis.rates import width_name
 from ..analysis.tiles import conflict_probe_shape
 from ..analysis.weights import DEFAULT_WEIGHTS, kernel_shape_key
 from ..microkernels.peak import fma_peak_gflops
@@ -193,7 +194,7 @@ def _steps(hardware, quick: bool):
     # Each kind on its layer, and the kinds whose cost grows as the rows
     # shorten on a narrow one too, keyed "<kind>@<output columns>".
     def width_key(kind, layer):
-        return f"{kind}@{loop_probes.output_columns(layer)}"
+        return width_name(kind, loop_probes.output_columns(layer))
 
     kind_keys = {kind: width_key(kind, layer) for kind, layer in pack_kinds.items()}
     pack_layers = {

@@ -36,14 +36,7 @@ def emit_dot_products(emitter, rows, columns):
     builder.position_at_end(loop)
     k = builder.phi(emitter.intp, name="k")
     k.add_incoming(emitter.constant(0), entry)
-    accumulators = []
-    for i in range(rows):
-        row = []
-        for j in range(columns):
-            phi = builder.phi(emitter.vector_type, name=f"dot_{i}_{j}")
-            phi.add_incoming(emitter.zero, entry)
-            row.append(phi)
-        accumulators.append(row)
+    accumulators = emitter.vector_phis(rows, columns, "dot", entry)
     remaining = builder.sub(emitter.depth, k)
     remaining_splat = builder.shuffle_vector(
         builder.insert_element(index_undef, remaining, ir.Constant(ir.IntType(32), 0)),
@@ -80,15 +73,7 @@ def emit_dot_products(emitter, rows, columns):
     builder.cbranch(builder.icmp_signed("<", next_k, emitter.depth), loop, done)
 
     builder.position_at_end(done)
-    finals = []
-    for i in range(rows):
-        row = []
-        for j in range(columns):
-            final = builder.phi(emitter.vector_type, name=f"dot_final_{i}_{j}")
-            final.add_incoming(emitter.zero, entry)
-            final.add_incoming(updated[i][j], loop_end)
-            row.append(final)
-        finals.append(row)
+    finals = emitter.vector_phis(rows, columns, "dot_final", entry, [(loop_end, updated)])
     sums = []
     for i in range(rows):
         bias_value = builder.load(builder.gep(emitter.bias, [emitter.constant(i)]))

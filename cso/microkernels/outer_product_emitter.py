@@ -114,6 +114,23 @@ class OuterProductEmitter:
             for v in range(vectors)
         ]
 
+    def vector_phis(self, rows, columns, name, zeros_from, ends=()):
+        """``rows x columns`` vector phis named ``{name}_{i}_{j}`` at the
+        builder's position: each zeros from block ``zeros_from``, then
+        element ``[i][j]`` of each grid of ``ends``, ``(block, grid)`` pairs
+        (the loops' last blocks and their updated accumulators)."""
+        grid = []
+        for i in range(rows):
+            row = []
+            for j in range(columns):
+                phi = self.builder.phi(self.vector_type, name=f"{name}_{i}_{j}")
+                phi.add_incoming(self.zero, zeros_from)
+                for block, values in ends:
+                    phi.add_incoming(values[i][j], block)
+                row.append(phi)
+            grid.append(row)
+        return grid
+
     def prefetch_ahead(self, row, step, elements):
         """Prefetch into L1 the ``elements`` from ``row + step`` (``step``: elements)."""
         builder = self.builder
@@ -135,14 +152,7 @@ class OuterProductEmitter:
         builder.position_at_end(loop)
         k = builder.phi(self.intp, name="k")
         k.add_incoming(self.constant(0), before)
-        accumulators = []
-        for a in range(broadcasts):
-            row = []
-            for v in range(vectors):
-                phi = builder.phi(self.vector_type, name=f"acc_{a}_{v}")
-                phi.add_incoming(self.zero, before)
-                row.append(phi)
-            accumulators.append(row)
+        accumulators = self.vector_phis(broadcasts, vectors, "acc", before)
         filter_row = builder.gep(self.filters, [builder.mul(k, self.filters_k_stride)])
         input_row = builder.gep(self.inputs, [builder.mul(k, self.inputs_stride)])
         if vector_operand == VectorOperand.WINDOWS:
@@ -229,16 +239,7 @@ class OuterProductEmitter:
             ends = [self._loop(loop, entry, self.constant(1), *loop_args)]
 
         builder.position_at_end(done)
-        finals = []
-        for a in range(broadcasts):
-            row = []
-            for v in range(vectors):
-                phi = builder.phi(self.vector_type, name=f"final_{a}_{v}")
-                phi.add_incoming(self.zero, entry)
-                for loop_end, updated in ends:
-                    phi.add_incoming(updated[a][v], loop_end)
-                row.append(phi)
-            finals.append(row)
+        finals = self.vector_phis(broadcasts, vectors, "final", entry, ends)
         if vector_operand == VectorOperand.WINDOWS:
             write_back = write_rows
         elif transposed_store and not self.lanes & (self.lanes - 1):

@@ -66,13 +66,13 @@ def test_channels_split_into_several_tiles(rng):
     # wider vectors than it has are emulated, and compiling them took this
     # test over two minutes on an AVX2 machine.
     hardware = detect_hardware()
-    first_filters_shape = filter_vector_blocks(hardware.vector_bytes, hardware.vector_registers, 4)
+    filters_shape = filter_vector_blocks(hardware.vector_bytes, hardware.vector_registers, 4)[0]
     x = rng.standard_normal((1, 300, 9, 9)).astype(np.float32)
     w = rng.standard_normal((23, 300, 3, 3)).astype(np.float32)
     b = rng.standard_normal(23).astype(np.float32)
     # Packed filters, and filters read in place, whose last tile is then the
     # KCRS rows ending at K, accumulated tile by tile.
-    for vector_operand, shape in (("filters", first_filters_shape[0]), ("windows", None)):
+    for vector_operand, shape in (("filters", filters_shape), ("windows", None)):
         for schedule in ("IS", "WS"):
             for channel_tile in (7, 64, 151):  # 43, 5 and 2 channel tiles, uneven splits
                 tile = dict(filters_per_tile=shape[0], windows_per_tile=shape[1]) if shape else {}
