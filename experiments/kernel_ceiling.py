@@ -6,10 +6,12 @@ One thread, float32, every operand L1-resident (one tile called over and
 over).  Prints, as GFLOP/s and shares of the FMA peak (cso's probe,
 :func:`cso.microkernels.peak.fma_peak_gflops`):
 
-* cso's micro-kernels (LLVM vector IR through Numba): the windows-in-the-
-  vectors shapes 8x32, 14x32 and 6x64, and the filters-in-the-vectors 32x14
-  written back transposed in registers (as shipped) and one element at a
-  time (``transposed_store=False``);
+* cso's micro-kernels (LLVM vector IR through Numba): every shape the
+  planner offers on this machine (:func:`cso.calibrate.kernel_probes.planner_shapes`:
+  on AVX-512 the windows-in-the-vectors 8x32, 14x32 and 8x48 and the
+  filters-in-the-vectors 32x14; on AVX2 4x24, 6x16, 8x8 and 16x6), the
+  filters-in-the-vectors ones also written back one element at a time
+  (``transposed_store=False``);
 * the same shapes written independently in C with AVX-512 intrinsics
   (``experiments/kernel_ceiling.c``, built with ``gcc -O3 -march=native``;
   skipped, with a message, when there is no gcc or no AVX-512), whose 32x14
@@ -39,27 +41,34 @@ import time
 import numpy as np
 from numba import njit
 
+from cso.analysis.detect import detect_hardware
+from cso.calibrate.kernel_probes import planner_shapes
 from cso.microkernels.outer_product import build_outer_product_kernel
 from cso.microkernels.peak import fma_peak_gflops
 from cso.packing.filters import aligned_empty
 
 HERE = pathlib.Path(__file__).resolve().parent
-# (name, Nf, Nwin, vector operand, transposed store): the C program's names.
-KERNELS = [
-    ("8x32w", 8, 32, "windows", True),
-    ("14x32w", 14, 32, "windows", True),
-    ("6x64w", 6, 64, "windows", True),
-    ("32x14f", 32, 14, "filters", True),
-    ("32x14f element stores", 32, 14, "filters", False),
-]
 
 
-def cso_runner(nf, nwin, operand, transposed, depth, tiles=1):
+def kernels(hardware) -> list:
+    """``[(name, Nf, Nwin, vector operand, transposed store)]``: the shapes
+    the planner offers on ``hardware``, named as the C program names its
+    own (``8x32w``, ``32x14f``, ``32x14f element stores``)."""
+    found = []
+    for nf, nwin, operand in planner_shapes(hardware.vector_bytes, hardware.vector_registers):
+        name = f"{nf}x{nwin}{operand[0]}"
+        found.append((name, nf, nwin, operand, True))
+        if operand == "filters":
+            found.append((f"{name} element stores", nf, nwin, operand, False))
+    return found
+
+
+def cso_runner(nf, nwin, operand, transposed, depth, lanes, tiles=1):
     """A function that calls one cso kernel ``calls`` times, on one tile or
     walking through ``tiles`` filter and input panels laid end to end; its
     flops per call."""
     kernel = build_outer_product_kernel(
-        nf, nwin, "float32", 16, operand, transposed_store=transposed
+        nf, nwin, "float32", lanes, operand, transposed_store=transposed
     )
     # The output tile's rows are a 14x14 plane apart, as in a layer's y.
     out_stride = nwin if operand == "windows" else 196
@@ -83,6 +92,10 @@ def cso_runner(nf, nwin, operand, transposed, depth, tiles=1):
                 bias,
                 0,
                 True,
+                False,
+                out,
+                0,
+                0,
                 False,
             )
 
@@ -136,10 +149,12 @@ def main():
     parser.add_argument("--depth", type=int, default=128, help="reduction steps per call")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    peak = fma_peak_gflops("float32", 16)
+    hardware = detect_hardware()
+    lanes = hardware.vector_bytes // 4
+    peak = fma_peak_gflops("float32", lanes)
     runners = {
-        name: cso_runner(nf, nwin, operand, transposed, args.depth)
-        for name, nf, nwin, operand, transposed in KERNELS
+        name: cso_runner(nf, nwin, operand, transposed, args.depth, lanes)
+        for name, nf, nwin, operand, transposed in kernels(hardware)
     }
     binary, why_not = build_c()
     best_cso = dict.fromkeys(runners, 0.0)

@@ -11,7 +11,8 @@ Programs, all float32 and touching no memory beyond L1:
 
 * ``fma loop``: cso's peak probe (:mod:`cso.microkernels.peak`), registers only;
 * cso's micro-kernels on one L1-resident tile called over and over (as in
-  ``kernel_ceiling.py``): ``14x32w``, ``8x48w`` and ``32x14f``;
+  ``kernel_ceiling.py``): the shapes the planner offers on this machine,
+  written back transposed in registers;
 * the same kernels walking through many tiles, each thread its own, of
   ``--footprints`` KiB per thread (default 1024, inside L2, and 32768,
   beyond it): each call reads its filter panel and its input panel from
@@ -37,21 +38,17 @@ import time
 from cso.microkernels.peak import FMA_CHAINS, fma_loop
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from kernel_ceiling import cso_runner  # noqa: E402
+from kernel_ceiling import cso_runner, kernels  # noqa: E402
 
-KERNELS = [
-    ("14x32w", 14, 32, "windows"),
-    ("8x48w", 8, 48, "windows"),
-    ("32x14f", 32, 14, "filters"),
-]
+from cso.analysis.detect import detect_hardware  # noqa: E402
 
 
-def fma_runner():
+def fma_runner(lanes):
     """``(run(calls), flops per call)`` for the FMA loop, 100,000 iterations a call."""
-    loop = fma_loop("float32", 16)
+    loop = fma_loop("float32", lanes)
     loop(1000)
     iterations = 100_000
-    return (lambda calls: loop(iterations * calls)), iterations * FMA_CHAINS * 16 * 2
+    return (lambda calls: loop(iterations * calls)), iterations * FMA_CHAINS * lanes * 2
 
 
 def rate(runners, flops, calls):
@@ -83,15 +80,19 @@ def main():
     )
     args = parser.parse_args()
     footprints = [int(text) for text in args.footprints.split(",") if text]
-    programs = {"fma loop": [fma_runner(), fma_runner()]}
-    for name, nf, nwin, operand in KERNELS:
+    hardware = detect_hardware()
+    lanes = hardware.vector_bytes // 4
+    programs = {"fma loop": [fma_runner(lanes), fma_runner(lanes)]}
+    for name, nf, nwin, operand, transposed in kernels(hardware):
+        if not transposed:
+            continue
         # Two runners: each thread calls the kernel on its own operands.
-        programs[name] = [cso_runner(nf, nwin, operand, True, args.depth) for _ in range(2)]
+        programs[name] = [cso_runner(nf, nwin, operand, True, args.depth, lanes) for _ in range(2)]
         tile_bytes = 4 * args.depth * (nf + nwin)
         for kib in footprints:
             tiles = max(1, kib * 1024 // tile_bytes)
             programs[f"{name} {kib} KiB"] = [
-                cso_runner(nf, nwin, operand, True, args.depth, tiles) for _ in range(2)
+                cso_runner(nf, nwin, operand, True, args.depth, lanes, tiles) for _ in range(2)
             ]
     best = {(name, t): 0.0 for name in programs for t in (1, 2)}
     for _ in range(args.rounds):

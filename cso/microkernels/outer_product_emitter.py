@@ -14,7 +14,13 @@ from numba.core import cgutils
 
 from ..analysis.choices import VectorOperand
 from .tile_stores import write_columns, write_columns_by_element, write_rows
-from .vector_ir import fma_function, masked_load_function, masked_store_function, vector_type
+from .vector_ir import (
+    fma_function,
+    keep_loop_rolled,
+    masked_load_function,
+    masked_store_function,
+    vector_type,
+)
 
 _LLVM_FLOAT = {"float32": ir.FloatType, "float64": ir.DoubleType}
 
@@ -194,7 +200,8 @@ class OuterProductEmitter:
         for a in range(broadcasts):
             for v in range(vectors):
                 accumulators[a][v].add_incoming(updated[a][v], loop_end)
-        builder.cbranch(builder.icmp_signed("<", next_k, self.depth), loop, done)
+        back_edge = builder.cbranch(builder.icmp_signed("<", next_k, self.depth), loop, done)
+        keep_loop_rolled(back_edge)
         return loop_end, updated
 
     def emit(self, vector_operand, broadcasts, vectors, prefetch_distance, transposed_store=True):

@@ -66,6 +66,22 @@ def masked_store_function(module, vector: ir.VectorType):
     )
 
 
+def keep_loop_rolled(branch) -> None:
+    """Mark ``branch``, a loop's back edge, so that LLVM does not unroll the loop.
+
+    Loop metadata (``!llvm.loop !N`` with ``!N = !{!N, !{"llvm.loop.unroll.disable"}}``);
+    the loop ID must refer to itself, which llvmlite's ``add_metadata``
+    cannot build, so its first operand is set after it is made (a unique
+    string keeps it out of the module's metadata cache).
+    """
+    module = branch.parent.parent.module
+    option = module.add_metadata([ir.MetaDataString(module, "llvm.loop.unroll.disable")])
+    unique = ir.MetaDataString(module, f"cso.loop.{len(module.metadata)}")
+    loop_id = module.add_metadata([option, unique])
+    loop_id.operands = (loop_id, option)
+    branch.set_metadata("llvm.loop", loop_id)
+
+
 def lanes_below(builder, count, lanes: int):
     """The ``<lanes x i1>`` mask of lanes ``j < count``, ``count`` an integer
     IR value known at run time only."""
