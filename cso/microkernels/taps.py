@@ -81,7 +81,7 @@ from numba.extending import intrinsic
 
 from ..analysis.tap_layout import rows_read
 from .epilogue import emit_epilogue
-from .vector_ir import KernelEmitter, check_float_arrays, check_shape_bounds
+from .vector_ir import KernelEmitter, check_float_arrays, check_shape_bounds, keep_loop_rolled
 
 _NUMBA_FLOAT = {"float32": types.float32, "float64": types.float64}
 
@@ -244,7 +244,13 @@ def build_tap_kernel(
             column.add_incoming(following, loop)
             for key, phi in accumulators.items():
                 phi.add_incoming(updated[key], loop)
-            builder.cbranch(builder.icmp_signed("<", following, columns_v), loop, done)
+            # Unrolled by LLVM (three columns a pass), the AVX2 kernel of 6 rows
+            # kept a third of its accumulators on the stack; rolled, the tap
+            # plans of EfficientNet-B0's and MobileNetV2's depthwise layers ran
+            # 1.12x faster in total on a Zen 3 (1.0-1.27x a layer).
+            keep_loop_rolled(
+                builder.cbranch(builder.icmp_signed("<", following, columns_v), loop, done)
+            )
             builder.position_at_end(done)
             results = []
             for key in keys:
