@@ -211,9 +211,12 @@ def _offered_shapes():
 def test_inner_loop_has_no_spills(nf, nwin, dtype_name, lanes, vector_operand):
     """The reduction loop is one step, rolled, and touches no stack.
 
-    Unrolled by LLVM, the AVX2 8 x 8 kernel kept one accumulator on the stack
-    (a store and a reload in its dependency chain every two steps) and ran at
-    45% of the FMA peak on a Zen 3, 85% rolled (experiments/kernel_ceiling.py).
+    Unrolled by LLVM, the AVX2 8 x 8 kernel called alone in a loop
+    (experiments/kernel_ceiling.py) kept one accumulator on the stack (a
+    store and a reload in its dependency chain every two steps) and ran at
+    45% of the FMA peak on a Zen 3, 85% rolled; inlined in the loop nests,
+    where the unrolled code had kept 0-1 values on the stack, the rolled
+    loop makes the kernel's code the same whatever surrounds it.
     """
     run = _driver(nf, nwin, dtype_name, lanes, vector_operand)
     dtype = np.dtype(dtype_name)
