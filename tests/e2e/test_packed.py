@@ -41,33 +41,38 @@ def test_packed_matches_unpacked_exactly(layer, dtype):
 
 
 def test_filter_vectorised_plan_for_few_windows(rng, tmp_path):
-    """49 windows fill 64 window lanes badly; 7-window tiles of 48 filters not at all.
+    """A few windows (7 rows of Nwin) fill whole vectors of windows badly,
+    tiles of Nwin windows not at all.
 
-    A filter-vectorised plan of 48 x 7 tiles (forced: which filter-vectorised
-    shape the model takes is the cost weights' business); the panels must
-    start on a cache line, also after a round trip through a file, and serve
-    other batch sizes.
+    A filter-vectorised plan of this machine's filter-vectorised shape
+    (forced: which shape the model takes is the cost weights' business;
+    another machine's would compile emulated vectors and could not be
+    loaded here); the panels must start on a cache line, also after a
+    round trip through a file, and serve other batch sizes.
     """
+    from cso.analysis import tiles
+    from cso.analysis.detect import detect_hardware
     from cso.packing.filters import is_aligned
 
-    avx512 = AVX512_CORE
-    x = rng.standard_normal((2, 64, 7, 7)).astype(np.float32)
-    w = rng.standard_normal((96, 64, 3, 3)).astype(np.float32)
-    b = rng.standard_normal(96).astype(np.float32)
+    hardware = detect_hardware()
+    nf, nwin = tiles.filter_vector_blocks(hardware.vector_bytes, hardware.vector_registers, 4)[0]
+    x = rng.standard_normal((2, 64, 7, nwin)).astype(np.float32)
+    w = rng.standard_normal((2 * nf, 64, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(2 * nf).astype(np.float32)
     plan = cso.plan_conv2d(
-        x.shape, w.shape, padding=1, hardware=avx512, vector_operand="filters",
-        filters_per_tile=48, windows_per_tile=7, filters_prepacked=True,
+        x.shape, w.shape, padding=1, hardware=hardware, vector_operand="filters",
+        filters_per_tile=nf, windows_per_tile=nwin, filters_prepacked=True,
     )  # fmt: skip
     packed = cso.pack_filters(w, x.shape, bias=b, padding=1, plan=plan)
     assert packed.plan.vector_operand == "filters"
-    # 96 filters are two tiles of 48, 49 windows seven of 7: no padding.
-    assert (packed.plan.filters_per_tile, packed.plan.windows_per_tile) == (48, 7)
+    # 2 * nf filters are two tiles of nf, 7 * nwin windows seven of nwin: no padding.
+    assert (packed.plan.filters_per_tile, packed.plan.windows_per_tile) == (nf, nwin)
     assert is_aligned(packed.panels)
     assert_matches_reference(cso.conv2d(x, packed), x, w, b, padding=1)
     assert_matches_reference(cso.conv2d(x[:1], packed), x[:1], w, b, padding=1)
     path = tmp_path / "fvec.npz"
     cso.save_packed(path, {"layer": packed})
-    loaded = cso.load_packed(path, hardware=avx512)["layer"]
+    loaded = cso.load_packed(path, hardware=hardware)["layer"]
     assert loaded.plan.vector_operand == "filters"
     assert is_aligned(loaded.panels)
     assert np.array_equal(cso.conv2d(x, loaded), cso.conv2d(x, packed))
@@ -77,18 +82,21 @@ def test_dot_product_plan_for_a_classifier_layer(rng, tmp_path):
     """A 7x7 convolution of a 7x7 input is a fully connected layer: one
     window, so the analysis reads filters and input as rows (dot products),
     per call and packed ahead; a whole-input window is the only kind it may
-    be forced on."""
-    avx512 = AVX512_CORE
+    be forced on.  This machine's kernels (another's would compile
+    emulated vectors)."""
+    from cso.analysis.detect import detect_hardware
+
+    hardware = detect_hardware()
     x = rng.standard_normal((2, 64, 7, 7)).astype(np.float32)
     w = rng.standard_normal((44, 64, 7, 7)).astype(np.float32)
     b = rng.standard_normal(44).astype(np.float32)
-    assert cso.plan_conv2d(x.shape, w.shape, hardware=avx512).vector_operand == "reduction"
-    packed = cso.pack_filters(w, x.shape, bias=b, hardware=avx512)
+    assert cso.plan_conv2d(x.shape, w.shape, hardware=hardware).vector_operand == "reduction"
+    packed = cso.pack_filters(w, x.shape, bias=b, hardware=hardware)
     assert packed.plan.vector_operand == "reduction" and packed.panels.size == w.size
     assert_matches_reference(cso.conv2d(x, packed), x, w, b)
     path = tmp_path / "fc.npz"
     cso.save_packed(path, {"fc": packed})
-    loaded = cso.load_packed(path, hardware=avx512)["fc"]
+    loaded = cso.load_packed(path, hardware=hardware)["fc"]
     assert np.array_equal(cso.conv2d(x, loaded), cso.conv2d(x, packed))
     with pytest.raises(ValueError, match="whole unpadded input"):
         cso.plan_conv2d(x.shape, w.shape, padding=1, vector_operand="reduction")
