@@ -42,6 +42,7 @@ import numpy as np
 from numba import njit
 
 from cso.analysis.detect import detect_hardware
+from cso.analysis.weights import kernel_shape_key
 from cso.calibrate.kernel_probes import planner_shapes
 from cso.microkernels.outer_product import build_outer_product_kernel
 from cso.microkernels.peak import fma_peak_gflops
@@ -56,7 +57,7 @@ def kernels(hardware) -> list:
     own (``8x32w``, ``32x14f``, ``32x14f element stores``)."""
     found = []
     for nf, nwin, operand in planner_shapes(hardware.vector_bytes, hardware.vector_registers):
-        name = f"{nf}x{nwin}{operand[0]}"
+        name = kernel_shape_key(nf, nwin, operand)
         found.append((name, nf, nwin, operand, True))
         if operand == "filters":
             found.append((f"{name} element stores", nf, nwin, operand, False))

@@ -182,29 +182,19 @@ def _fma_loop(assembly):
 
 def _offered_shapes():
     """``[(Nf, Nwin, dtype, lanes, operand)]``: every shape the planner offers
-    this machine in float32, and its widest in float64."""
+    this machine in float32 (the calibration's list), and its widest in float64."""
     from cso.analysis import tiles
     from cso.analysis.detect import detect_hardware
+    from cso.calibrate.kernel_probes import planner_shapes
 
     hardware = detect_hardware()
-    found = []
-    for dtype_name, element_bytes in (("float32", 4), ("float64", 8)):
-        lanes = hardware.vector_bytes // element_bytes
-        blocks = [
-            (nf, nwin, "windows")
-            for nf, nwin in tiles.register_blocks(
-                hardware.vector_bytes, hardware.vector_registers, element_bytes
-            )
-        ] + [
-            (nf, nwin, "filters")
-            for nf, nwin in tiles.filter_vector_blocks(
-                hardware.vector_bytes, hardware.vector_registers, element_bytes
-            )
-        ]
-        if dtype_name == "float64":
-            blocks = blocks[:1]
-        found += [(nf, nwin, dtype_name, lanes, operand) for nf, nwin, operand in blocks]
-    return found
+    lanes = hardware.vector_bytes // 4
+    found = [
+        (nf, nwin, "float32", lanes, operand)
+        for nf, nwin, operand in planner_shapes(hardware.vector_bytes, hardware.vector_registers)
+    ]
+    nf, nwin = tiles.register_blocks(hardware.vector_bytes, hardware.vector_registers, 8)[0]
+    return found + [(nf, nwin, "float64", lanes // 2, "windows")]
 
 
 @pytest.mark.parametrize("nf, nwin, dtype_name, lanes, vector_operand", _offered_shapes())
