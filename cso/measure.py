@@ -16,7 +16,7 @@ import numpy as np
 
 from . import executor
 from . import launch as launches
-from .analysis.choices import TAP_ALGORITHMS, Algorithm, VectorOperand
+from .analysis.choices import TAP_ALGORITHMS, Algorithm
 from .analysis.plan import Plan
 from .macrokernel.specialise import LoopPatch
 
@@ -210,8 +210,9 @@ def plan_program(plan: Plan, x, w, bias=None, *, variant=None, prepacked=None):
     if prepacked is not None:
         operands = executor.prepacked_operands(prepacked.panels, prepacked.bias, plan)
     # Which layout the loop nest reads the filters in: as the operands say.
+    # (A filter-vectorised plan that packs its tiles in the nest reads KCRS.)
     filters_packed = (
-        operands.packed if operands is not None else plan.vector_operand == VectorOperand.FILTERS
+        operands.packed if operands is not None else executor.packs_panels_up_front(plan)
     )
     launch = None
     if variant is not None:

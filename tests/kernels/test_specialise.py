@@ -128,6 +128,23 @@ def test_variants_that_keep_the_arithmetic_compute_the_same(variant):
     assert np.array_equal(shipped, measure.plan_program(plan, x, w, variant=variant)())
 
 
+def test_a_variant_reads_filters_packed_in_the_nest_as_the_call_does():
+    # A filter-vectorised WS plan with its window tiles in one block packs each
+    # filter tile in its nest from KCRS: a variant's launch must not take the
+    # KCRS array for packed panels (it did: ResNet-50's `l4 1x1 2048->512 @7`
+    # came out wrong through every variant, and bench --breakdown timed that).
+    import cso
+
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((1, 64, 7, 7)).astype(np.float32)
+    w = rng.standard_normal((48, 64, 1, 1)).astype(np.float32)
+    plan = cso.plan_conv2d(x.shape, w.shape, vector_operand="filters", schedule="WS", threads=1)
+    assert plan.packs_filters_in_nest
+    shipped = measure.plan_program(plan, x, w)().copy()
+    assert np.array_equal(shipped, cso.conv2d(x, w, plan=plan))
+    assert np.array_equal(shipped, measure.plan_program(plan, x, w, variant="no-prefetch")())
+
+
 def test_stage_times_add_up_to_the_total():
     import cso
 
