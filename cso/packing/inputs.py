@@ -27,6 +27,10 @@ rows ``s = 0 .. S-1`` of every channel of the tile:
 * other strides: each row is a masked gather of the elements at
   ``q*sw + s*dw``.
 
+A run that ends inside a panel row stores its last vector whole, zeros
+past the run, which the next run of the tile then overwrites (runs are
+packed left to right): only a row's last vector is ever a masked store.
+
 A 1x1, stride-1, unpadded convolution with a small plane needs no input
 panel at all: its panel is the input itself with row stride ``H*W`` (see
 the loop nests).  With a larger plane its panels are the same layout as
@@ -111,6 +115,7 @@ def pack_input_panel(
                     0,
                     kernel_width,
                     windows_per_tile - column,
+                    windows_per_tile - column,
                     0,
                     channels,
                     channel_stride,
@@ -142,6 +147,7 @@ def pack_input_panel(
                 dilation_w,
                 kernel_width,
                 run,
+                windows_per_tile - column,
                 width if inside else 0,
                 channels,
                 channel_stride,
@@ -192,6 +198,7 @@ def pack_pointwise_panels(
             1,
             windows_per_tile,
             min(POINTWISE_CHUNK, tiles - chunk),
+            windows_per_tile,
             windows_per_tile,
             plane,
             channels,

@@ -111,6 +111,7 @@ def pack_row_runs(
     shift,
     copies,
     count,
+    room,
     row_width,
     channels,
     dst_channel_stride,
@@ -128,6 +129,16 @@ def pack_row_runs(
     Channel ``c`` repeats this with ``dst`` and ``src`` moved on by
     ``c*dst_channel_stride`` and ``c*src_channel_stride``: one call packs a
     kernel row ``r`` for a whole channel tile.
+
+    ``room`` (at least ``count``) is how far each destination row may be
+    written from ``dst_offset``: a run's last, partial vector is stored whole
+    (its lanes past ``count`` hold zeros) where it ends within ``room``, and
+    masked only where it does not.  The input panels pass the rest of the
+    panel row, which later runs rewrite: a masked store is microcoded on
+    AMD, and on an EPYC (Zen 3) one tile of a 7x7 layer's panel (512
+    channels, 3x3, 16 windows: runs of 7, 7 and 2) packed 1.7x faster
+    this way, a 14x14 layer's 1.3x, a 56x56 one's (runs of whole vectors)
+    the same (both in one process, ``/tmp`` script, interleaved).
 
     With ``column_step == 1`` each row is a masked vector load at a shifted
     start: the same input segment shifted by ``shift`` elements per row, the
@@ -150,16 +161,7 @@ def pack_row_runs(
         types.intp,
         types.intp,
         src,
-        types.intp,
-        types.intp,
-        types.intp,
-        types.intp,
-        types.intp,
-        types.intp,
-        types.intp,
-        types.intp,
-        types.intp,
-        types.intp,
+        *[types.intp] * 11,
         vector,
     )
 
@@ -175,6 +177,7 @@ def pack_row_runs(
             shift_v,
             copies_v,
             count_v,
+            room_v,
             width_v,
             channels_v,
             dst_channel_stride,
@@ -279,8 +282,10 @@ def pack_row_runs(
             values = fetch(source, row_start, start, read)
             following = builder.add(start, ir.Constant(intp, lanes))
             address = builder.bitcast(builder.gep(target_row, [start]), pointer)
-            whole = builder.icmp_signed("<=", following, count_v)
-            store_vector(builder, store, values, address, align, in_run, whole)
+            # A vector that ends within the room is stored whole, its lanes
+            # past the run too (zeros the caller rewrites later): see above.
+            fits = builder.icmp_signed("<=", following, room_v)
+            store_vector(builder, store, values, address, align, in_run, fits)
             start.add_incoming(following, builder.basic_block)
             builder.cbranch(builder.icmp_signed("<", following, count_v), inner, next_row)
             builder.position_at_end(next_row)
