@@ -5,7 +5,8 @@ Layout relied on (the contract in :mod:`.outer_product`):
 ``out[out_offset + i * out_stride + j]`` receives filter ``i``, window
 ``j``; the residual has the output's layout.  A store never writes past
 the tile's last window: the next tile's outputs may live there, so a
-partial vector is stored under a mask.  Each function takes the
+partial vector is stored in plain pieces
+(:func:`~.vector_ir.store_leading_lanes`).  Each function takes the
 :class:`~.outer_product_emitter.OuterProductEmitter` of the call.
 """
 
@@ -14,22 +15,21 @@ from __future__ import annotations
 from llvmlite import ir
 
 from .epilogue import emit_epilogue
-from .vector_ir import transpose
+from .vector_ir import store_leading_lanes, transpose
 
 
 def store_tile(emitter, stores, accumulate):
     """Store ``stores``, a list of ``(element_offset, value, count)``: each
     ``value`` (a vector, or a scalar for ``count`` None) goes to
-    ``out[element_offset ..]``, masked to its first ``count`` lanes when
+    ``out[element_offset ..]``, only its first ``count`` lanes when
     ``count`` is below the lanes.  Accumulating adds the old values, all
     read before any is written (rows fewer than ``VL`` windows apart
-    overlap within a vector, and a load that partly overlaps a masked
-    store still in flight stalls); then the epilogue, in registers."""
+    overlap within a vector, and a load that partly overlaps a store still
+    in flight stalls); then the epilogue, in registers."""
     builder = emitter.builder
     align = ir.Constant(ir.IntType(32), emitter.element_bytes)
     mask_type = ir.VectorType(ir.IntType(1), emitter.lanes)
     masked_load = emitter.masked_intrinsic("load")
-    masked_store = emitter.masked_intrinsic("store")
 
     def pointer(base, offset, value):
         address = builder.gep(base, [offset])
@@ -64,14 +64,15 @@ def store_tile(emitter, stores, accumulate):
     values = emit_epilogue(builder, values, residual_of, emitter.activation, emitter.has_residual)
     for (offset, _, count), value in zip(stores, values):
         address = pointer(emitter.out, offset, value)
-        # Masked, so that nothing past the tile's last window is written:
-        # the next tile's outputs may live there.
+        # Nothing past the tile's last window is written: the next tile's
+        # outputs may live there.
         if count is None:
             builder.store(value, address)
         elif count == emitter.lanes:
             builder.store(value, address, align=emitter.element_bytes)
         else:
-            builder.call(masked_store, [value, address, align, mask(count)])
+            store_leading_lanes(builder, value, address, count, emitter.element_bytes)
+
 
 
 def write_rows(emitter, finals, accumulate):
@@ -95,7 +96,7 @@ def write_columns(emitter, finals, accumulate):
 
     Each block of ``VL`` windows is transposed in registers (``log2 VL``
     rounds of two-vector shuffles), then stored as one vector per filter,
-    masked to the windows that exist.  Extracting and storing one element
+    cut to the windows that exist.  Extracting and storing one element
     at a time cost about 400 cycles per 32x14 tile, a tenth of a call of
     depth 256 (``python experiments/kernel_ceiling.py``)."""
     builder = emitter.builder

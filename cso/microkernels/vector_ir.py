@@ -82,6 +82,39 @@ def keep_loop_rolled(branch) -> None:
     branch.set_metadata("llvm.loop", loop_id)
 
 
+def store_leading_lanes(builder, value, address, count: int, element_bytes: int) -> None:
+    """Store the first ``count`` lanes of the vector ``value`` at ``address``
+    (a pointer to its vector type) as plain stores of power-of-two pieces
+    (6 of 8 lanes: 4, then 2), not as a masked store.
+
+    A masked store is microcoded on AMD: on an EPYC (Zen 3) the 16 x 6
+    filter-vectorised kernel, whose every row is a store of 6 of 8 lanes,
+    ran 1.27x faster at depth 64 and 1.20x at 256 (the same at 1024) with
+    its rows stored in pieces (both builds in one process, interleaved,
+    L1-resident tile).  Where masked stores are cheap, the pieces are two
+    or three plain stores in their place.
+    """
+    element = value.type.element
+    i32 = ir.IntType(32)
+    elements = builder.bitcast(address, element.as_pointer())
+    first, size = 0, 1 << (count.bit_length() - 1)
+    while first < count:
+        if first + size <= count:
+            target = builder.gep(elements, [ir.Constant(i32, first)])
+            if size == 1:
+                piece = builder.extract_element(value, ir.Constant(i32, first))
+            else:
+                piece = builder.shuffle_vector(
+                    value,
+                    ir.Constant(value.type, ir.Undefined),
+                    ir.Constant(ir.VectorType(i32, size), list(range(first, first + size))),
+                )
+                target = builder.bitcast(target, piece.type.as_pointer())
+            builder.store(piece, target, align=element_bytes)
+            first += size
+        size //= 2
+
+
 def lanes_below(builder, count, lanes: int):
     """The ``<lanes x i1>`` mask of lanes ``j < count``, ``count`` an integer
     IR value known at run time only."""
