@@ -186,6 +186,19 @@ def kernel_in_place_costs(rates: MeasuredRates) -> tuple:
     )
 
 
+def pointwise_in_place_costs(rates: MeasuredRates) -> tuple:
+    """``((shape, t_in_place,shape,1x1 / u), ...)``: each shape's in-place
+    filter read on a 1x1 layer (``in_place_pointwise_shape_seconds``),
+    :func:`rounded`, every measured shape listed (a shape near the median
+    on 1x1 layers still costs its own there, not the 3x3 layer's); empty
+    where it was not measured (the 3x3 layer's costs then serve 1x1 layers
+    too)."""
+    return tuple(
+        (shape, rounded(weight_of(seconds, rates.fma_flops)))
+        for shape, seconds in rates.in_place_pointwise_shape_seconds
+    )
+
+
 def l2_cost(rates: MeasuredRates) -> float:
     """``0`` with the shapes timed in the loop nest, else ``t_L2stream / u``:
     what a byte streamed from L2 adds to the kernels.
@@ -408,7 +421,8 @@ def derive_weights(rates: MeasuredRates) -> CostWeights:
     """The :class:`CostWeights` of ``rates``: each of :data:`FORMULAS`,
     :func:`rounded`, each shape's :func:`kernel_mac_costs` (and
     :func:`pointwise_mac_costs`) and
-    :func:`kernel_in_place_costs`, and each packing kind's
+    :func:`kernel_in_place_costs` (and :func:`pointwise_in_place_costs`),
+    and each packing kind's
     :func:`input_pack_costs`; ``origin`` is ``"calibrated"``.
 
     ``sweep_fraction`` and ``stream_overlap`` keep their defaults: they are
@@ -423,6 +437,7 @@ def derive_weights(rates: MeasuredRates) -> CostWeights:
         kernel_mac_costs=kernel_mac_costs(rates),
         pointwise_mac_costs=pointwise_mac_costs(rates),
         kernel_in_place_costs=kernel_in_place_costs(rates),
+        pointwise_in_place_costs=pointwise_in_place_costs(rates),
         input_pack_costs=input_pack_costs(rates),
         input_pack_row_costs=input_pack_row_costs(rates),
         origin="calibrated",

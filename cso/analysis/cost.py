@@ -262,7 +262,10 @@ def schedule_traffic(
     shape = kernel_shape_key(filters_per_tile, windows_per_tile, vector_operand)
     shape_costs = dict(
         mac_cost=hardware.weights.mac_cost_of(shape, pointwise=kernel_area == 1),
-        in_place_cost=hardware.weights.in_place_cost_of(shape),
+        # The 1x1 figure where the rows share one L1 set, as the probe's do.
+        in_place_cost=hardware.weights.in_place_cost_of(
+            shape, pointwise=kernel_area == 1 and busiest_set == filters_per_tile > 1
+        ),
         input_pack_cost=hardware.weights.input_pack_cost_of(input_pack_kind, out_width),
         filter_pack_cost=filter_pack_cost_for(
             hardware.weights, threads, schedule, window_parts, in_nest

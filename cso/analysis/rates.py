@@ -148,6 +148,12 @@ class MeasuredRates:
         L2): where it was measured it sets the shapes' mac costs on 1x1
         layers (:func:`pointwise_mac_costs`).  Empty in records made before
         it was measured.
+    in_place_pointwise_shape_seconds : tuple of (str, float)
+        ``in_place_shape_seconds`` on a 1x1 layer of 1024 channels, whose
+        filter rows lie 4 KiB apart: where it was measured it sets the
+        shapes' in-place costs on 1x1 layers
+        (:func:`pointwise_in_place_costs`).  Empty in records made before
+        it was measured.
     """
 
     fma_flops: float
@@ -177,6 +183,7 @@ class MeasuredRates:
     input_pack_kind_seconds: tuple = ()
     loop_shape_seconds: tuple = ()
     loop_pointwise_shape_seconds: tuple = ()
+    in_place_pointwise_shape_seconds: tuple = ()
     input_pack_width_seconds: tuple = ()
 
     def __post_init__(self):
@@ -227,6 +234,7 @@ _SHAPE_RATES = (
     "loop_shape_seconds",
     "loop_pointwise_shape_seconds",
     "input_pack_width_seconds",
+    "in_place_pointwise_shape_seconds",
 )
 # Of those, the tables whose figures are rates or whole times, never 0.
 _POSITIVE_SHAPE_RATES = ("kernel_shape_flops", "loop_shape_seconds", "loop_pointwise_shape_seconds")

@@ -198,6 +198,20 @@ class CostWeights:
         in place at a multiple of a runtime stride, which cost the 8 x 8
         kernel (one vector per broadcast) 35-50%, the two-vector 4 x 16 and
         6 x 16 ones 0-14% and the three-vector 4 x 24 nothing.
+    pointwise_in_place_costs : tuple of (str, float)
+        ``in_place_filter_cost`` of each window-vectorised shape on a 1x1
+        layer of 1024 channels, every shape a calibration measured there
+        listed; when it is not empty it stands for ``kernel_in_place_costs``
+        (and the shared weight) on 1x1 layers whose tile's filter rows all
+        start in one L1 set as that layer's do (rows ``4*C`` bytes apart, a
+        multiple of 4 KiB: 1024 or 2048 channels).  On an AMD EPYC (Zen 3,
+        AVX2) a read in place cost the 6 x 16 kernel 26-45 ps on
+        ResNet-50's 1x1 layers of 1024 and 2048 channels against 4 ps on
+        the 3x3 layer the shared figure comes from, and the model, pricing
+        it by the 3x3 layer, kept those layers on 6 x 16, up to 1.47x
+        slower than 16 x 6 (filters packed in the call).  Applied to every
+        1x1 layer, the figure also moved 512-channel ones (rows 2 KiB
+        apart, two sets) off 6 x 16, 2-7% slower.  Empty by default.
     input_pack_costs : tuple of (str, float)
         ``input_pack_cost`` of each kind of input packing a calibration
         measured, as ``(kind, cost)`` pairs (the kinds of
@@ -255,6 +269,7 @@ class CostWeights:
     kernel_mac_costs: tuple = ()
     pointwise_mac_costs: tuple = ()
     kernel_in_place_costs: tuple = ()
+    pointwise_in_place_costs: tuple = ()
     input_pack_costs: tuple = ()
     input_pack_row_costs: tuple = ()
     origin: str = "defaults"
@@ -303,10 +318,15 @@ class CostWeights:
             return self.pointwise_mac_costs
         return self.kernel_mac_costs
 
-    def in_place_cost_of(self, shape: str) -> float:
+    def in_place_cost_of(self, shape: str, pointwise: bool = False) -> float:
         """``c_in_place`` of the micro-kernel ``shape``: its own from
+        ``pointwise_in_place_costs`` on a 1x1 layer whose filter rows share
+        one L1 set (``pointwise``) when that table is not empty, else from
         ``kernel_in_place_costs``, else ``in_place_filter_cost``."""
-        return dict(self.kernel_in_place_costs).get(shape, self.in_place_filter_cost)
+        table = self.kernel_in_place_costs
+        if pointwise and self.pointwise_in_place_costs:
+            table = self.pointwise_in_place_costs
+        return dict(table).get(shape, self.in_place_filter_cost)
 
     def input_pack_cost_of(self, kind, out_width: int = None) -> float:
         """``c_input`` of the input packing ``kind``
@@ -366,6 +386,7 @@ TABLE_WEIGHTS = {
     "kernel_mac_costs": "mac_cost",
     "pointwise_mac_costs": "mac_cost",
     "kernel_in_place_costs": "in_place_filter_cost",
+    "pointwise_in_place_costs": "in_place_filter_cost",
     "input_pack_costs": "input_pack_cost",
     "input_pack_row_costs": "input_pack_cost",
 }
@@ -374,7 +395,10 @@ SHAPE_TABLES = tuple(TABLE_WEIGHTS)
 # another where two tables share a weight (the costs on 1x1 layers, and the
 # input packing's per-row term).
 TABLE_LABELS = dict(
-    TABLE_WEIGHTS, pointwise_mac_costs="mac_cost 1x1", input_pack_row_costs="input_pack_cost b/Q"
+    TABLE_WEIGHTS,
+    pointwise_mac_costs="mac_cost 1x1",
+    pointwise_in_place_costs="in_place_filter_cost 1x1",
+    input_pack_row_costs="input_pack_cost b/Q",
 )
 
 # Weights that are shares, checked against their own ranges.

@@ -114,6 +114,7 @@ def _steps(hardware, quick: bool):
 
     in_place_passes = 1 if quick else 3
     in_place_samples = {}
+    pointwise_in_place_samples = {}
 
     def in_place_pass(last: bool):
         # Per shape, the median of nine differences, each a few percent of
@@ -137,8 +138,22 @@ def _steps(hardware, quick: bool):
                 while last and not quick and not precise_enough(samples):
                     seconds = loop_probes.in_place_filter_seconds(hardware, (nf, nwin), rounds)
                     samples.append(seconds)
+                # And on a 1x1 layer, whose rows lie 4 KiB apart: a difference
+                # several times the 3x3 layer's, so the passes' samples serve.
+                samples = pointwise_in_place_samples.setdefault(
+                    kernel_shape_key(nf, nwin, "windows"), []
+                )
+                for _ in range(1 if quick else 3):
+                    samples.append(
+                        loop_probes.in_place_filter_seconds(
+                            hardware, (nf, nwin), rounds, layer=loop_probes.POINTWISE_IN_PLACE_LAYER
+                        )
+                    )
             if last:
                 state["in_place"] = {key: median(v) for key, v in in_place_samples.items()}
+                state["pointwise_in_place"] = {
+                    key: median(v) for key, v in pointwise_in_place_samples.items()
+                }
                 return state["in_place"]
             return None
 
@@ -365,4 +380,5 @@ def measure_rates(hardware, *, quick: bool = False, progress=None, details=None)
     values["loop_shape_seconds"] = state["loop_shapes"]
     values["loop_pointwise_shape_seconds"] = state["loop_pointwise_shapes"]
     values["input_pack_width_seconds"] = state["input_pack_width"]
+    values["in_place_pointwise_shape_seconds"] = state["pointwise_in_place"]
     return MeasuredRates(**values)

@@ -32,6 +32,7 @@ _UNITS = {
 # Each per-shape (or per-kind) table of the measured rates, as its rows are labelled.
 _TABLE_LABELS = {
     "in_place_shape_seconds": "in place, ",
+    "in_place_pointwise_shape_seconds": "in place, 1x1, ",
     "input_pack_kind_seconds": "packing, ",
     "loop_shape_seconds": "in the loop, ",
     "loop_pointwise_shape_seconds": "in the loop, 1x1, ",

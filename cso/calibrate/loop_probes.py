@@ -47,6 +47,10 @@ NARROW_PACK_LAYERS = {
     "pointwise_strided": ((1, 512, 14, 14), (512, 512, 1, 1), 2, 0),
 }
 FILTER_LAYER = ((1, 256, 14, 14), (256, 256, 3, 3), 1, 1)
+# Filters read in place on a 1x1 layer: rows 4 KiB apart (1024 channels),
+# ResNet-50's `l3 1x1 1024->256 @14`.  On an AMD EPYC (Zen 3) a read cost
+# the 6 x 16 kernel 26-45 ps there against 4 on FILTER_LAYER.
+POINTWISE_IN_PLACE_LAYER = ((1, 1024, 14, 14), (256, 1024, 1, 1), 1, 0)
 # Every micro-kernel shape is timed on this layer, inside the loop nest.  At
 # 14x14 the shapes' padding differs most (196 windows in tiles of 14 to 48),
 # which the rate per padded multiply-add takes out.
@@ -221,8 +225,11 @@ def in_place_shapes(hardware) -> list:
     return fitting or [min(shapes)]
 
 
-def in_place_filter_seconds(hardware, shape, rounds=5, times=fast_quarter_times) -> float:
-    """Per filter element: :data:`FILTER_LAYER` through a window-vectorised
+def in_place_filter_seconds(
+    hardware, shape, rounds=5, times=fast_quarter_times, layer=FILTER_LAYER
+) -> float:
+    """Per filter element: ``layer`` (:data:`FILTER_LAYER` or
+    :data:`POINTWISE_IN_PLACE_LAYER`) through a window-vectorised
     plan of ``shape`` (``(Nf, Nwin)``, :func:`in_place_shapes`), reading its
     filters in place, less the same plan reading them packed ahead (0 when
     it is not slower).
@@ -237,12 +244,12 @@ def in_place_filter_seconds(hardware, shape, rounds=5, times=fast_quarter_times)
     than the best rounds' (:func:`cso.measure.best_times`;
     ``experiments/difference_estimators.py``).  The caller takes a median
     of several."""
-    x, w = _operands(FILTER_LAYER)
+    x, w = _operands(layer)
     nf, nwin = shape
     plan = _plan(
-        FILTER_LAYER, hardware, vector_operand="windows", windows_per_tile=nwin, filters_per_tile=nf
+        layer, hardware, vector_operand="windows", windows_per_tile=nwin, filters_per_tile=nf
     )
-    extra = _call_over_packed(plan, FILTER_LAYER, x, w, rounds, times)
+    extra = _call_over_packed(plan, layer, x, w, rounds, times)
     reads = plan.cost_of(plan.schedule).in_place_filter_reads
     return max(0.0, extra) / max(1, reads)
 

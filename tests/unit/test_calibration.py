@@ -298,6 +298,52 @@ def test_each_measured_shape_gets_its_own_in_place_cost():
         MeasuredRates(**RATES, in_place_shape_seconds={"8x8w": -1.0})
 
 
+def test_each_shape_gets_its_own_in_place_cost_on_1x1_layers():
+    # Per read on the 1x1 layer: 6x16w 2e-10 s (40 units), 4x24w 5e-12 (1);
+    # every measured shape listed, whatever the median.
+    seconds = {"6x16w": 2e-10, "4x24w": 5e-12}
+    rates = MeasuredRates(
+        **dict(RATES, in_place_filter_seconds=3e-11),
+        in_place_shape_seconds={"8x8w": 1.2e-10, "6x16w": 3e-11},
+        in_place_pointwise_shape_seconds=seconds,
+    )
+    weights = derive_weights(rates)
+    assert weights.pointwise_in_place_costs == (("4x24w", 1.0), ("6x16w", 40.0))
+    assert weights.in_place_cost_of("6x16w", pointwise=True) == 40.0
+    assert weights.in_place_cost_of("6x16w") == 6.0  # a 3x3 layer: the 3x3 figure
+    # A shape not measured on the 1x1 layer costs the shared weight there.
+    assert weights.in_place_cost_of("8x8w", pointwise=True) == weights.in_place_filter_cost
+    assert weights.in_place_cost_of("8x8w") == 24.0
+    assert MeasuredRates.from_dict(json.loads(json.dumps(rates.to_dict()))) == rates
+    # Records made before it was measured: the 3x3 table serves 1x1 layers.
+    older = derive_weights(MeasuredRates(**dict(RATES, in_place_filter_seconds=3e-11)))
+    assert older.pointwise_in_place_costs == ()
+    assert older.in_place_cost_of("6x16w", pointwise=True) == older.in_place_filter_cost
+    with pytest.raises(ValueError, match="in_place_pointwise_shape_seconds"):
+        MeasuredRates(**RATES, in_place_pointwise_shape_seconds={"6x16w": -1.0})
+
+
+def test_a_shape_slow_in_place_on_1x1_layers_is_priced_so_there_only():
+    weights = derive_weights(MeasuredRates(**dict(RATES, in_place_filter_seconds=3e-11)))
+    avx2 = cso.Hardware(vector_bytes=32, vector_registers=16, cores=1, weights=weights)
+    dear = avx2.with_changes(pointwise_in_place_costs={"6x16w": 40.0})
+    forced = dict(filters_per_tile=6, windows_per_tile=16, vector_operand="windows", threads=1)
+    pointwise = dict(x_shape=(1, 1024, 14, 14), w_shape=(256, 1024, 1, 1), **forced)
+    charged = cso.plan_conv2d(hardware=dear, **pointwise)
+    plain = cso.plan_conv2d(hardware=avx2, **pointwise)
+    traffic = plain.cost_of(plain.schedule)
+    assert traffic.in_place_filter_reads > 0
+    assert charged.cost_of(plain.schedule).cost == pytest.approx(
+        traffic.cost + traffic.in_place_filter_reads * (40.0 - weights.in_place_filter_cost),
+        rel=1e-9,
+    )
+    three_by_three = dict(x_shape=(1, 128, 28, 28), w_shape=(128, 128, 3, 3), padding=1, **forced)
+    assert (
+        cso.plan_conv2d(hardware=dear, **three_by_three).costs
+        == cso.plan_conv2d(hardware=avx2, **three_by_three).costs
+    )
+
+
 def test_a_shape_slow_in_place_is_priced_so():
     # The same plan problem priced with one in-place cost for every shape and
     # with the 4x24w kernel's reads free: the cost of a 4x24w plan drops by its reads.
