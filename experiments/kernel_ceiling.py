@@ -42,7 +42,7 @@ import numpy as np
 from numba import njit
 
 from cso.analysis.detect import detect_hardware
-from cso.analysis.weights import kernel_shape_key
+from cso.analysis.shape_tables import kernel_shape_key
 from cso.calibrate.kernel_probes import planner_shapes
 from cso.microkernels.outer_product import build_outer_product_kernel
 from cso.microkernels.peak import fma_peak_gflops

@@ -78,7 +78,7 @@ from .pricing import (
     workers_read_every_panel,
 )
 from .tiles import conflict_probe_shape, packs_filters_in_nest
-from .weights import kernel_shape_key
+from .shape_tables import kernel_shape_key
 
 
 def _conflict_probe_rows(hardware):

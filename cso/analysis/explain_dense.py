@@ -12,7 +12,7 @@ from .choices import Schedule, VectorOperand
 from .pricing import filter_pack_cost_for, hidden_stream_cost, workers_read_every_panel
 from .explain_text import size_text, weights_origin
 from .planner import plan_for_geometry
-from .weights import kernel_shape_key
+from .shape_tables import kernel_shape_key
 
 
 def _occupancy(plan) -> list:

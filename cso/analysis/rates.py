@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields
 
-from .weights import shape_pairs
+from .shape_tables import shape_pairs
 
 
 def width_name(kind: str, columns: int) -> str:
@@ -120,7 +120,7 @@ class MeasuredRates:
     kernel_shape_flops : tuple of (str, float)
         Each micro-kernel shape's float32 rate with every operand in L1,
         FLOP/s, as ``(shape, rate)`` pairs (shapes named by
-        :func:`~cso.analysis.weights.kernel_shape_key`; a mapping is
+        :func:`~cso.analysis.shape_tables.kernel_shape_key`; a mapping is
         accepted).  Empty in records made before it was measured.
     in_place_shape_seconds : tuple of (str, float)
         ``in_place_filter_seconds`` measured with each window-vectorised

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+from .shape_tables import shape_pairs
+
 
 @dataclass(frozen=True)
 class CostWeights:
@@ -170,7 +172,7 @@ class CostWeights:
         a calibration measures both.
     kernel_mac_costs : tuple of (str, float)
         ``mac_cost`` of each micro-kernel shape a calibration measured, as
-        ``(shape, cost)`` pairs (the shape as :func:`kernel_shape_key`
+        ``(shape, cost)`` pairs (the shape as :func:`~.shape_tables.kernel_shape_key`
         names it, e.g. ``"8x8w"``); a shape without one costs ``mac_cost``.
         Shapes differ: on an AMD EPYC (Zen 3, AVX2) the 8 x 8 kernel, nine
         loads per eight FMAs, ran at 80% of the FMA peak from L1 and the
@@ -304,7 +306,7 @@ class CostWeights:
 
 
     def mac_cost_of(self, shape: str, pointwise: bool = False) -> float:
-        """``c_mac`` of the micro-kernel ``shape`` (:func:`kernel_shape_key`):
+        """``c_mac`` of the micro-kernel ``shape`` (:func:`~.shape_tables.kernel_shape_key`):
         its own from ``kernel_mac_costs`` (from ``pointwise_mac_costs`` on a
         1x1 layer, ``pointwise``, when that table is not empty), else
         ``mac_cost``."""
@@ -339,45 +341,6 @@ class CostWeights:
         if row is not None and out_width:
             cost += row / out_width
         return cost
-
-
-def kernel_shape_key(filters_per_tile: int, windows_per_tile: int, vector_operand) -> str:
-    """``"<Nf>x<Nwin><w|f|r>"``: a micro-kernel shape and the operand in its
-    vectors (windows, filters, reduction), as calibrations name it."""
-    operand = getattr(vector_operand, "value", vector_operand)
-    return f"{int(filters_per_tile)}x{int(windows_per_tile)}{str(operand)[:1]}"
-
-
-def shape_pairs(value, what: str, zero_allowed: bool = True) -> tuple:
-    """A per-shape table validated: sorted ``(shape, number)`` pairs, from
-    pairs or a mapping (as a JSON file holds them); ``what`` names it in
-    errors.
-
-    Raises
-    ------
-    TypeError, ValueError
-        When an entry is not a (str, number) pair, or its number is not
-        finite and non-negative (positive unless ``zero_allowed``).
-    """
-    pairs = value.items() if isinstance(value, dict) else value
-    try:
-        if isinstance(pairs, (str, bytes)):
-            raise TypeError
-        pairs = [tuple(pair) for pair in pairs]
-    except TypeError:
-        raise TypeError(f"{what} must be (shape, number) pairs, got {value!r}") from None
-    checked = {}
-    for pair in pairs:
-        if len(pair) != 2 or not isinstance(pair[0], str):
-            raise TypeError(f"{what}: {pair!r} is not a (shape, number) pair")
-        name, number = pair
-        if isinstance(number, bool) or not isinstance(number, (int, float)):
-            raise TypeError(f"{what}[{name!r}] must be a number, got {number!r}")
-        if not (0.0 <= number < float("inf")) or (number == 0 and not zero_allowed):
-            kind = "non-negative" if zero_allowed else "positive"
-            raise ValueError(f"{what}[{name!r}] must be finite and {kind}, got {number!r}")
-        checked[name] = float(number)
-    return tuple(sorted(checked.items()))
 
 
 # The per-shape (and per-kind) tables, each (name, weight) pairs overriding

@@ -18,7 +18,8 @@ from ..analysis.calibration import MeasuredRates
 from ..analysis.counts import l3_resident_bytes
 from ..analysis.rates import width_name
 from ..analysis.tiles import conflict_probe_shape
-from ..analysis.weights import DEFAULT_WEIGHTS, kernel_shape_key
+from ..analysis.shape_tables import kernel_shape_key
+from ..analysis.weights import DEFAULT_WEIGHTS
 from ..microkernels.peak import fma_peak_gflops
 from ..openmp import kept_openmp_threads
 from . import kernel_probes, loop_probes, memory_probes

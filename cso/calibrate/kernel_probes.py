@@ -19,7 +19,7 @@ from numba import njit
 
 from ..analysis import tiles
 from ..analysis.choices import VectorOperand
-from ..analysis.weights import kernel_shape_key
+from ..analysis.shape_tables import kernel_shape_key
 from ..microkernels.outer_product import build_outer_product_kernel
 from ..microkernels.taps import build_tap_kernel
 from ..packing.filters import aligned_empty

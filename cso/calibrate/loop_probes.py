@@ -16,7 +16,7 @@ import numpy as np
 from .. import pack_filters, plan_conv2d
 from ..analysis import counts, tiles
 from ..analysis.pricing import workers_read_every_panel
-from ..analysis.weights import kernel_shape_key
+from ..analysis.shape_tables import kernel_shape_key
 from ..analysis.retile import with_tiles
 from ..executor import available_threads, pack_panels_up_front
 from ..geometry import make_geometry
