@@ -67,6 +67,7 @@ from .counts import (
     packed_input_elements,
     in_place_filter_reads,
     rows_per_l1_set,
+    rows_share_one_l1_set,
     conflicting_filter_reads,
     thread_imbalance,
     largest_job_share,
@@ -262,9 +263,8 @@ def schedule_traffic(
     shape = kernel_shape_key(filters_per_tile, windows_per_tile, vector_operand)
     shape_costs = dict(
         mac_cost=hardware.weights.mac_cost_of(shape, pointwise=kernel_area == 1),
-        # The 1x1 figure where the rows share one L1 set, as the probe's do.
         in_place_cost=hardware.weights.in_place_cost_of(
-            shape, pointwise=kernel_area == 1 and busiest_set == filters_per_tile > 1
+            shape, pointwise=rows_share_one_l1_set(kernel_area, filters_per_tile, busiest_set)
         ),
         input_pack_cost=hardware.weights.input_pack_cost_of(input_pack_kind, out_width),
         filter_pack_cost=filter_pack_cost_for(

@@ -262,6 +262,14 @@ def in_place_filter_reads(
     return macs // windows_per_tile
 
 
+def rows_share_one_l1_set(kernel_area: int, rows: int, busiest_set: int) -> bool:
+    """``R*S = 1`` and ``busiest_set = Nf > 1``: a 1x1 layer whose tile's
+    ``Nf`` filter rows all start in one L1 set (rows a multiple of 4 KiB
+    apart), as the calibration's 1x1 in-place probe layer's do; its reads in
+    place are priced by ``CostWeights.pointwise_in_place_costs``."""
+    return kernel_area == 1 and busiest_set == rows > 1
+
+
 def rows_per_l1_set(rows: int, row_stride_bytes: int, line_bytes: int, l1_sets: int) -> int:
     """``max_set |{i < rows : (i*stride // line) mod sets = set}|``: how many of
     ``rows`` rows, ``row_stride_bytes`` apart, start in the busiest L1 set.

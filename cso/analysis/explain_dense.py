@@ -241,6 +241,26 @@ def _mac_cost_story(plan) -> str:
     return f"c_mac {kernel_mac_cost(plan):.3g} ({where})"
 
 
+def _in_place_cost_story(plan, row_bytes: int) -> str:
+    """The cost of one filter read in place and which figure it is."""
+    weights, hw = plan.hardware.weights, plan.hardware
+    shape = _kernel_shape(plan)
+    sets = hw.l1_bytes // (hw.line_bytes * hw.l1_ways)
+    busiest = counts.rows_per_l1_set(plan.filters_per_tile, row_bytes, hw.line_bytes, sets)
+    area = plan.geometry.kernel_height * plan.geometry.kernel_width
+    one_set = counts.rows_share_one_l1_set(area, plan.filters_per_tile, busiest)
+    cost = weights.in_place_cost_of(shape, pointwise=one_set)
+    if one_set and shape in dict(weights.pointwise_in_place_costs):
+        which = "this shape's on 1x1 layers whose rows share an L1 set, calibrated"
+    elif shape in dict(weights.kernel_in_place_costs) and not (
+        one_set and weights.pointwise_in_place_costs
+    ):
+        which = "this shape's, calibrated"
+    else:
+        which = "the weights' in_place_filter_cost"
+    return f"each read c_in_place {cost:.3g} ({which})"
+
+
 def padding_share(plan) -> float:
     """Share of the micro-kernels' multiply-adds spent on padded rows and columns."""
     g = plan.geometry
@@ -352,6 +372,7 @@ def dense_story(plan) -> str:
                 if chosen.conflicting_filter_reads
                 else f", within the L1's {hw.l1_ways} ways"
             )
+            + f"; {_in_place_cost_story(plan, g.channels_per_group * area * s)}"
         )
     if plan.batch_folded:
         lines.append("  " + _why_folded(plan))

@@ -344,6 +344,24 @@ def test_a_shape_slow_in_place_on_1x1_layers_is_priced_so_there_only():
     )
 
 
+def test_explain_names_the_in_place_figure_a_plan_took():
+    weights = derive_weights(MeasuredRates(**dict(RATES, in_place_filter_seconds=3e-11)))
+    avx2 = cso.Hardware(vector_bytes=32, vector_registers=16, cores=1, weights=weights)
+    priced = avx2.with_changes(
+        pointwise_in_place_costs={"6x16w": 40.0}, kernel_in_place_costs={"6x16w": 2.0}
+    )
+    forced = dict(filters_per_tile=6, windows_per_tile=16, vector_operand="windows", threads=1)
+    one_set = cso.plan_conv2d((1, 1024, 14, 14), (256, 1024, 1, 1), hardware=priced, **forced)
+    assert "4096 B apart" in cso.explain(one_set)
+    assert "c_in_place 40 (this shape's on 1x1 layers whose rows share an L1 set" in (
+        cso.explain(one_set)
+    )
+    two_sets = cso.plan_conv2d((1, 512, 14, 14), (256, 512, 1, 1), hardware=priced, **forced)
+    assert "c_in_place 2 (this shape's, calibrated)" in cso.explain(two_sets)
+    shared = cso.plan_conv2d((1, 512, 14, 14), (256, 512, 1, 1), hardware=avx2, **forced)
+    assert "(the weights' in_place_filter_cost)" in cso.explain(shared)
+
+
 def test_a_shape_slow_in_place_is_priced_so():
     # The same plan problem priced with one in-place cost for every shape and
     # with the 4x24w kernel's reads free: the cost of a 4x24w plan drops by its reads.
