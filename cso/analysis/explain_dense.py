@@ -250,14 +250,11 @@ def _in_place_cost_story(plan, row_bytes: int) -> str:
     area = plan.geometry.kernel_height * plan.geometry.kernel_width
     one_set = counts.rows_share_one_l1_set(area, plan.filters_per_tile, busiest)
     cost = weights.in_place_cost_of(shape, pointwise=one_set)
-    if one_set and shape in dict(weights.pointwise_in_place_costs):
-        which = "this shape's on 1x1 layers whose rows share an L1 set, calibrated"
-    elif shape in dict(weights.kernel_in_place_costs) and not (
-        one_set and weights.pointwise_in_place_costs
-    ):
-        which = "this shape's, calibrated"
-    else:
-        which = "the weights' in_place_filter_cost"
+    which = "the weights' in_place_filter_cost"
+    if shape in dict(weights.in_place_cost_table(one_set)):
+        on_one_set = one_set and weights.pointwise_in_place_costs
+        which = "this shape's" + (" on 1x1 layers whose rows share an L1 set" if on_one_set else "")
+        which += ", calibrated"
     return f"each read c_in_place {cost:.3g} ({which})"
 
 

@@ -322,13 +322,16 @@ class CostWeights:
 
     def in_place_cost_of(self, shape: str, pointwise: bool = False) -> float:
         """``c_in_place`` of the micro-kernel ``shape``: its own from
-        ``pointwise_in_place_costs`` on a 1x1 layer whose filter rows share
-        one L1 set (``pointwise``) when that table is not empty, else from
-        ``kernel_in_place_costs``, else ``in_place_filter_cost``."""
-        table = self.kernel_in_place_costs
+        :meth:`in_place_cost_table`, else ``in_place_filter_cost``."""
+        return dict(self.in_place_cost_table(pointwise)).get(shape, self.in_place_filter_cost)
+
+    def in_place_cost_table(self, pointwise: bool = False) -> tuple:
+        """The per-shape in-place costs in force: ``pointwise_in_place_costs``
+        on a 1x1 layer whose filter rows share one L1 set (``pointwise``)
+        when that table is not empty, else ``kernel_in_place_costs``."""
         if pointwise and self.pointwise_in_place_costs:
-            table = self.pointwise_in_place_costs
-        return dict(table).get(shape, self.in_place_filter_cost)
+            return self.pointwise_in_place_costs
+        return self.kernel_in_place_costs
 
     def input_pack_cost_of(self, kind, out_width: int = None) -> float:
         """``c_input`` of the input packing ``kind``

@@ -74,7 +74,6 @@ def store_tile(emitter, stores, accumulate):
             store_leading_lanes(builder, value, address, count, emitter.element_bytes)
 
 
-
 def write_rows(emitter, finals, accumulate):
     """Windows orientation: ``finals[i][v]`` is filter ``i``'s windows
     ``v*VL ..``, stored as vectors along output row ``i``."""

@@ -27,8 +27,8 @@ rows ``s = 0 .. S-1`` of every channel of the tile:
 * other strides: each row is a masked gather of the elements at
   ``q*sw + s*dw``.
 
-A run that ends inside a panel row stores its last vector whole, zeros
-past the run, which the next run of the tile then overwrites (runs are
+A run that ends inside a panel row stores its last vector whole, lanes
+past the run included, which the next run of the tile then overwrites (runs are
 packed left to right): only a row's last vector is ever a masked store.
 
 A 1x1, stride-1, unpadded convolution with a small plane needs no input

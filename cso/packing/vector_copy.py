@@ -132,7 +132,8 @@ def pack_row_runs(
 
     ``room`` (at least ``count``) is how far each destination row may be
     written from ``dst_offset``: a run's last, partial vector is stored whole
-    (its lanes past ``count`` hold zeros) where it ends within ``room``, and
+    (its lanes past ``count`` hold what its load gave: zeros, or on the
+    stride-2 path the row's next elements) where it ends within ``room``, and
     masked only where it does not.  The input panels pass the rest of the
     panel row, which later runs rewrite: a masked store is microcoded on
     AMD, and on an EPYC (Zen 3) one tile of a 7x7 layer's panel (512
@@ -283,7 +284,7 @@ def pack_row_runs(
             following = builder.add(start, ir.Constant(intp, lanes))
             address = builder.bitcast(builder.gep(target_row, [start]), pointer)
             # A vector that ends within the room is stored whole, its lanes
-            # past the run too (zeros the caller rewrites later): see above.
+            # past the run too (the caller rewrites them later): see above.
             fits = builder.icmp_signed("<=", following, room_v)
             store_vector(builder, store, values, address, align, in_run, fits)
             start.add_incoming(following, builder.basic_block)
