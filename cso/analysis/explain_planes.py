@@ -48,25 +48,27 @@ def plane_story(plan, others, compulsory) -> list:
     return [
         "Algorithm: depthwise on the planes as given (stride 1, output as wide as the input)",
         f"  plane tap kernel: {per_call} vector(s) of {vl} consecutive output pixels of one "
-        f"plane in registers; each of the {taps} taps one shifted, masked load of the unpacked "
+        f"plane in registers; each of the {taps} taps one shifted load of the unpacked "
         "input times the broadcast weight (one load per FMA: the kernel runs at its loads' "
         "rate)",
         f"  {vectors} output vector(s) a plane in {len(calls)} call(s), {checked_calls} of them "
-        "checked (a mask per tap where rows fall off the plane, masked stores); the others "
-        "read one mask per tap column",
+        "checked (masked loads, a mask per tap where rows fall off the plane, masked "
+        "stores); the others load whole and zero what the columns cut by an and with one "
+        "mask vector per tap column (it repeats every "
+        f"{planes.column_period(g, vl)} vector(s))",
         "  nothing packed: no pass over the input or output besides the kernel's own",
         compulsory,
         "",
         "Choice",
         f"  {Algorithm.DEPTHWISE_PLANES}: modelled cost {traffic.cost:.3g} per (filter, image)"
         + "".join(f"; {label} {other.cost_of(other.schedule).cost:.3g}" for label, other in others),
-        f"  per plane: {traffic.kernel_calls} kernel calls, {traffic.tap_loads} loads (mask "
-        f"loads of checked calls included); busiest thread {traffic.imbalance:.3f}x an even "
+        f"  per plane: {traffic.kernel_calls} kernel calls, {traffic.tap_loads} loads (masks "
+        f"included); busiest thread {traffic.imbalance:.3f}x an even "
         "share",
         "",
         "Loop nest",
         f"  for (image, filter) in {g.batch} x {g.filters} jobs over {plan.threads} thread(s)",
-        f"    for (v0, checked) in the plane's {len(calls)} call(s)",
+        f"    for (v0, checked, columns) in the plane's {len(calls)} call(s)",
         f"      plane tap kernel: y[v0*{vl} : (v0+{per_call})*{vl}] = bias + sum of {taps} "
         "shifted, masked taps, epilogue applied",
     ]

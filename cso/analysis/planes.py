@@ -8,12 +8,15 @@ feels.  Where the stride is 1 and the output is as wide as the input
 ``f = p*W + q`` of a channel reads tap ``(r, s)`` from input pixel ``f +
 (r*dh - pad_top)*W + (s*dw - pad_left)`` of the flattened plane: the same
 shift for every pixel.  So a vector of ``VL`` consecutive output pixels is
-``R*S`` unaligned, masked vector loads of the unpadded input times
-broadcast taps (:mod:`cso.microkernels.plane_taps`), and nothing is packed.
-The masks zero the taps that fall off the plane: per vector and tap column
-``s`` where ``q + s*dw - pad_left`` leaves ``[0, W)``, and, for the few
-vectors near the top and bottom, per tap where the row leaves ``[0, H)``.
-They are computed once per plan (:func:`mask_table`).
+``R*S`` unaligned vector loads of the unpadded input times broadcast taps
+(:mod:`cso.microkernels.plane_taps`), and nothing is packed.  Masks zero
+the taps that fall off the plane: per vector and tap column ``s`` where
+``q + s*dw - pad_left`` leaves ``[0, W)`` (whole loads and a bitwise and
+with a lane vector, :func:`column_table`, which repeats every
+:func:`column_period` vectors), and, for the few vectors near the top and
+bottom, per tap where the row leaves ``[0, H)`` (masked loads, which also
+keep every load on the plane).  They are computed once per plan
+(:func:`mask_table`).
 
 Each load feeds one FMA and most are split across two cache lines, so the
 kernel runs at its loads' rate (``tap_load_cost``, as the one-row tap
@@ -25,6 +28,8 @@ saves, ran 0.55-0.68x as fast as their lane plans.  The model weighs them.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -82,13 +87,43 @@ def mask_table(geometry: ConvGeometry, lanes: int):
     ]
     entries = [bitset(inside)] + [bitset(valid) for valid in columns]
     checked = ~inside.all(axis=1)
+    plane = g.height * g.width
     for r in range(g.kernel_height):
         for s in range(g.kernel_width):
             entries.append(bitset(columns[s] & rows[r]))
             checked |= (columns[s] & ~rows[r]).any(axis=1)
+            # An unchecked vector's loads are whole: every lane must lie in the plane.
+            shift = (r * g.dilation_h - g.pad_top) * g.width + s * g.dilation_w - g.pad_left
+            source = pixels + shift
+            checked |= ((source < 0) | (source >= plane)).any(axis=1)
     table = np.stack(entries, axis=1)
     # Lane 31's bit as int32's sign: the kernel truncates, so only the bits matter.
     return table.astype(np.uint32).view(np.int32).ravel(), checked
+
+
+def column_period(geometry: ConvGeometry, lanes: int) -> int:
+    """``T = Q / gcd(Q, VL)``: output vector ``v``'s pixels have columns
+    ``(v*VL + l) mod Q``, the same as vector ``v + T``'s, and so do its
+    column masks."""
+    return geometry.out_width // math.gcd(geometry.out_width, lanes)
+
+
+def column_table(geometry: ConvGeometry, lanes: int, per_call: int) -> np.ndarray:
+    """The unchecked kernel's column masks as whole lane vectors: int32
+    ``[T + U - 1][S][VL]``, entry ``[i, s, l]`` all ones where ``0 <= q +
+    s*dw - pad_left < W`` for ``q = (i*VL + l) mod Q``, else 0.
+
+    A call from vector ``v0`` reads rows ``v0 mod T`` to ``v0 mod T + U -
+    1``: the ``U - 1`` rows past one period spare the kernel a modulo.  A
+    vector mask is one load where a bit set (:func:`mask_table`) is four
+    instructions to expand, and the tap columns' masks then need no register
+    each across the ``R`` rows of taps (on AVX2 they had spilled)."""
+    g = geometry
+    rows = column_period(g, lanes) + per_call - 1
+    q = np.arange(rows * lanes).reshape(rows, 1, lanes) % g.out_width
+    s = np.arange(g.kernel_width).reshape(1, -1, 1)
+    column = q + s * g.dilation_w - g.pad_left
+    return np.where((0 <= column) & (column < g.width), -1, 0).astype(np.int32)
 
 
 def call_schedule(checked: np.ndarray, per_call: int) -> list:
@@ -107,12 +142,21 @@ def call_schedule(checked: np.ndarray, per_call: int) -> list:
 
 def plane_offsets(geometry: ConvGeometry, lanes: int) -> np.ndarray:
     """What the plane nest reads besides the operands, as one int32 array:
-    the number of calls ``n``, the ``n`` pairs ``(v0, checked)`` of
-    :func:`call_schedule`, then the :func:`mask_table` (from ``1 + 2n``)."""
+    the number of calls ``n``; ``n`` triples ``(v0, checked, columns)``, the
+    first two :func:`call_schedule`'s and ``columns`` where the call's
+    :func:`column_table` rows start in this array; the :func:`mask_table`
+    (from ``1 + 3n``); then the :func:`column_table`."""
     table, checked = mask_table(geometry, lanes)
-    calls = call_schedule(checked, vectors_per_call(geometry, lanes))
-    head = np.array([len(calls)] + [n for call in calls for n in call], dtype=np.int32)
-    return np.concatenate([head, table])
+    per_call = vectors_per_call(geometry, lanes)
+    calls = call_schedule(checked, per_call)
+    period = column_period(geometry, lanes)
+    columns_at = 1 + 3 * len(calls) + len(table)
+    row = geometry.kernel_width * lanes
+    head = [len(calls)]
+    for v0, is_checked in calls:
+        head += [v0, int(is_checked), columns_at + (v0 % period) * row]
+    columns = column_table(geometry, lanes, per_call).ravel()
+    return np.concatenate([np.array(head, dtype=np.int32), table, columns])
 
 
 def plane_traffic(
@@ -146,19 +190,23 @@ def plane_traffic(
         job_bytes=(g.height * g.width + taps + g.out_height * g.out_width) * s,
         calls=len(calls),
         macs=len(calls) * per_call * lanes * taps,
-        loads=plane_kernel_loads(len(calls), checked_calls, per_call, taps),
+        loads=plane_kernel_loads(len(calls), checked_calls, per_call, taps, g.kernel_width),
         packed_elements=0,
         call_cost=hardware.weights.plane_call_cost,
     )
 
 
-def plane_kernel_loads(calls: int, checked_calls: int, per_call: int, taps: int) -> int:
-    """``(calls + checked_calls) * U * R*S``: one vector load per tap and
-    output vector, and in a checked call one mask load beside each (an
-    unchecked call's column masks serve all ``R`` rows and are not counted).
-    On the Xeon, 14x14 and 7x7 planes, most of whose calls are checked, ran
-    1.3-1.4x slower than large ones per output."""
-    return (calls + checked_calls) * per_call * taps
+def plane_kernel_loads(
+    calls: int, checked_calls: int, per_call: int, taps: int, kernel_width: int
+) -> int:
+    """``calls * U * R*S + checked * U * R*S + (calls - checked) * U * S``:
+    one vector load per tap and output vector; in a checked call one mask
+    beside each, in the others one mask vector per column of taps (it
+    serves the column's ``R`` rows).  On the Xeon, 14x14 and 7x7 planes,
+    most of whose calls are checked, ran 1.3-1.4x slower than large ones per
+    output."""
+    unchecked = calls - checked_calls
+    return (calls + checked_calls) * per_call * taps + unchecked * per_call * kernel_width
 
 
 def plan_planes(geometry: ConvGeometry, dtype_name: str, hardware: Hardware, threads: int) -> Plan:

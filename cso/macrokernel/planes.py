@@ -15,8 +15,10 @@ Contracts relied on (:mod:`cso.microkernels.plane_taps` for the kernel's)
   element is written.  ``residual``: its layout (a placeholder unless
   ``has_residual``).
 * ``offsets`` (int32, :func:`cso.analysis.planes.plane_offsets`): the
-  number of calls ``n`` a plane takes, ``n`` pairs ``(v0, checked)``, then
-  the mask table from ``1 + 2n``, ``b.entries`` entries a vector.
+  number of calls ``n`` a plane takes, ``n`` triples ``(v0, checked,
+  columns)`` (``columns``: where the call's column masks start), then the
+  mask table from ``1 + 3n``, ``b.entries`` entries a vector, then the
+  column masks.
 * ``workspace``: unused (nothing is packed).
 * ``bounds``: the :class:`~cso.macrokernel.bounds.PlaneBounds` fields as a
   plain tuple.  Worker ``i`` of ``b.workers`` takes jobs ``(image,
@@ -51,7 +53,7 @@ def convolve_planes(
 
     for worker                                  # parallel
      for job = (image, filter k)                # the worker's share
-       for (v0, checked) in the plane's calls   # the same for every plane
+       for (v0, checked, columns) in the plane's calls   # the same for every plane
          plane tap kernel: y[k][v0*VL:(v0+U)*VL] = bias + sum of R*S shifted, masked taps
     """
     b = PlaneBounds(*bounds)
@@ -59,7 +61,7 @@ def convolve_planes(
     plane = b.height * b.width
     outputs = b.out_height * b.width
     calls = offsets[0]
-    masks_at = 1 + 2 * calls
+    masks_at = 1 + 3 * calls
     shift = b.pad_top * b.width + b.pad_left
     for worker in prange(b.workers):
         for job in range(worker * jobs // b.workers, (worker + 1) * jobs // b.workers):
@@ -68,17 +70,18 @@ def convolve_planes(
             source = (image * b.channels + k // b.multiplier) * plane - shift
             target = job * outputs
             for call in range(calls):
-                v0 = offsets[1 + 2 * call]
+                v0 = offsets[1 + 3 * call]
                 at = v0 * LANES
-                if offsets[2 + 2 * call]:
+                columns = offsets[3 + 3 * call]
+                if offsets[2 + 3 * call]:
                     plane_tap_kernel_checked(
                         x_flat, source + at, b.width, w_flat, k * b.taps,
-                        offsets, masks_at + v0 * b.entries, y_flat, target + at,
+                        offsets, masks_at + v0 * b.entries, columns, y_flat, target + at,
                         bias, k, has_bias, residual, target + at, activation, has_residual,
                     )  # fmt: skip
                 else:
                     plane_tap_kernel(
                         x_flat, source + at, b.width, w_flat, k * b.taps,
-                        offsets, masks_at + v0 * b.entries, y_flat, target + at,
+                        offsets, masks_at + v0 * b.entries, columns, y_flat, target + at,
                         bias, k, has_bias, residual, target + at, activation, has_residual,
                     )  # fmt: skip

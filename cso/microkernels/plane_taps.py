@@ -24,17 +24,25 @@ One call computes ``U`` (``vectors``) output vectors, pixels ``v0*VL ..
 
 then the fused epilogue (:mod:`.epilogue`) in registers, the residual in
 the output's layout (``residual_offset + u*VL + l``).  ``in_offset`` is the
-plane's start plus ``v0*VL - pad_top*width - pad_left``: loads may start
-before the plane or end after it, but only the masked-in lanes, which lie
-inside it, are read.  The masks are ``masks[mask_offset + u*E + e]`` (int32
+plane's start plus ``v0*VL - pad_top*width - pad_left``: a checked call's
+loads may start before the plane or end after it, but only the masked-in
+lanes, which lie inside it, are read.  The masks are ``masks[mask_offset + u*E + e]`` (int32
 bit sets of the lanes, ``E = 1 + S + R*S`` entries a vector): entry 0 the
 stores, ``1 + s`` the taps of column ``s``, ``1 + S + r*S + s`` each tap.
 
-* ``checked = False``: vectors wholly inside the plane whose taps only the
-  columns cut; each column's mask is read once and serves the ``R`` rows,
-  and the stores are whole vectors.
-* ``checked = True``: every tap's own mask, and masked stores (vectors at
-  the top and bottom, and the plane's last).
+* ``checked = False``: vectors whose every tap's every lane, masked or not,
+  lies inside the plane (:func:`cso.analysis.planes.mask_table`), so the
+  loads are whole; what the columns cut is zeroed by a bitwise and with
+  ``masks[column_offset + (u*S + s)*VL + l]`` (all ones or zero, int32:
+  :func:`cso.analysis.planes.column_table`), read once for the ``R`` rows
+  of column ``s``; stores whole.  AVX2's masked loads are slow on AMD
+  (Zen 3: this kernel ran 2.5x faster so on ``dw 3x3 144 @56``).
+* ``checked = True``: every tap's own mask (masked loads), and masked
+  stores (vectors at the top and bottom, and the plane's last).
+
+Each output sums its taps column by column in the unchecked kernel (the
+``R`` taps of a column apart, then added), row by row in the checked one:
+the two may round an output differently in the last bit.
 """
 
 from __future__ import annotations
@@ -79,7 +87,7 @@ def build_plane_tap_kernel(
     -------
     intrinsic
         ``kernel(inputs, in_offset, width, filters, w_offset, masks,
-        mask_offset, out, out_offset, bias, bias_index, has_bias, residual,
+        mask_offset, column_offset, out, out_offset, bias, bias_index, has_bias, residual,
         residual_offset, activation, has_residual)``.
     """
     check_dtype_and_lanes(dtype_name, vector_lanes)
@@ -93,9 +101,9 @@ def build_plane_tap_kernel(
 
     @intrinsic
     def plane_tap_kernel(
-        typingctx, inputs, in_offset, width, filters, w_offset, masks, mask_offset, out,
-        out_offset, bias, bias_index, has_bias, residual, residual_offset, activation,
-        has_residual,
+        typingctx, inputs, in_offset, width, filters, w_offset, masks, mask_offset,
+        column_offset, out, out_offset, bias, bias_index, has_bias, residual, residual_offset,
+        activation, has_residual,
     ):  # fmt: skip
         check_float_arrays(
             dtype_name, inputs=inputs, filters=filters, out=out, bias=bias, residual=residual
@@ -103,51 +111,68 @@ def build_plane_tap_kernel(
         check_mask_table(masks)
         intp = types.intp
         sig = types.void(
-            inputs, intp, intp, filters, intp, masks, intp, out, intp, bias, intp,
+            inputs, intp, intp, filters, intp, masks, intp, intp, out, intp, bias, intp,
             types.boolean, residual, intp, intp, types.boolean,
         )  # fmt: skip
 
         def codegen(context, builder, signature, args):
-            (in_a, in_off, width_v, w_a, w_off, m_a, m_off, out_a, out_off, bias_a, bias_i,
-             has_bias_v, res_a, res_off, activation_v, has_residual_v) = args  # fmt: skip
+            (in_a, in_off, width_v, w_a, w_off, m_a, m_off, col_off, out_a, out_off, bias_a,
+             bias_i, has_bias_v, res_a, res_off, activation_v, has_residual_v) = args  # fmt: skip
             e = KernelEmitter(context, builder, signature, dtype_name, lanes)
             b = builder
             inputs_base = e.base(0, in_a, in_off)
             filters_base = e.base(3, w_a, w_off)
             masks_base = e.base(5, m_a, m_off)
-            out_base = e.base(7, out_a, out_off)
-            bias_base = e.base(9, bias_a, bias_i)
-            residual_base = e.base(12, res_a, res_off)
+            columns_base = e.base(5, m_a, col_off)
+            out_base = e.base(8, out_a, out_off)
+            bias_base = e.base(10, bias_a, bias_i)
+            residual_base = e.base(13, res_a, res_off)
 
             def mask(u, entry):
                 return e.bit_set_mask(masks_base, u * entries + entry)
 
             zero = ir.Constant(e.vector.element, 0.0)
             start = e.broadcast(b.select(has_bias_v, b.load(bias_base), zero))
-            weights = [
-                e.broadcast(b.load(b.gep(filters_base, [e.constant(t)]))) for t in range(taps)
-            ]
-            columns = {}
-            if not checked:
-                columns = {
-                    (u, s): mask(u, 1 + s) for u in range(vectors) for s in range(kernel_width)
-                }
             sums = [start] * vectors
-            for r in range(kernel_height):
-                row = b.mul(e.constant(r * dilation_h), width_v)
+            if checked:
+                weights = [
+                    e.broadcast(b.load(b.gep(filters_base, [e.constant(t)])))
+                    for t in range(taps)
+                ]
+                for r in range(kernel_height):
+                    row = b.mul(e.constant(r * dilation_h), width_v)
+                    for s in range(kernel_width):
+                        for u in range(vectors):
+                            offset = b.add(row, e.constant(u * lanes + s * dilation_w))
+                            tap_mask = mask(u, 1 + kernel_width + r * kernel_width + s)
+                            value = e.load(inputs_base, offset, tap_mask)
+                            sums[u] = b.call(e.fma, [value, weights[r * kernel_width + s], sums[u]])
+            else:
+                # Column by column, so that one column mask and its R taps are live at a
+                # time, each column's R taps summed apart before joining the vector's sum:
+                # chains of R FMAs, not R*S (four vectors' chains of nine dependent FMAs had
+                # left the FMA pipes idle for their latency).
                 for s in range(kernel_width):
+                    column_taps = [
+                        e.broadcast(b.load(b.gep(filters_base, [e.constant(r * kernel_width + s)])))
+                        for r in range(kernel_height)
+                    ]
                     for u in range(vectors):
-                        tap_mask = (
-                            mask(u, 1 + kernel_width + r * kernel_width + s)
-                            if checked
-                            else columns[u, s]
-                        )
-                        offset = b.add(row, e.constant(u * lanes + s * dilation_w))
-                        value = e.load(inputs_base, offset, tap_mask)
-                        sums[u] = b.call(e.fma, [value, weights[r * kernel_width + s], sums[u]])
+                        column = e.lane_vector_mask(columns_base, (u * kernel_width + s) * lanes)
+                        partial = None
+                        for r in range(kernel_height):
+                            row = b.mul(e.constant(r * dilation_h), width_v)
+                            offset = b.add(row, e.constant(u * lanes + s * dilation_w))
+                            value = e.zeroed_outside(e.load(inputs_base, offset), column)
+                            partial = (
+                                b.fmul(value, column_taps[r])
+                                if partial is None
+                                else b.call(e.fma, [value, column_taps[r], partial])
+                            )
+                        sums[u] = b.fadd(sums[u], partial)
 
             def residual_of(u):
-                return e.load(residual_base, e.constant(u * lanes), mask(u, 0))
+                return e.load(residual_base, e.constant(u * lanes), mask(u, 0) if checked else None)
 
             sums = emit_epilogue(b, sums, residual_of, activation_v, has_residual_v)
             for u, value in enumerate(sums):

@@ -234,6 +234,28 @@ class KernelEmitter:
         none = ir.Constant(self.mask_type, [0] * self.lanes)
         return self.builder.and_(mask, self.builder.select(condition, every, none))
 
+    def lane_vector_mask(self, base, index):
+        """The lane mask stored as a vector of int32 (all ones or zero) from
+        element ``index`` of ``base``, widened to the element's width: one
+        load, where a bit set (:meth:`bit_set_mask`) takes AVX2 four
+        instructions to expand."""
+        b = self.builder
+        i32 = ir.VectorType(I32, self.lanes)
+        address = b.bitcast(b.gep(base, [self.constant(index)]), i32.as_pointer())
+        mask = b.load(address, align=4)
+        if self.element_bytes == 4:
+            return mask
+        return b.sext(mask, ir.VectorType(ir.IntType(self.element_bytes * 8), self.lanes))
+
+    def zeroed_outside(self, value, lane_mask):
+        """``value`` with the lanes that ``lane_mask`` (a
+        :meth:`lane_vector_mask`) does not set made zero: a bitwise and,
+        which any of AMD's four vector pipes runs, where a blend competes
+        with the FMAs and a masked load is slower."""
+        b = self.builder
+        integer = ir.VectorType(ir.IntType(self.element_bytes * 8), self.lanes)
+        return b.bitcast(b.and_(b.bitcast(value, integer), lane_mask), self.vector)
+
     def prefetch_for_store(self, base, offset):
         """``llvm.prefetch`` of element ``offset`` of ``base`` for writing,
         into every cache level."""

@@ -49,8 +49,32 @@ def test_the_masks_say_which_taps_fall_on_the_plane(case):
                     tap = table[v, 1 + g.kernel_width + r * g.kernel_width + s]
                     assert bool(tap >> lane & 1) == (column and row)
                     needs_check |= column and not row
+                    # Unchecked loads are whole: every lane's source must lie on the plane.
+                    source = f + (r * g.dilation_h - g.pad_top) * g.width
+                    source += s * g.dilation_w - g.pad_left
+                    needs_check |= not 0 <= source < g.height * g.width
             needs_check |= f >= outputs
         assert checked[v] == needs_check
+
+
+@settings(max_examples=60, deadline=None)
+@given(plane_geometries(), st.integers(1, 4))
+def test_the_column_masks_repeat_every_period_and_match_the_bit_sets(case, per_call):
+    g, lanes = case
+    table, checked = planes.mask_table(g, lanes)
+    entries = planes.mask_entries(g)
+    bit_sets = table.reshape(-1, entries).view(np.uint32).astype(np.int64)
+    period = planes.column_period(g, lanes)
+    columns = planes.column_table(g, lanes, per_call)
+    assert columns.shape == (period + per_call - 1, g.kernel_width, lanes)
+    assert set(np.unique(columns)) <= {0, -1}
+    for v in range(planes.output_vectors(g, lanes)):
+        if checked[v]:
+            continue
+        # Every call reads rows v0 % T + u: the vector's own columns, lane by lane.
+        for s in range(g.kernel_width):
+            expected = [bool(bit_sets[v, 1 + s] >> lane & 1) for lane in range(lanes)]
+            assert list(columns[v % period, s] == -1) == expected
 
 
 @given(st.lists(st.booleans(), min_size=1, max_size=40), st.integers(1, 6))
