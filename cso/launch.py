@@ -222,12 +222,12 @@ def _planes_launch(plan: Plan, module) -> Launch:
 
 def _rows_launch(plan: Plan, module) -> Launch:
     """The row nest (:mod:`cso.macrokernel.rows`), its bounds and workspace
-    (one zero row per worker, after ``pad_left`` more); its offsets are the
-    calls a row takes and the kernel's masks
+    (one zero row per worker, :func:`~cso.analysis.rows.zero_row_span`
+    elements); its offsets are the calls a row takes and the kernel's masks
     (:func:`~cso.analysis.rows.row_offsets`)."""
     g = plan.geometry
     vectors = plan.windows_per_tile // plan.vector_lanes
-    stride = worker_stride(g.pad_left + g.width, plan.dtype)
+    stride = worker_stride(rows.zero_row_span(g, plan.vector_lanes, vectors), plan.dtype)
     bounds = RowBounds(
         batch=g.batch,
         channels=g.channels,
@@ -243,6 +243,9 @@ def _rows_launch(plan: Plan, module) -> Launch:
         pad_left=g.pad_left,
         taps=g.kernel_height * g.kernel_width,
         entries=rows.entries_per_call(g, vectors),
+        vector_entries=(rows.entries_per_call(g, vectors) - vectors) * plan.vector_lanes,
+        load_span=rows.load_span(g, plan.vector_lanes, vectors),
+        zero_span=rows.zero_row_span(g, plan.vector_lanes, vectors),
         window_rows=rows.block_window_rows(g, plan.rows_per_call),
         workers=plan.threads,
         workspace_stride=stride,
@@ -272,6 +275,7 @@ def loop_module_for(plan: Plan, patch: LoopPatch = None):
             g.kernel_height, g.kernel_width, g.dilation_h, g.dilation_w, g.stride_h, g.stride_w,
             plan.rows_per_call, vectors, plan.dtype, plan.vector_lanes,
             unmasked_inner=rows.full_interior_vectors(g, plan.vector_lanes, vectors),
+            tail_lanes=rows.tail_lanes(g, plan.vector_lanes, vectors),
             serial=serial, patch=patch,
         )  # fmt: skip
     if plan.algorithm == Algorithm.DEPTHWISE_LANES:

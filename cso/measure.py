@@ -104,7 +104,7 @@ PLANE_VARIANTS = {
 
 # The row nest's stages (cso.macrokernel.rows): its kernel only, as the plane nest's.
 ROW_VARIANTS = {
-    "no-kernel": LoopPatch("no-kernel", _no_ops("row_tap_kernel")),
+    "no-kernel": LoopPatch("no-kernel", _no_ops("row_tap_kernel", "row_tap_kernel_checked")),
 }
 
 

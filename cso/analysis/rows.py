@@ -112,6 +112,47 @@ def mask_table(geometry: ConvGeometry, lanes: int, vectors: int) -> np.ndarray:
     return np.array(entries, dtype=np.int64).astype(np.uint32).view(np.int32)
 
 
+def vector_mask_table(geometry: ConvGeometry, lanes: int, vectors: int) -> np.ndarray:
+    """The load masks of :func:`mask_table` as lane vectors for the
+    whole-load kernel: int32 ``[calls][U][groups * sw][VL]``, all ones where
+    the bit is set, else 0 (one load each, where a bit set takes AVX2 four
+    instructions to expand)."""
+    g = geometry
+    per_vector = entries_per_call(g, vectors) // vectors
+    table = mask_table(g, lanes, vectors).view(np.uint32).astype(np.int64)
+    loads = table.reshape(-1, vectors, per_vector)[:, :, 1:]
+    bits = (loads[..., None] >> np.arange(lanes)) & 1
+    return np.where(bits == 1, -1, 0).astype(np.int32)
+
+
+def tail_lanes(geometry: ConvGeometry, lanes: int, vectors: int) -> int:
+    """The lanes the last vector of a row's one call stores, ``Q - (U-1)*VL``,
+    where the row is narrower than a call's ``U*VL`` outputs; 0 where every
+    call's stores are whole (:func:`row_calls` ends the last at the edge)."""
+    span = vectors * lanes
+    if geometry.out_width >= span:
+        return 0
+    return geometry.out_width - (vectors - 1) * lanes
+
+
+def load_span(geometry: ConvGeometry, lanes: int, vectors: int) -> int:
+    """Elements of an input row a whole-load call reads from its first
+    column: ``(U*sw)*VL + max(e)`` for the :func:`load_groups` offsets
+    ``e`` (the whole vectors of every group's halves)."""
+    g = geometry
+    groups = load_groups(g.kernel_width, g.dilation_w, g.stride_w)
+    return vectors * g.stride_w * lanes + max(groups)
+
+
+def zero_row_span(geometry: ConvGeometry, lanes: int, vectors: int) -> int:
+    """Elements of the zero row the nest clears: the masked kernel reads
+    ``pad_left + W``, a whole-load call at the row's last ``q0`` up to
+    ``q0*sw + load_span``."""
+    g = geometry
+    last = row_calls(g.out_width, vectors * lanes)[-1]
+    return max(g.pad_left + g.width, last * g.stride_w + load_span(g, lanes, vectors))
+
+
 def full_interior_vectors(geometry: ConvGeometry, lanes: int, vectors: int) -> bool:
     """Whether every call's inner vectors ``1 <= u <= U-2`` need no masks:
     ``U > 2`` and every :func:`mask_table` entry of those vectors, in every
@@ -153,12 +194,18 @@ def window_rows_on_plane(top: int, window_rows: int, height: int) -> tuple:
 
 def row_offsets(geometry: ConvGeometry, lanes: int) -> np.ndarray:
     """What the row nest reads besides the operands, as one int32 array: the
-    number of calls ``n`` a row takes, their ``q0`` (:func:`row_calls`), then
-    the :func:`mask_table` (from ``1 + n``)."""
+    number of calls ``n`` a row takes, their ``q0`` (:func:`row_calls`), the
+    :func:`mask_table` (from ``1 + n``), then the :func:`vector_mask_table`."""
     vectors = row_vectors_per_call(geometry, lanes)
     starts = row_calls(geometry.out_width, vectors * lanes)
     head = np.array([len(starts)] + starts, dtype=np.int32)
-    return np.concatenate([head, mask_table(geometry, lanes, vectors)])
+    return np.concatenate(
+        [
+            head,
+            mask_table(geometry, lanes, vectors),
+            vector_mask_table(geometry, lanes, vectors).ravel(),
+        ]
+    )
 
 
 def window_row_taps(kernel_height: int, stride_h: int, dilation_h: int, rows: int) -> dict:

@@ -15,13 +15,19 @@ Contracts relied on (:mod:`cso.microkernels.row_taps` for the kernel's)
 * ``y_flat``: the output ``[N][K][P][Q]`` flattened; every element is
   written.  ``residual``: its layout (a placeholder unless ``has_residual``).
 * ``offsets`` (int32, :func:`cso.analysis.rows.row_offsets`): the number of
-  calls ``n`` a row takes, their ``q0``, then the mask table from ``1 +
-  n``, ``b.entries`` entries a call.
+  calls ``n`` a row takes, their ``q0``, the mask table from ``1 + n``,
+  ``b.entries`` entries a call, then the vector mask table,
+  ``b.vector_entries`` a call.
 * ``workspace``: ``b.workers`` parts of ``b.workspace_stride`` elements; the
-  first ``pad_left + W`` of each are zeroed here, once a call: from
+  first ``b.zero_span`` of each are zeroed here, once a call: from
   ``pad_left`` on, the zero row the kernel reads for window rows off the
   plane (at ``q0*sw`` from the part's start for a call at ``q0``, whose
-  loads start ``q0*sw - pad_left`` columns into a row).
+  loads start ``q0*sw - pad_left`` columns into a row, and a whole-load
+  call's run ``b.load_span`` elements from there).
+* ``row_tap_kernel`` loads whole (``whole_loads``): a call runs it where
+  every element its on-plane rows' whole vectors reach lies in ``x_flat``
+  (all but the blocks at the very start and end of the input), and the
+  masked ``row_tap_kernel_checked`` elsewhere.
 * ``bounds``: the :class:`~cso.macrokernel.bounds.RowBounds` fields as a
   plain tuple.  Worker ``i`` of ``b.workers`` takes jobs ``(image,
   filter)`` ``[i*J//W, (i+1)*J//W)``.  ``ROWS <= P``: a plane's blocks
@@ -37,6 +43,7 @@ from cso.macrokernel.bounds import RowBounds
 
 # Bound by cso.macrokernel.specialise in each generated specialisation.
 row_tap_kernel = None
+row_tap_kernel_checked = None
 ROWS = None
 LANES = None
 
@@ -62,7 +69,8 @@ def convolve_rows(
        for p in the blocks' first rows           # every ROWS, the last at P - ROWS
          window rows i_first <= i < i_last fall on the plane
          for (j, q0) in the row's calls          # the same for every row
-           row tap kernel: y[k][p : p+ROWS][q0 : q0 + U*VL] = bias + sum of R*S taps
+           row tap kernel, whole loads unless at the input's ends:
+             y[k][p : p+ROWS][q0 : q0 + U*VL] = bias + sum of R*S taps
     """
     b = RowBounds(*bounds)
     jobs = b.batch * b.filters
@@ -70,9 +78,11 @@ def convolve_rows(
     outputs = b.out_height * b.out_width
     calls = offsets[0]
     masks_at = 1 + calls
+    vector_masks_at = masks_at + calls * b.entries
+    inputs = x_flat.size
     for worker in prange(b.workers):
         start = worker * b.workspace_stride
-        workspace[start : start + b.pad_left + b.width] = 0
+        workspace[start : start + b.zero_span] = 0
         for job in range(worker * jobs // b.workers, (worker + 1) * jobs // b.workers):
             image = job // b.filters
             k = job % b.filters
@@ -86,10 +96,24 @@ def convolve_rows(
                 target = job * outputs + p * b.out_width
                 for call in range(calls):
                     q0 = offsets[1 + call]
-                    row_tap_kernel(
-                        x_flat, row + q0 * b.stride_w, b.width,
-                        workspace, start + q0 * b.stride_w, i_first, i_last,
-                        w_flat, k * b.taps, y_flat, target + q0, b.out_width,
-                        offsets, masks_at + call * b.entries,
-                        bias, k, has_bias, residual, target + q0, activation, has_residual,
-                    )  # fmt: skip
+                    at = row + q0 * b.stride_w
+                    if at + i_first * b.width >= 0 and (
+                        at + (i_last - 1) * b.width + b.load_span <= inputs
+                    ):
+                        row_tap_kernel(
+                            x_flat, at, b.width,
+                            workspace, start + q0 * b.stride_w, i_first, i_last,
+                            w_flat, k * b.taps, y_flat, target + q0, b.out_width,
+                            offsets, masks_at + call * b.entries,
+                            vector_masks_at + call * b.vector_entries,
+                            bias, k, has_bias, residual, target + q0, activation, has_residual,
+                        )  # fmt: skip
+                    else:
+                        row_tap_kernel_checked(
+                            x_flat, at, b.width,
+                            workspace, start + q0 * b.stride_w, i_first, i_last,
+                            w_flat, k * b.taps, y_flat, target + q0, b.out_width,
+                            offsets, masks_at + call * b.entries,
+                            vector_masks_at + call * b.vector_entries,
+                            bias, k, has_bias, residual, target + q0, activation, has_residual,
+                        )  # fmt: skip

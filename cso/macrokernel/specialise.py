@@ -291,13 +291,15 @@ def planes_module(
 def rows_module(
     kernel_height: int, kernel_width: int, dilation_h: int, dilation_w: int, stride_h: int,
     stride_w: int, rows: int, vectors: int, dtype_name: str, vector_lanes: int,
-    unmasked_inner: bool = False, serial: bool = False, patch: LoopPatch = None,
+    unmasked_inner: bool = False, tail_lanes: int = 0, serial: bool = False,
+    patch: LoopPatch = None,
 ):  # fmt: skip
     """The row loop nest (:mod:`.rows`) bound to the row tap kernel of
     ``rows x vectors`` output vectors for ``kernel_height x kernel_width``
     filters at ``dilation_h, dilation_w`` and strides ``stride_h, stride_w``,
     of ``vector_lanes`` ``dtype_name`` lanes (:mod:`cso.microkernels.row_taps`),
-    its inner vectors unmasked when ``unmasked_inner``, memoised; ``serial``:
+    its inner vectors unmasked when ``unmasked_inner``, its whole-load kernel
+    storing ``tail_lanes`` of a row's last vector (0: all), memoised; ``serial``:
     its serial twin (see the module docstring); ``patch``: a measurement
     variant (:class:`LoopPatch`: its source rebinding the kernel), None for
     the real thing."""
@@ -310,16 +312,20 @@ def rows_module(
     )  # fmt: skip
     unmasked_inner = bool(unmasked_inner)
     arguments = ", ".join(str(n) for n in shape)
+    tail_lanes = int(tail_lanes)
     binding = (
         "from cso.microkernels.row_taps import build_row_tap_kernel\n"
         f"row_tap_kernel = build_row_tap_kernel({arguments}, {dtype_name!r}, "
+        f"{int(vector_lanes)}, {unmasked_inner}, True, {tail_lanes})\n"
+        f"row_tap_kernel_checked = build_row_tap_kernel({arguments}, {dtype_name!r}, "
         f"{int(vector_lanes)}, {unmasked_inner})\n"
         f"ROWS = {int(rows)}\n"
         f"LANES = {int(vector_lanes)}\n"
     )
     name = "cso_rows_r{}_s{}_dh{}_dw{}_sh{}_sw{}_b{}_u{}".format(*shape)
     name += f"_{dtype_name}_l{int(vector_lanes)}" + ("_inner" if unmasked_inner else "")
-    key = ("rows",) + shape + (str(dtype_name), int(vector_lanes), unmasked_inner)
+    name += f"_t{tail_lanes}"
+    key = ("rows",) + shape + (str(dtype_name), int(vector_lanes), unmasked_inner, tail_lanes)
     return _family_module(key, name, rows_source, binding, patch, serial)
 
 

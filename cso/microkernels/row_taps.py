@@ -60,6 +60,7 @@ from .vector_ir import (
     check_dtype_and_lanes,
     check_float_arrays,
     check_mask_table,
+    store_leading_lanes,
 )
 
 
@@ -67,7 +68,7 @@ from .vector_ir import (
 def build_row_tap_kernel(
     kernel_height: int, kernel_width: int, dilation_h: int, dilation_w: int, stride_h: int,
     stride_w: int, rows: int, vectors: int, dtype_name: str, vector_lanes: int,
-    unmasked_inner: bool = False,
+    unmasked_inner: bool = False, whole_loads: bool = False, tail_lanes: int = 0,
 ):  # fmt: skip
     """Return a Numba intrinsic computing ``rows x vectors`` output vectors of a plane.
 
@@ -90,13 +91,22 @@ def build_row_tap_kernel(
         Load and store vectors ``1 <= u <= U-2`` whole, ignoring their
         masks: only for a caller whose masks there are all full
         (:func:`~cso.analysis.rows.full_interior_vectors`); needs ``U > 2``.
+    whole_loads : bool
+        Load every vector whole and zero the lanes its load mask clears by
+        an and with the mask as a lane vector (the vector mask table), and
+        store whole: only for a call whose loads all lie in the arrays (the
+        nest checks) and whose stores are all full but for the last
+        vector's ``tail_lanes``.
+    tail_lanes : int
+        With ``whole_loads``: the lanes the last vector of each row stores
+        (its first ``tail_lanes``, in plain pieces), 0 for all of them.
 
     Returns
     -------
     intrinsic
         ``kernel(inputs, in_offset, width, zeros, zeros_offset, i_first, i_last, filters,
-        w_offset, out, out_offset, out_stride, masks, mask_offset, bias, bias_index,
-        has_bias, residual, residual_offset, activation, has_residual)``.
+        w_offset, out, out_offset, out_stride, masks, mask_offset, vector_mask_offset,
+        bias, bias_index, has_bias, residual, residual_offset, activation, has_residual)``.
     """
     check_dtype_and_lanes(dtype_name, vector_lanes)
     check_shape_bounds(
@@ -105,6 +115,11 @@ def build_row_tap_kernel(
         ("stride_h", stride_h, 64), ("stride_w", stride_w, 2), ("rows", rows, 32),
         ("vectors", vectors, 32),
     )  # fmt: skip
+    if not 0 <= tail_lanes < vector_lanes or (tail_lanes and not whole_loads):
+        raise ValueError(
+            f"tail_lanes must be 0, or below vector_lanes ({vector_lanes}) with whole_loads, "
+            f"got {tail_lanes}"
+        )
     check_bit_set_lanes(vector_lanes)
     if unmasked_inner and vectors <= 2:
         raise ValueError(f"unmasked_inner needs more than 2 vectors a call, got {vectors}")
@@ -116,8 +131,8 @@ def build_row_tap_kernel(
     @intrinsic
     def row_tap_kernel(
         typingctx, inputs, in_offset, width, zeros, zeros_offset, i_first, i_last, filters,
-        w_offset, out, out_offset, out_stride, masks, mask_offset, bias, bias_index, has_bias,
-        residual, residual_offset, activation, has_residual,
+        w_offset, out, out_offset, out_stride, masks, mask_offset, vector_mask_offset, bias,
+        bias_index, has_bias, residual, residual_offset, activation, has_residual,
     ):  # fmt: skip
         check_float_arrays(
             dtype_name, inputs=inputs, zeros=zeros, filters=filters, out=out, bias=bias,
@@ -127,13 +142,13 @@ def build_row_tap_kernel(
         intp = types.intp
         sig = types.void(
             inputs, intp, intp, zeros, intp, intp, intp, filters, intp, out, intp, intp, masks,
-            intp, bias, intp, types.boolean, residual, intp, intp, types.boolean,
+            intp, intp, bias, intp, types.boolean, residual, intp, intp, types.boolean,
         )  # fmt: skip
 
         def codegen(context, builder, signature, args):
             (in_a, in_off, width_v, zeros_a, zeros_off, first_v, last_v, w_a, w_off, out_a,
-             out_off, out_stride_v, m_a, m_off, bias_a, bias_i, has_bias_v, res_a, res_off,
-             activation_v, has_residual_v) = args  # fmt: skip
+             out_off, out_stride_v, m_a, m_off, vm_off, bias_a, bias_i, has_bias_v, res_a,
+             res_off, activation_v, has_residual_v) = args  # fmt: skip
             e = KernelEmitter(context, builder, signature, dtype_name, lanes)
             b = builder
             inputs_base = e.base(0, in_a, in_off)
@@ -141,8 +156,9 @@ def build_row_tap_kernel(
             filters_base = e.base(7, w_a, w_off)
             out_base = e.base(9, out_a, out_off)
             masks_base = e.base(12, m_a, m_off)
-            bias_base = e.base(14, bias_a, bias_i)
-            residual_base = e.base(17, res_a, res_off)
+            vector_masks_base = e.base(12, m_a, vm_off)
+            bias_base = e.base(15, bias_a, bias_i)
+            residual_base = e.base(18, res_a, res_off)
 
             zero = ir.Constant(e.vector.element, 0.0)
             start = e.broadcast(b.select(has_bias_v, b.load(bias_base), zero))
@@ -169,27 +185,35 @@ def build_row_tap_kernel(
             # output vector (partial sums by filter row ran alike on the Xeon);
             # the window rows in order, so each output sums its filter rows in
             # order, masked or not.
-            def emit_column(u, masked: bool, fused: bool):
+            def emit_column(u, masked: bool, fused: bool, last: bool = False):
                 """Vector column ``u`` (an i64) of the block, loaded and stored
-                under its masks or whole, through the epilogue when ``fused``."""
+                under its masks or whole, through the epilogue when ``fused``;
+                ``last``: the row's last column (its ``tail_lanes``)."""
                 column = b.mul(u, e.constant(lanes * stride_w))
                 column_masks = b.gep(masks_base, [b.mul(u, e.constant(per_vector))])
+                column_vector_masks = b.gep(
+                    vector_masks_base, [b.mul(u, e.constant((per_vector - 1) * lanes))]
+                )
 
-                def mask(index):
-                    """Entry ``index`` of the column's masks; None (whole) unmasked."""
-                    return e.bit_set_mask(column_masks, index) if masked else None
+                def load(row, offset, g, h):
+                    """The loaded vector of group ``g``'s half ``h`` at ``offset``."""
+                    if not masked:
+                        return e.load(row, offset)
+                    if whole_loads:
+                        lane_mask = e.lane_vector_mask(
+                            column_vector_masks, (g * stride_w + h) * lanes
+                        )
+                        return e.zeroed_outside(e.load(row, offset), lane_mask)
+                    return e.load(
+                        row, offset, e.bit_set_mask(column_masks, 1 + g * stride_w + h)
+                    )
 
-                load_masks = {
-                    (g, h): mask(1 + g * stride_w + h)
-                    for g in range(len(groups))
-                    for h in range(stride_w)
-                }
                 sums = [start] * rows
                 for i in sorted(served):
                     row = b.gep(row_starts[i], [column])
                     for g, (offset, taps) in enumerate(groups.items()):
                         loaded = [
-                            e.load(row, e.constant(offset + h * lanes), load_masks[g, h])
+                            load(row, e.constant(offset + h * lanes), g, h)
                             for h in range(stride_w)
                         ]
                         for s, phase in taps:
@@ -207,7 +231,10 @@ def build_row_tap_kernel(
                 def at(out_row):
                     return b.add(b.mul(e.constant(out_row), out_stride_v), at_column)
 
-                store_mask = mask(0)
+                # Whole-load calls store whole, but for the row's last column's tail.
+                store_mask = None
+                if masked and (not whole_loads or (last and tail_lanes)):
+                    store_mask = e.bit_set_mask(column_masks, 0)
 
                 def residual_of(out_row):
                     return e.load(residual_base, at(out_row), store_mask)
@@ -216,7 +243,11 @@ def build_row_tap_kernel(
                 if fused:
                     results = emit_epilogue(b, sums, residual_of, activation_v, has_residual_v)
                 for out_row, value in enumerate(results):
-                    e.store(value, out_base, at(out_row), store_mask)
+                    if whole_loads and last and tail_lanes:
+                        address = b.gep(out_base, [at(out_row)])
+                        store_leading_lanes(b, value, address, tail_lanes, e.element_bytes)
+                    else:
+                        e.store(value, out_base, at(out_row), store_mask)
 
             def emit_columns(fused: bool):
                 if unmasked_inner:
@@ -230,8 +261,17 @@ def build_row_tap_kernel(
                     emit_column(e.constant(0), True, fused)
                     for inner in range(1, vectors - 1):
                         emit_column(e.constant(inner), False, fused)
-                    emit_column(e.constant(vectors - 1), True, fused)
+                    emit_column(e.constant(vectors - 1), True, fused, last=True)
                     return
+                if whole_loads and tail_lanes:
+                    # The last column stores its tail in plain pieces: apart.
+                    if vectors > 1:
+                        emit_column_loop(vectors - 1, fused)
+                    emit_column(e.constant(vectors - 1), True, fused, last=True)
+                    return
+                emit_column_loop(vectors, fused)
+
+            def emit_column_loop(count: int, fused: bool):
                 entry = b.basic_block
                 loop = b.append_basic_block("row_taps.column")
                 done = b.append_basic_block("row_taps.done")
@@ -242,7 +282,7 @@ def build_row_tap_kernel(
                 emit_column(u, True, fused)
                 following = b.add(u, e.constant(1))
                 u.add_incoming(following, b.basic_block)
-                b.cbranch(b.icmp_signed("<", following, e.constant(vectors)), loop, done)
+                b.cbranch(b.icmp_signed("<", following, e.constant(count)), loop, done)
                 b.position_at_end(done)
 
             # A call with no epilogue (no activation, no residual) takes columns
