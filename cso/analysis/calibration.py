@@ -373,6 +373,25 @@ def plane_call_cost(rates: MeasuredRates) -> float:
     return _nest_call_cost(rates.plane_call_seconds, rates)
 
 
+def unpacked_load_cost(rates: MeasuredRates) -> float:
+    """``(t_column / u - macs_column * c_mac) / loads_column``: per vector
+    load of the kernels that read the planes as given (row and plane), what
+    a column of taps adds to a row-kernel call in its nest beyond its
+    multiply-adds (:func:`mac_cost`), over the loads it adds.  0 where not
+    measured (records made before it was): the tap kernel's load rate then
+    stands in (:func:`~cso.analysis.depthwise.tap_kernel_cost`).
+
+    Why not the tap kernel's: its probe chains each vector's FMAs (four
+    chains), so its pair of load and FMA is an FMA latency; the row kernel's
+    whole loads, masked by an and, cost less than that (on a Zen 3 the model
+    so priced row plans 1.3x dearer than lane plans they ran 1.27x faster
+    than)."""
+    if not (rates.row_column_seconds and rates.row_column_loads):
+        return 0.0
+    added = weight_of(rates.row_column_seconds, rates.fma_flops)
+    return max(0.0, (added - rates.row_column_macs * mac_cost(rates)) / rates.row_column_loads)
+
+
 def lane_transpose_cost(rates: MeasuredRates) -> float:
     """``t_lane / u``, per element the lane nest transposes; in records made
     before it was measured, the shifted input packing's cost (a pass of
@@ -412,6 +431,7 @@ FORMULAS = {
     "lane_transpose_cost": lane_transpose_cost,
     "row_call_cost": row_call_cost,
     "plane_call_cost": plane_call_cost,
+    "unpacked_load_cost": unpacked_load_cost,
 }
 # The weights derive_weights measures; the rest keep their defaults.
 CALIBRATED_WEIGHTS = tuple(FORMULAS)

@@ -129,11 +129,12 @@ def kernel_loads(
 
 def tap_kernel_cost(
     weights, element_bytes: int, calls: int, macs: int, loads: int, vector_bytes: int,
-    call_cost=None,
+    call_cost=None, load_cost=None,
 ) -> float:  # fmt: skip
     """``calls * c_call + macs * c_mac * s/4 + loads * c_load``, where
-    ``c_load = max(0, c_tap_load - (vector_bytes/4) * c_mac)`` and ``c_call``
-    is ``call_cost``, or ``tap_call_cost`` when None.
+    ``c_load`` is ``load_cost`` when given and not 0, else ``max(0, c_tap_load
+    - (vector_bytes/4) * c_mac)``, and ``c_call`` is ``call_cost``, or
+    ``tap_call_cost`` when None.
 
     ``c_tap_load`` is measured on the one-row tap kernel, which issues a
     vector load beside each vector FMA: it is the pair's time, and ``c_load``
@@ -145,8 +146,9 @@ def tap_kernel_cost(
     this sum (45.6, 70 and 19.3 ns against 47.5, 72 and 20.5), where the
     larger of the two gave half their time.
     """
-    fma_cost = weights.mac_cost * vector_bytes / 4
-    load_cost = max(0.0, weights.tap_load_cost - fma_cost)
+    if not load_cost:
+        fma_cost = weights.mac_cost * vector_bytes / 4
+        load_cost = max(0.0, weights.tap_load_cost - fma_cost)
     macs_cost = macs * weights.mac_cost * element_bytes / 4
     if call_cost is None:
         call_cost = weights.tap_call_cost
@@ -221,6 +223,7 @@ def job_traffic(
     packed_elements: int,
     input_pack_cost=None,
     call_cost=None,
+    load_cost=None,
 ) -> Traffic:
     """One job of a tap-kernel family's nest (tap or lane), modelled from its counts.
 
@@ -228,8 +231,8 @@ def job_traffic(
     operands fit in; ``packed_elements`` weighted like the dense plans'
     input packing (at ``input_pack_cost`` if given); ``calls`` kernel calls
     (at ``call_cost`` each if given) of ``macs`` multiply-adds and ``loads``
-    vector loads in all, priced by :func:`tap_kernel_cost` (not the
-    outer-product kernel's weights).  The
+    vector loads in all (at ``load_cost`` each if given and not 0), priced by
+    :func:`tap_kernel_cost` (not the outer-product kernel's weights).  The
     cost is scaled by the busiest thread's share of the jobs.
     """
     level = counts.level_of(
@@ -257,7 +260,8 @@ def job_traffic(
         input_pack_cost=input_pack_cost,
     )
     weighted += tap_kernel_cost(
-        hardware.weights, element_bytes, calls, macs, loads, hardware.vector_bytes, call_cost
+        hardware.weights, element_bytes, calls, macs, loads, hardware.vector_bytes, call_cost,
+        load_cost,
     )
     imbalance = counts.thread_imbalance(threads, jobs, 1, 1, 1.0)
     return Traffic(cost=imbalance * weighted, imbalance=imbalance, **job_counts)

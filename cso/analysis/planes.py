@@ -193,6 +193,7 @@ def plane_traffic(
         loads=plane_kernel_loads(len(calls), checked_calls, per_call, taps, g.kernel_width),
         packed_elements=0,
         call_cost=hardware.weights.plane_call_cost,
+        load_cost=hardware.weights.unpacked_load_cost,
     )
 
 

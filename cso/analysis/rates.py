@@ -102,6 +102,12 @@ class MeasuredRates:
         (the tap kernel's call time stands in).
     plane_call_seconds : float
         The same for the plane nest (3x1 filters padded to keep ``Q == W``).
+    row_column_seconds, row_column_macs, row_column_loads : float
+        What one more column of taps adds to a row-kernel call in its loop
+        nest, from the same two layers: ``(t_3 - t_1) / 2`` a call, and the
+        multiply-adds and vector loads (masks and weight broadcasts
+        included) it adds by the plans' own counts.  0 in records made
+        before they were measured (the tap kernel's load rate stands in).
     filter_tile_pack_seconds : float
         Time per filter element packed tile by tile into one tile's buffer
         (what a loop nest that packs its filters just before use does,
@@ -176,6 +182,9 @@ class MeasuredRates:
     lane_transpose_seconds: float = 0.0
     row_call_seconds: float = 0.0
     plane_call_seconds: float = 0.0
+    row_column_seconds: float = 0.0
+    row_column_macs: float = 0.0
+    row_column_loads: float = 0.0
     filter_pack_shared_seconds: float = 0.0
     filter_tile_pack_seconds: float = 0.0
     kernel_shape_flops: tuple = ()

@@ -299,6 +299,9 @@ def row_traffic(
         loads=calls * row_kernel_loads(g, vectors, rows_per_call, hardware.vector_registers),
         packed_elements=0,
         call_cost=hardware.weights.row_call_cost,
+        # Measured at stride 1; a stride-2 call's loads come with shuffles the
+        # probe did not time, so the tap kernel's rate stands in there.
+        load_cost=hardware.weights.unpacked_load_cost if g.stride_w == 1 else None,
     )
 
 

@@ -149,6 +149,13 @@ class CostWeights:
     plane_call_cost : float
         The same for the plane nest (:mod:`cso.analysis.planes`), measured
         the same way through it; the default its figure on that Xeon.
+    unpacked_load_cost : float
+        Cost of one vector load of the row and plane kernels (unaligned,
+        whole, masked by an and) beyond the multiply-adds it feeds, measured
+        in the row nest (:func:`cso.analysis.calibration.unpacked_load_cost`)
+        at stride 1, and used there.  0 (the default, and records made before
+        it was measured), and at stride 2, whose loads come with shuffles:
+        the tap kernel's ``tap_load_cost`` less an FMA stands in.
     lane_transpose_cost : float
         Cost of one element the lane nest transposes (the depthwise_lanes
         algorithm's input planes into pixel vectors, its outputs back,
@@ -265,6 +272,7 @@ class CostWeights:
     lane_transpose_cost: float = 80.0
     row_call_cost: float = 9600.0
     plane_call_cost: float = 5700.0
+    unpacked_load_cost: float = 0.0
     l3_shared_cost: float = 6.0
     dram_shared_cost: float = 20.0
     l1_conflict_cost: float = 128.0

@@ -45,7 +45,6 @@ REPEATED = frozenset(
         "filter_pack_shared_seconds",
         "filter_tile_pack_seconds",
         "lane_transpose_seconds",
-        "row_call_seconds",
         "plane_call_seconds",
     )
 )
@@ -112,6 +111,15 @@ def _steps(hardware, quick: bool):
         fits = [kernel_probes.tap_seconds(lanes, repeats=repeats) for _ in range(1 if quick else 5)]
         state["taps"] = tuple(median(fit[i] for fit in fits) for i in range(2))
         return state["taps"]
+
+    def row_nest():
+        # An intercept and a slope, as the taps': the median of several, each apart.
+        fits = [
+            loop_probes.unpacked_nest_seconds(hardware, "depthwise_rows", rounds)
+            for _ in range(1 if quick else 5)
+        ]
+        state["rows"] = tuple(median(fit[i] for fit in fits) for i in range(4))
+        return state["rows"]
 
     in_place_passes = 1 if quick else 3
     in_place_samples = {}
@@ -297,8 +305,15 @@ def _steps(hardware, quick: bool):
         ("tap_load_seconds", "depthwise tap-kernel input vector load", lambda: state["taps"][1]),
         ("lane_transpose_seconds", "element transposed by the depthwise lane nest",
          lambda: loop_probes.lane_transpose_seconds(hardware, rounds)),
+        (None, "depthwise row kernel in its loop nest, against its column taps", row_nest),
         ("row_call_seconds", "depthwise row-kernel call in its loop nest",
-         lambda: loop_probes.unpacked_call_seconds(hardware, "depthwise_rows", rounds)),
+         lambda: state["rows"][0]),
+        ("row_column_seconds", "depthwise row-kernel column of taps in its loop nest",
+         lambda: state["rows"][1]),
+        ("row_column_macs", "multiply-adds a column of taps adds to a row-kernel call",
+         lambda: state["rows"][2]),
+        ("row_column_loads", "vector loads a column of taps adds to a row-kernel call",
+         lambda: state["rows"][3]),
         ("plane_call_seconds", "depthwise plane-kernel call in its loop nest",
          lambda: loop_probes.unpacked_call_seconds(hardware, "depthwise_planes", rounds)),
         ("kernel_call_seconds", "micro-kernel call in the loop nest",

@@ -323,10 +323,18 @@ def lane_transpose_seconds(hardware, rounds=5) -> float:
 
 
 def unpacked_call_seconds(hardware, algorithm: str, rounds=5) -> float:
-    """``(3 t_1 - t_3) / 2``: :data:`ROW_LAYER` through the nest of
-    ``algorithm`` (``"depthwise_rows"`` or ``"depthwise_planes"``: the
-    nests that read the planes as given) with 3x1 and with 3x3 filters
-    (timed in interleaved rounds), each time a call (one call a plane).
+    """``(3 t_1 - t_3) / 2``: :func:`unpacked_nest_seconds`' intercept."""
+    return unpacked_nest_seconds(hardware, algorithm, rounds)[0]
+
+
+def unpacked_nest_seconds(hardware, algorithm: str, rounds=5) -> tuple:
+    """``(call, column, column_macs, column_loads)``: :data:`ROW_LAYER`
+    through the nest of ``algorithm`` (``"depthwise_rows"`` or
+    ``"depthwise_planes"``: the nests that read the planes as given) with
+    3x1 and with 3x3 filters (timed in interleaved rounds), each time a call
+    (one call a plane): the intercept ``(3 t_1 - t_3) / 2``, the slope
+    ``(t_3 - t_1) / 2`` a column of taps, and the multiply-adds and vector
+    loads a column adds to a call by the plans' own counts.
 
     The two differ only in their column taps, whose FMAs and loads grow
     linearly with them, so the intercept at no column is what a call costs
@@ -334,7 +342,7 @@ def unpacked_call_seconds(hardware, algorithm: str, rounds=5) -> float:
     channels = ROW_LAYER[1]
     rng = np.random.default_rng(0)
     x = rng.standard_normal(ROW_LAYER, dtype=np.float32)
-    programs, calls = {}, {}
+    programs, calls, macs, loads = {}, {}, {}, {}
     for width in (1, 3):
         w = rng.standard_normal((channels, 1, 3, width), dtype=np.float32)
         plan = plan_conv2d(
@@ -342,7 +350,15 @@ def unpacked_call_seconds(hardware, algorithm: str, rounds=5) -> float:
             hardware=hardware, algorithm=algorithm,
         )  # fmt: skip
         programs[width] = plan_program(plan, x, w)
-        calls[width] = plan.cost_of(plan.schedule).kernel_calls * channels
+        traffic = plan.cost_of(plan.schedule)
+        calls[width] = traffic.kernel_calls * channels
+        macs[width] = traffic.padded_macs / traffic.kernel_calls
+        loads[width] = traffic.tap_loads / traffic.kernel_calls
     best = best_times(programs, rounds, MIN_SECONDS)
     one, three = best[1] / calls[1], best[3] / calls[3]
-    return max(0.0, (3 * one - three) / 2)
+    return (
+        max(0.0, (3 * one - three) / 2),
+        max(0.0, (three - one) / 2),
+        (macs[3] - macs[1]) / 2,
+        (loads[3] - loads[1]) / 2,
+    )

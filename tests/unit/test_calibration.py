@@ -39,6 +39,9 @@ RATES = dict(
     filter_tile_pack_seconds=1e-9,
     row_call_seconds=2e-8,
     plane_call_seconds=1.5e-8,
+    row_column_seconds=1.2e-8,
+    row_column_macs=168.0,
+    row_column_loads=40.0,
 )
 UNIT = 5e-12
 
@@ -68,6 +71,9 @@ def test_each_weight_is_its_formula_of_the_rates():
         "lane_transpose_cost": 3.5e-10 / UNIT,  # 70 per element transposed
         "row_call_cost": 2e-8 / UNIT,  # 4000 per row-kernel call in its nest
         "plane_call_cost": 1.5e-8 / UNIT,  # 3000 per plane-kernel call in its nest
+        # A column of taps adds 2400 units to a row call: 168 multiply-adds at the
+        # mac_cost of 5.0 take 840, the other 1560 over its 40 loads is 39 a load.
+        "unpacked_load_cost": (1.2e-8 / UNIT - 168 * 5.0) / 40,
     }
     assert set(expected) == set(calibration.CALIBRATED_WEIGHTS)
     for name, value in expected.items():
@@ -76,6 +82,20 @@ def test_each_weight_is_its_formula_of_the_rates():
     assert weights.sweep_fraction == DEFAULT_WEIGHTS.sweep_fraction
     assert weights.stream_overlap == DEFAULT_WEIGHTS.stream_overlap
     assert weights.origin == "calibrated" and DEFAULT_WEIGHTS.origin == "defaults"
+
+
+def test_unpacked_loads_fall_back_to_the_tap_kernel_where_not_measured():
+    from cso.analysis.depthwise import tap_kernel_cost
+
+    older = dict(RATES, row_column_seconds=0.0, row_column_macs=0.0, row_column_loads=0.0)
+    weights = derive_weights(MeasuredRates(**older))
+    assert weights.unpacked_load_cost == 0.0
+    # 0 stands for "not measured": the tap kernel's load less an FMA's 8 lanes.
+    fallback = weights.tap_load_cost - weights.mac_cost * 32 / 4
+    by_default = tap_kernel_cost(weights, 4, 1, 0, 10, 32, call_cost=0.0, load_cost=0.0)
+    assert by_default == pytest.approx(10 * fallback)
+    measured = tap_kernel_cost(weights, 4, 1, 0, 10, 32, call_cost=0.0, load_cost=39.0)
+    assert measured == pytest.approx(390.0)
 
 
 def test_weights_keep_two_significant_figures():
