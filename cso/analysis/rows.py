@@ -25,15 +25,15 @@ on 3x3 layers (4 rows of 4 vectors on 112- and 56-wide planes, 7-14 rows
 of 1-2 vectors on narrower ones); the lane plans stay ahead on 7-wide rows
 and 5x5 filters.  The model weighs them (:func:`row_traffic`).
 
-On an AMD EPYC (Zen 3, AVX2) the row plans lose to the lane plans on every
+On an AMD EPYC (Zen 3, AVX2) the row plans lost to the lane plans on every
 depthwise layer of MobileNetV2 and EfficientNet-B0, by their masks: AVX2's
-masked loads and stores (``vmaskmov``) are slow there.  Timed with the masks
-dropped (results wrong, timing only; lane plans beside them): ``dw 3x3 480
-@14`` 268 us masked, 177 with whole stores, 94 with whole loads too (lanes
-101-110); ``dw 3x3 960 @7`` 140, 67, 68 (lanes 53-78); ``dw 3x3 144 @56``
-504, 369, 224 (lanes 238-262).  A row plan with unmasked loads (a padded
-copy of each plane) and stores (calls that end at the row's edge) would run
-about 0.85-0.9x the lane plans' time there.
+masked loads and stores (``vmaskmov``) are slow there.  So the kernel now
+loads whole vectors and zeroes what falls off the row by an and with the
+mask as a lane vector (:func:`vector_mask_table`), and stores whole but for
+a narrow row's last vector (:func:`tail_lanes`, plain pieces), in every
+call whose whole loads stay in the input (the nest checks); then the row
+plans ran 1.0-1.33x faster than the lane plans on 3x3 layers 28 or more
+wide, one thread, and 1.1-1.6x slower on 5x5 and 14x14 ones.
 """
 
 from __future__ import annotations
