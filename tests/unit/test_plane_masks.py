@@ -202,3 +202,32 @@ def test_inner_vectors_by_hand():
     assert full(40)
     # 2 vectors a call have no inner one; dilation 12 reaches past column 55.
     assert not full(20) and not full(56, dilation=12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(row_geometries())
+def test_the_row_vector_masks_tail_and_zero_row_match_the_bit_sets(case):
+    g, lanes = case
+    vectors = rows.row_vectors_per_call(g, lanes)
+    bit_sets = rows.mask_table(g, lanes, vectors).view(np.uint32).astype(np.int64)
+    per_vector = rows.entries_per_call(g, vectors) // vectors
+    bit_sets = bit_sets.reshape(-1, vectors, per_vector)
+    masks = rows.vector_mask_table(g, lanes, vectors)
+    assert masks.shape == (len(bit_sets), vectors, per_vector - 1, lanes)
+    for index in np.ndindex(masks.shape[:3]):
+        call, u, load = index
+        expected = [-1 if bit_sets[call, u, 1 + load] >> lane & 1 else 0 for lane in range(lanes)]
+        assert list(masks[index]) == expected
+    # The whole-load kernel stores whole, but for a narrow row's last vector's tail.
+    tail = rows.tail_lanes(g, lanes, vectors)
+    stored = [sum(int(bit_sets[c, u, 0] >> lane & 1) for lane in range(lanes))
+              for c in range(len(bit_sets)) for u in range(vectors)]  # fmt: skip
+    if tail:
+        assert stored == [lanes] * (vectors - 1) + [tail]
+    else:
+        assert stored == [lanes] * len(stored)
+    # The zero row reaches as far as any whole load from the last call.
+    last = rows.row_calls(g.out_width, vectors * lanes)[-1]
+    span = rows.load_span(g, lanes, vectors)
+    needed = max(g.pad_left + g.width, last * g.stride_w + span)
+    assert rows.zero_row_span(g, lanes, vectors) >= needed
