@@ -7,7 +7,6 @@ a cycle).
 from __future__ import annotations
 
 from ..geometry import ConvGeometry, ceil_div
-from . import tap_rules
 
 # Output vectors one kernel call holds.  The kernel issues one load per
 # FMA, so it runs at the loads' rate; four chains of FMAs are enough to
@@ -66,15 +65,20 @@ def row_vectors_per_call(geometry: ConvGeometry, lanes: int) -> int:
 
 
 def max_block_rows(geometry: ConvGeometry, vector_registers: int, lanes: int) -> int:
-    """Output rows a row-kernel call may hold: ``min(P, max_rows_per_call(U,
-    R, registers))``, ``B * U`` output vectors within half the registers.
+    """Output rows a row-kernel call may hold: ``min(P, regs // U)``, ``B *
+    U`` output vectors within the registers.
 
     The kernel finishes one vector column of its block before the next, so
-    only ``B`` chains of FMAs are live; yet on the Xeon's 112- and 56-wide
-    planes (``U = 4``) blocks of 14-16 rows ran 1.2-1.4x slower than blocks
-    of 4-8, while on 14-wide ones (``U = 1``) 14 rows ran fastest: the
-    bound on ``B * U`` is the measured one."""
+    only ``B`` chains of FMAs are live at a time; the bound is the measured
+    one.  On the Xeon (32 registers) 112- and 56-wide planes (``U = 4``) ran
+    fastest in blocks of 4-8 rows and 1.2-1.4x slower in 14-16, while on
+    14-wide ones (``U = 1``) 14 rows ran fastest.  On a Zen 3 (16 registers,
+    one thread, ``dw 3x3`` layers), blocks of 4 rows of 4 vectors ran 1.05-1.17x
+    faster than blocks of 2 (``32 @112`` 198 against 209 us, ``144 @56`` 207
+    against 230, ``192 @28`` 114 against 133) and 5-8 rows no faster; 14-wide
+    planes (``U = 2``) 7-8 rows as fast as 4-5.  (The tap kernel's tighter
+    bound, half the registers, :func:`~cso.analysis.tap_rules.max_rows_per_call`,
+    had held these blocks to 2 rows.)"""
     g = geometry
     vectors = row_vectors_per_call(g, lanes)
-    most = tap_rules.max_rows_per_call(vectors, g.kernel_height, vector_registers)
-    return min(g.out_height, most)
+    return min(g.out_height, max(1, vector_registers // vectors))
