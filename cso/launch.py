@@ -214,6 +214,7 @@ def _planes_launch(plan: Plan, module) -> Launch:
         pad_left=g.pad_left,
         taps=g.kernel_height * g.kernel_width,
         entries=planes.mask_entries(g),
+        load_span=planes.load_span(g, plan.vector_lanes),
         workers=plan.threads,
     )
     offsets = planes.plane_offsets(g, plan.vector_lanes)
@@ -267,7 +268,7 @@ def loop_module_for(plan: Plan, patch: LoopPatch = None):
         return planes_module(
             g.kernel_height, g.kernel_width, g.dilation_h, g.dilation_w,
             plan.windows_per_tile // plan.vector_lanes, plan.dtype, plan.vector_lanes,
-            serial=serial, patch=patch,
+            tail_lanes=planes.tail_lanes(g, plan.vector_lanes), serial=serial, patch=patch,
         )  # fmt: skip
     if plan.algorithm == Algorithm.DEPTHWISE_ROWS:
         vectors = plan.windows_per_tile // plan.vector_lanes

@@ -97,7 +97,8 @@ LANE_VARIANTS = {
 # packs nothing, so its skeleton is the no-kernel variant.
 PLANE_VARIANTS = {
     "no-kernel": LoopPatch(
-        "no-kernel", _no_ops("plane_tap_kernel", "plane_tap_kernel_checked")
+        "no-kernel",
+        _no_ops("plane_tap_kernel", "plane_tap_kernel_edges", "plane_tap_kernel_checked"),
     ),
 }
 

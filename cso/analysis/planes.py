@@ -140,23 +140,60 @@ def call_schedule(checked: np.ndarray, per_call: int) -> list:
     return calls
 
 
+def edge_table(geometry: ConvGeometry, lanes: int, per_call: int, v0: int) -> np.ndarray:
+    """A checked call's tap masks as whole lane vectors for the whole-load
+    edge kernel: int32 ``[U][R*S][VL]``, entry ``[u, r*S + s, l]`` all ones
+    where :func:`mask_table`'s bit of tap ``(r, s)`` is set for lane ``l`` of
+    vector ``v0 + u``, else 0."""
+    table, _ = mask_table(geometry, lanes)
+    entries = mask_entries(geometry)
+    taps = geometry.kernel_height * geometry.kernel_width
+    bits = table.reshape(-1, entries).view(np.uint32).astype(np.int64)
+    tap_bits = bits[v0 : v0 + per_call, 1 + geometry.kernel_width :]
+    lane_bits = (tap_bits[..., None] >> np.arange(lanes)) & 1
+    return np.where(lane_bits == 1, -1, 0).astype(np.int32).reshape(per_call, taps, lanes)
+
+
+def tail_lanes(geometry: ConvGeometry, lanes: int) -> int:
+    """``P*Q mod VL``: the lanes of a plane's last output vector, 0 when whole."""
+    return (geometry.out_height * geometry.out_width) % lanes
+
+
+def load_span(geometry: ConvGeometry, lanes: int) -> int:
+    """Elements a call's whole loads reach from its first: ``U*VL + (R-1)*dh*W
+    + (S-1)*dw``."""
+    g = geometry
+    return (
+        vectors_per_call(g, lanes) * lanes
+        + (g.kernel_height - 1) * g.dilation_h * g.width
+        + (g.kernel_width - 1) * g.dilation_w
+    )
+
+
 def plane_offsets(geometry: ConvGeometry, lanes: int) -> np.ndarray:
     """What the plane nest reads besides the operands, as one int32 array:
-    the number of calls ``n``; ``n`` triples ``(v0, checked, columns)``, the
-    first two :func:`call_schedule`'s and ``columns`` where the call's
-    :func:`column_table` rows start in this array; the :func:`mask_table`
-    (from ``1 + 3n``); then the :func:`column_table`."""
+    the number of calls ``n``; ``n`` triples ``(v0, checked, vector_masks)``,
+    the first two :func:`call_schedule`'s and ``vector_masks`` where the
+    call's lane-vector masks start in this array (its :func:`column_table`
+    rows, or a checked call's :func:`edge_table`); the :func:`mask_table`
+    (from ``1 + 3n``); the :func:`column_table`; then each checked call's
+    :func:`edge_table`."""
     table, checked = mask_table(geometry, lanes)
     per_call = vectors_per_call(geometry, lanes)
     calls = call_schedule(checked, per_call)
     period = column_period(geometry, lanes)
-    columns_at = 1 + 3 * len(calls) + len(table)
-    row = geometry.kernel_width * lanes
-    head = [len(calls)]
-    for v0, is_checked in calls:
-        head += [v0, int(is_checked), columns_at + (v0 % period) * row]
     columns = column_table(geometry, lanes, per_call).ravel()
-    return np.concatenate([np.array(head, dtype=np.int32), table, columns])
+    columns_at = 1 + 3 * len(calls) + len(table)
+    edges_at = columns_at + len(columns)
+    row = geometry.kernel_width * lanes
+    head, edges = [len(calls)], []
+    for v0, is_checked in calls:
+        if is_checked:
+            head += [v0, 1, edges_at + sum(len(edge) for edge in edges)]
+            edges.append(edge_table(geometry, lanes, per_call, v0).ravel())
+        else:
+            head += [v0, 0, columns_at + (v0 % period) * row]
+    return np.concatenate([np.array(head, dtype=np.int32), table, columns] + edges)
 
 
 def plane_traffic(

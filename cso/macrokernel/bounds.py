@@ -108,6 +108,7 @@ PlaneBounds = namedtuple(
         "pad_left",
         "taps",  # R*S
         "entries",  # mask-table entries a vector: 1 + S + R*S
+        "load_span",  # elements a call's whole loads reach: analysis.planes.load_span
         "workers",  # threads the jobs are split over
     ],
 )

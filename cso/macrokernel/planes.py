@@ -1,7 +1,8 @@
 """The plane loop nest: stride-1 depthwise convolutions on the planes as given.
 
 This file is a template as well as a module: ``plane_tap_kernel``,
-``plane_tap_kernel_checked`` and ``LANES`` are bound per specialisation
+``plane_tap_kernel_edges``, ``plane_tap_kernel_checked`` and ``LANES`` are
+bound per specialisation
 (the filter size and dilations, vectors a call, dtype, vector lanes) by
 :mod:`cso.macrokernel.specialise`.  Only loops live here.
 
@@ -16,9 +17,14 @@ Contracts relied on (:mod:`cso.microkernels.plane_taps` for the kernel's)
   ``has_residual``).
 * ``offsets`` (int32, :func:`cso.analysis.planes.plane_offsets`): the
   number of calls ``n`` a plane takes, ``n`` triples ``(v0, checked,
-  columns)`` (``columns``: where the call's column masks start), then the
-  mask table from ``1 + 3n``, ``b.entries`` entries a vector, then the
-  column masks.
+  vector_masks)`` (``vector_masks``: where the call's lane-vector masks
+  start: column masks, or a checked call's tap masks), then the mask table
+  from ``1 + 3n``, ``b.entries`` entries a vector, then the vector masks.
+* A checked call runs ``plane_tap_kernel_edges`` (whole loads, each tap's
+  lane-vector mask; the plane's last vector's tail stored apart in the
+  plane's last call) where its loads' ``b.load_span`` elements lie in
+  ``x_flat``, else ``plane_tap_kernel_checked`` (masked loads and stores):
+  only calls at the very start and end of the input.
 * ``workspace``: unused (nothing is packed).
 * ``bounds``: the :class:`~cso.macrokernel.bounds.PlaneBounds` fields as a
   plain tuple.  Worker ``i`` of ``b.workers`` takes jobs ``(image,
@@ -31,6 +37,7 @@ from cso.macrokernel.bounds import PlaneBounds
 
 # Bound by cso.macrokernel.specialise in each generated specialisation.
 plane_tap_kernel = None
+plane_tap_kernel_edges = None
 plane_tap_kernel_checked = None
 LANES = None
 
@@ -53,8 +60,9 @@ def convolve_planes(
 
     for worker                                  # parallel
      for job = (image, filter k)                # the worker's share
-       for (v0, checked, columns) in the plane's calls   # the same for every plane
-         plane tap kernel: y[k][v0*VL:(v0+U)*VL] = bias + sum of R*S shifted, masked taps
+       for (v0, checked, vector_masks) in the plane's calls   # the same for every plane
+         plane tap kernel (unchecked, edges, or masked at the input's ends):
+           y[k][v0*VL:(v0+U)*VL] = bias + sum of R*S shifted, masked taps
     """
     b = PlaneBounds(*bounds)
     jobs = b.batch * b.filters
@@ -63,6 +71,7 @@ def convolve_planes(
     calls = offsets[0]
     masks_at = 1 + 3 * calls
     shift = b.pad_top * b.width + b.pad_left
+    inputs = x_flat.size
     for worker in prange(b.workers):
         for job in range(worker * jobs // b.workers, (worker + 1) * jobs // b.workers):
             image = job // b.filters
@@ -72,16 +81,25 @@ def convolve_planes(
             for call in range(calls):
                 v0 = offsets[1 + 3 * call]
                 at = v0 * LANES
-                columns = offsets[3 + 3 * call]
-                if offsets[2 + 3 * call]:
-                    plane_tap_kernel_checked(
-                        x_flat, source + at, b.width, w_flat, k * b.taps,
-                        offsets, masks_at + v0 * b.entries, columns, y_flat, target + at,
-                        bias, k, has_bias, residual, target + at, activation, has_residual,
-                    )  # fmt: skip
-                else:
+                vector_masks = offsets[3 + 3 * call]
+                if not offsets[2 + 3 * call]:
                     plane_tap_kernel(
                         x_flat, source + at, b.width, w_flat, k * b.taps,
-                        offsets, masks_at + v0 * b.entries, columns, y_flat, target + at,
-                        bias, k, has_bias, residual, target + at, activation, has_residual,
+                        offsets, masks_at + v0 * b.entries, vector_masks, False, y_flat,
+                        target + at, bias, k, has_bias, residual, target + at, activation,
+                        has_residual,
+                    )  # fmt: skip
+                elif source + at >= 0 and source + at + b.load_span <= inputs:
+                    plane_tap_kernel_edges(
+                        x_flat, source + at, b.width, w_flat, k * b.taps,
+                        offsets, masks_at + v0 * b.entries, vector_masks, call == calls - 1,
+                        y_flat, target + at, bias, k, has_bias, residual, target + at,
+                        activation, has_residual,
+                    )  # fmt: skip
+                else:
+                    plane_tap_kernel_checked(
+                        x_flat, source + at, b.width, w_flat, k * b.taps,
+                        offsets, masks_at + v0 * b.entries, vector_masks, False, y_flat,
+                        target + at, bias, k, has_bias, residual, target + at, activation,
+                        has_residual,
                     )  # fmt: skip

@@ -265,26 +265,33 @@ def lanes_module(
 
 def planes_module(
     kernel_height: int, kernel_width: int, dilation_h: int, dilation_w: int, vectors: int,
-    dtype_name: str, vector_lanes: int, serial: bool = False, patch: LoopPatch = None,
+    dtype_name: str, vector_lanes: int, tail_lanes: int = 0, serial: bool = False,
+    patch: LoopPatch = None,
 ):  # fmt: skip
     """The plane loop nest (:mod:`.planes`) bound to the plane tap kernels of
     ``vectors`` output vectors for ``kernel_height x kernel_width`` filters
     at ``dilation_h, dilation_w``, of ``vector_lanes`` ``dtype_name`` lanes,
-    unchecked and checked (:mod:`cso.microkernels.plane_taps`), memoised;
+    unchecked, checked with whole loads (a plane's last vector storing
+    ``tail_lanes``) and checked with masked ones
+    (:mod:`cso.microkernels.plane_taps`), memoised;
     ``serial``: its serial twin (see the module docstring); ``patch``: a
     measurement variant (:class:`LoopPatch`: its source rebinding the
     kernels), None for the real thing."""
     shape = tuple(int(n) for n in (kernel_height, kernel_width, dilation_h, dilation_w, vectors))
     arguments = ", ".join(str(n) for n in shape)
     kind = f"{dtype_name!r}, {int(vector_lanes)}"
+    tail_lanes = int(tail_lanes)
     binding = (
         "from cso.microkernels.plane_taps import build_plane_tap_kernel\n"
         f"plane_tap_kernel = build_plane_tap_kernel({arguments}, False, {kind})\n"
+        f"plane_tap_kernel_edges = build_plane_tap_kernel({arguments}, True, {kind}, True, "
+        f"{tail_lanes})\n"
         f"plane_tap_kernel_checked = build_plane_tap_kernel({arguments}, True, {kind})\n"
         f"LANES = {int(vector_lanes)}\n"
     )
     name = "cso_planes_r{}_s{}_dh{}_dw{}_u{}".format(*shape) + f"_{dtype_name}_l{int(vector_lanes)}"
-    key = ("planes",) + shape + (str(dtype_name), int(vector_lanes))
+    name += f"_t{tail_lanes}"
+    key = ("planes",) + shape + (str(dtype_name), int(vector_lanes), tail_lanes)
     return _family_module(key, name, planes_source, binding, patch, serial)
 
 

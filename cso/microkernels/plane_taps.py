@@ -61,13 +61,15 @@ from .vector_ir import (
     check_dtype_and_lanes,
     check_float_arrays,
     check_mask_table,
+    store_leading_lanes,
 )
 
 
 @functools.lru_cache(maxsize=None)
 def build_plane_tap_kernel(
     kernel_height: int, kernel_width: int, dilation_h: int, dilation_w: int, vectors: int,
-    checked: bool, dtype_name: str, vector_lanes: int,
+    checked: bool, dtype_name: str, vector_lanes: int, whole_edges: bool = False,
+    tail_lanes: int = 0,
 ):  # fmt: skip
     """Return a Numba intrinsic computing ``vectors`` output vectors of one plane.
 
@@ -78,7 +80,15 @@ def build_plane_tap_kernel(
     vectors : int
         Output vectors a call holds in registers (``U``).
     checked : bool
-        Per-tap masks and masked stores (see the module contract).
+        Per-tap masks (see the module contract).
+    whole_edges : bool
+        With ``checked``: whole loads zeroed by an and with each tap's mask
+        as a lane vector, and whole stores but for the plane's last vector's
+        ``tail_lanes`` where the call ``ends_plane``; else masked loads and
+        stores.
+    tail_lanes : int
+        With ``whole_edges``: the lanes of a plane's last vector
+        (``P*Q mod VL``), 0 when it is whole.
     dtype_name : {"float32", "float64"}
     vector_lanes : int
         At most 32 (the masks are int32 bit sets).
@@ -87,8 +97,8 @@ def build_plane_tap_kernel(
     -------
     intrinsic
         ``kernel(inputs, in_offset, width, filters, w_offset, masks,
-        mask_offset, column_offset, out, out_offset, bias, bias_index, has_bias, residual,
-        residual_offset, activation, has_residual)``.
+        mask_offset, column_offset, ends_plane, out, out_offset, bias, bias_index, has_bias,
+        residual, residual_offset, activation, has_residual)``.
     """
     check_dtype_and_lanes(dtype_name, vector_lanes)
     check_shape_bounds(
@@ -96,14 +106,21 @@ def build_plane_tap_kernel(
         ("dilation_h", dilation_h, 64), ("dilation_w", dilation_w, 64), ("vectors", vectors, 32),
     )  # fmt: skip
     check_bit_set_lanes(vector_lanes)
+    if not 0 <= tail_lanes < vector_lanes or (whole_edges and not checked) or (
+        tail_lanes and not whole_edges
+    ):
+        raise ValueError(
+            "whole_edges and tail_lanes need checked, tail_lanes below vector_lanes "
+            f"({vector_lanes}); got whole_edges={whole_edges}, tail_lanes={tail_lanes}"
+        )
     lanes, taps = vector_lanes, kernel_height * kernel_width
     entries = 1 + kernel_width + taps
 
     @intrinsic
     def plane_tap_kernel(
         typingctx, inputs, in_offset, width, filters, w_offset, masks, mask_offset,
-        column_offset, out, out_offset, bias, bias_index, has_bias, residual, residual_offset,
-        activation, has_residual,
+        column_offset, ends_plane, out, out_offset, bias, bias_index, has_bias, residual,
+        residual_offset, activation, has_residual,
     ):  # fmt: skip
         check_float_arrays(
             dtype_name, inputs=inputs, filters=filters, out=out, bias=bias, residual=residual
@@ -111,22 +128,24 @@ def build_plane_tap_kernel(
         check_mask_table(masks)
         intp = types.intp
         sig = types.void(
-            inputs, intp, intp, filters, intp, masks, intp, intp, out, intp, bias, intp,
+            inputs, intp, intp, filters, intp, masks, intp, intp, types.boolean, out, intp,
+            bias, intp,
             types.boolean, residual, intp, intp, types.boolean,
         )  # fmt: skip
 
         def codegen(context, builder, signature, args):
-            (in_a, in_off, width_v, w_a, w_off, m_a, m_off, col_off, out_a, out_off, bias_a,
-             bias_i, has_bias_v, res_a, res_off, activation_v, has_residual_v) = args  # fmt: skip
+            (in_a, in_off, width_v, w_a, w_off, m_a, m_off, col_off, ends_plane_v, out_a,
+             out_off, bias_a, bias_i, has_bias_v, res_a, res_off, activation_v,
+             has_residual_v) = args  # fmt: skip
             e = KernelEmitter(context, builder, signature, dtype_name, lanes)
             b = builder
             inputs_base = e.base(0, in_a, in_off)
             filters_base = e.base(3, w_a, w_off)
             masks_base = e.base(5, m_a, m_off)
             columns_base = e.base(5, m_a, col_off)
-            out_base = e.base(8, out_a, out_off)
-            bias_base = e.base(10, bias_a, bias_i)
-            residual_base = e.base(13, res_a, res_off)
+            out_base = e.base(9, out_a, out_off)
+            bias_base = e.base(11, bias_a, bias_i)
+            residual_base = e.base(14, res_a, res_off)
 
             def mask(u, entry):
                 return e.bit_set_mask(masks_base, u * entries + entry)
@@ -144,8 +163,14 @@ def build_plane_tap_kernel(
                     for s in range(kernel_width):
                         for u in range(vectors):
                             offset = b.add(row, e.constant(u * lanes + s * dilation_w))
-                            tap_mask = mask(u, 1 + kernel_width + r * kernel_width + s)
-                            value = e.load(inputs_base, offset, tap_mask)
+                            if whole_edges:
+                                tap_mask = e.lane_vector_mask(
+                                    columns_base, (u * taps + r * kernel_width + s) * lanes
+                                )
+                                value = e.zeroed_outside(e.load(inputs_base, offset), tap_mask)
+                            else:
+                                tap_mask = mask(u, 1 + kernel_width + r * kernel_width + s)
+                                value = e.load(inputs_base, offset, tap_mask)
                             sums[u] = b.call(e.fma, [value, weights[r * kernel_width + s], sums[u]])
             else:
                 # Column by column, so that one column mask and its R taps are live at a
@@ -171,12 +196,39 @@ def build_plane_tap_kernel(
                             )
                         sums[u] = b.fadd(sums[u], partial)
 
-            def residual_of(u):
-                return e.load(residual_base, e.constant(u * lanes), mask(u, 0) if checked else None)
+            masked_stores = checked and not whole_edges
 
-            sums = emit_epilogue(b, sums, residual_of, activation_v, has_residual_v)
-            for u, value in enumerate(sums):
-                e.store(value, out_base, e.constant(u * lanes), mask(u, 0) if checked else None)
+            def store_mask(u):
+                return mask(u, 0) if masked_stores else None
+
+            def residual_of(u):
+                return e.load(residual_base, e.constant(u * lanes), store_mask(u))
+
+            if not tail_lanes:
+                sums = emit_epilogue(b, sums, residual_of, activation_v, has_residual_v)
+                for u, value in enumerate(sums):
+                    e.store(value, out_base, e.constant(u * lanes), store_mask(u))
+                return context.get_dummy_value()
+            # The plane's last vector, where the call ends the plane: its first tail_lanes.
+            head = emit_epilogue(b, sums[:-1], residual_of, activation_v, has_residual_v)
+            for u, value in enumerate(head):
+                e.store(value, out_base, e.constant(u * lanes))
+            last = vectors - 1
+            at = e.constant(last * lanes)
+            with b.if_else(ends_plane_v) as (tail, whole):
+                with tail:
+                    (value,) = emit_epilogue(
+                        b, [sums[last]], lambda _: e.load(residual_base, at, mask(last, 0)),
+                        activation_v, has_residual_v,
+                    )  # fmt: skip
+                    address = b.gep(out_base, [at])
+                    store_leading_lanes(b, value, address, tail_lanes, e.element_bytes)
+                with whole:
+                    (value,) = emit_epilogue(
+                        b, [sums[last]], lambda _: e.load(residual_base, at), activation_v,
+                        has_residual_v,
+                    )  # fmt: skip
+                    e.store(value, out_base, at)
             return context.get_dummy_value()
 
         return sig, codegen
