@@ -52,8 +52,9 @@ def plane_story(plan, others, compulsory) -> list:
         "input times the broadcast weight (one load per FMA: the kernel runs at its loads' "
         "rate)",
         f"  {vectors} output vector(s) a plane in {len(calls)} call(s), {checked_calls} of them "
-        "checked (masked loads, a mask per tap where rows fall off the plane, masked "
-        "stores); the others load whole and zero what the columns cut by an and with one "
+        "checked (a mask per tap where rows fall off the plane, a lane vector each; "
+        "masked loads and stores only at the very start and end of the input); the others "
+        "load whole and zero what the columns cut by an and with one "
         "mask vector per tap column (it repeats every "
         f"{planes.column_period(g, vl)} vector(s))",
         "  nothing packed: no pass over the input or output besides the kernel's own",

@@ -14,8 +14,9 @@ the taps that fall off the plane: per vector and tap column ``s`` where
 ``q + s*dw - pad_left`` leaves ``[0, W)`` (whole loads and a bitwise and
 with a lane vector, :func:`column_table`, which repeats every
 :func:`column_period` vectors), and, for the few vectors near the top and
-bottom, per tap where the row leaves ``[0, H)`` (masked loads, which also
-keep every load on the plane).  They are computed once per plan
+bottom, per tap where the row leaves ``[0, H)`` (whole loads and a lane
+vector per tap, :func:`edge_table`, but masked loads where a whole one
+would leave the input).  They are computed once per plan
 (:func:`mask_table`).
 
 Each load feeds one FMA and most are split across two cache lines, so the

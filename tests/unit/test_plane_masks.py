@@ -231,3 +231,37 @@ def test_the_row_vector_masks_tail_and_zero_row_match_the_bit_sets(case):
     span = rows.load_span(g, lanes, vectors)
     needed = max(g.pad_left + g.width, last * g.stride_w + span)
     assert rows.zero_row_span(g, lanes, vectors) >= needed
+
+
+@settings(max_examples=60, deadline=None)
+@given(plane_geometries())
+def test_the_plane_offsets_point_each_call_at_its_vector_masks(case):
+    g, lanes = case
+    table, checked = planes.mask_table(g, lanes)
+    entries = planes.mask_entries(g)
+    bit_sets = table.reshape(-1, entries).view(np.uint32).astype(np.int64)
+    per_call = planes.vectors_per_call(g, lanes)
+    offsets = planes.plane_offsets(g, lanes)
+    calls = planes.call_schedule(checked, per_call)
+    assert offsets[0] == len(calls)
+    taps = g.kernel_height * g.kernel_width
+    for j, (v0, is_checked) in enumerate(calls):
+        assert offsets[1 + 3 * j] == v0 and offsets[2 + 3 * j] == int(is_checked)
+        at = offsets[3 + 3 * j]
+        for u in range(per_call):
+            for t in range(taps if is_checked else g.kernel_width):
+                start = at + (u * (taps if is_checked else g.kernel_width) + t) * lanes
+                vector = offsets[start : start + lanes]
+                # A checked call reads each tap's mask, an unchecked one each column's.
+                entry = 1 + g.kernel_width + t if is_checked else 1 + t
+                bits = bit_sets[v0 + u, entry]
+                expected = [-1 if bits >> lane & 1 else 0 for lane in range(lanes)]
+                assert list(vector) == expected
+    # Only the plane's last vector may be partial, and only the last call holds it.
+    tail = planes.tail_lanes(g, lanes)
+    assert tail == (g.out_height * g.out_width) % lanes
+    if tail:
+        assert calls[-1][1] and calls[-1][0] + per_call == planes.output_vectors(g, lanes)
+    span = planes.load_span(g, lanes)
+    reach = (per_call - 1) * lanes + lanes + (g.kernel_height - 1) * g.dilation_h * g.width
+    assert span == reach + (g.kernel_width - 1) * g.dilation_w
