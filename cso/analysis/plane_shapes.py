@@ -1,10 +1,12 @@
 """Which layers the plane and row plans run and their kernels' shapes: the
 part of :mod:`.planes` and :mod:`.rows` that the plan checks need, with no
 import of the planner's modules (so :mod:`.plan_checks` can use it without
-a cycle).
+a cycle); and the lane-vector masks both families' whole-load kernels read.
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from ..geometry import ConvGeometry, ceil_div
 
@@ -17,6 +19,15 @@ VECTORS_PER_CALL = 4
 
 # Mask-table entries are int32 bit sets of the vector lanes.
 MAX_PLANE_LANES = 32
+
+
+def lane_vectors(bit_sets, lanes: int) -> np.ndarray:
+    """Int32 bit sets of lanes (any shape) as lane vectors: int32, one more
+    axis of ``lanes``, all ones where lane ``l``'s bit is set, else 0 (the
+    whole-load kernels' masks, one load each, where a bit set takes AVX2 four
+    instructions to expand)."""
+    bits = np.asarray(bit_sets).view(np.uint32).astype(np.int64)
+    return np.where((bits[..., None] >> np.arange(lanes)) & 1 == 1, -1, 0).astype(np.int32)
 
 
 def is_plane_depthwise(geometry: ConvGeometry) -> bool:

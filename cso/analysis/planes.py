@@ -44,6 +44,7 @@ from .plane_shapes import (  # noqa: F401 (re-exported)
     MAX_PLANE_LANES,
     VECTORS_PER_CALL,
     is_plane_depthwise,
+    lane_vectors,
     output_vectors,
     vectors_per_call,
 )
@@ -141,18 +142,20 @@ def call_schedule(checked: np.ndarray, per_call: int) -> list:
     return calls
 
 
-def edge_table(geometry: ConvGeometry, lanes: int, per_call: int, v0: int) -> np.ndarray:
-    """A checked call's tap masks as whole lane vectors for the whole-load
-    edge kernel: int32 ``[U][R*S][VL]``, entry ``[u, r*S + s, l]`` all ones
-    where :func:`mask_table`'s bit of tap ``(r, s)`` is set for lane ``l`` of
-    vector ``v0 + u``, else 0."""
+def edge_table(geometry: ConvGeometry, lanes: int) -> np.ndarray:
+    """Every output vector's tap masks as whole lane vectors, for the
+    whole-load edge kernel: int32 ``[vectors][R*S][VL]``, entry ``[v, r*S +
+    s, l]`` all ones where :func:`mask_table`'s bit of tap ``(r, s)`` is set
+    for lane ``l`` of vector ``v``, else 0.  A checked call from ``v0`` reads
+    rows ``v0 .. v0 + U - 1``."""
     table, _ = mask_table(geometry, lanes)
-    entries = mask_entries(geometry)
-    taps = geometry.kernel_height * geometry.kernel_width
-    bits = table.reshape(-1, entries).view(np.uint32).astype(np.int64)
-    tap_bits = bits[v0 : v0 + per_call, 1 + geometry.kernel_width :]
-    lane_bits = (tap_bits[..., None] >> np.arange(lanes)) & 1
-    return np.where(lane_bits == 1, -1, 0).astype(np.int32).reshape(per_call, taps, lanes)
+    return _tap_lane_vectors(geometry, table, lanes)
+
+
+def _tap_lane_vectors(geometry: ConvGeometry, table, lanes: int) -> np.ndarray:
+    """:func:`edge_table` from the :func:`mask_table` ``table``."""
+    bit_sets = table.reshape(-1, mask_entries(geometry))
+    return lane_vectors(bit_sets[:, 1 + geometry.kernel_width :], lanes)
 
 
 def tail_lanes(geometry: ConvGeometry, lanes: int) -> int:
@@ -176,9 +179,9 @@ def plane_offsets(geometry: ConvGeometry, lanes: int) -> np.ndarray:
     the number of calls ``n``; ``n`` triples ``(v0, checked, vector_masks)``,
     the first two :func:`call_schedule`'s and ``vector_masks`` where the
     call's lane-vector masks start in this array (its :func:`column_table`
-    rows, or a checked call's :func:`edge_table`); the :func:`mask_table`
-    (from ``1 + 3n``); the :func:`column_table`; then each checked call's
-    :func:`edge_table`."""
+    rows, or a checked call's :func:`edge_table` rows); the
+    :func:`mask_table` (from ``1 + 3n``); the :func:`column_table`; then each
+    checked call's ``U`` rows of the :func:`edge_table`."""
     table, checked = mask_table(geometry, lanes)
     per_call = vectors_per_call(geometry, lanes)
     calls = call_schedule(checked, per_call)
@@ -187,11 +190,13 @@ def plane_offsets(geometry: ConvGeometry, lanes: int) -> np.ndarray:
     columns_at = 1 + 3 * len(calls) + len(table)
     edges_at = columns_at + len(columns)
     row = geometry.kernel_width * lanes
-    head, edges = [len(calls)], []
+    taps = _tap_lane_vectors(geometry, table, lanes)
+    head, edges, edge_elements = [len(calls)], [], 0
     for v0, is_checked in calls:
         if is_checked:
-            head += [v0, 1, edges_at + sum(len(edge) for edge in edges)]
-            edges.append(edge_table(geometry, lanes, per_call, v0).ravel())
+            head += [v0, 1, edges_at + edge_elements]
+            edges.append(taps[v0 : v0 + per_call].ravel())
+            edge_elements += len(edges[-1])
         else:
             head += [v0, 0, columns_at + (v0 % period) * row]
     return np.concatenate([np.array(head, dtype=np.int32), table, columns] + edges)

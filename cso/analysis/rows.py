@@ -51,6 +51,7 @@ from .plan import Plan
 from .plane_shapes import (  # noqa: F401 (re-exported)
     MAX_ROW_STRIDE,
     is_row_depthwise,
+    lane_vectors,
     max_block_rows,
     row_vectors_per_call,
 )
@@ -115,14 +116,14 @@ def mask_table(geometry: ConvGeometry, lanes: int, vectors: int) -> np.ndarray:
 def vector_mask_table(geometry: ConvGeometry, lanes: int, vectors: int) -> np.ndarray:
     """The load masks of :func:`mask_table` as lane vectors for the
     whole-load kernel: int32 ``[calls][U][groups * sw][VL]``, all ones where
-    the bit is set, else 0 (one load each, where a bit set takes AVX2 four
-    instructions to expand)."""
-    g = geometry
-    per_vector = entries_per_call(g, vectors) // vectors
-    table = mask_table(g, lanes, vectors).view(np.uint32).astype(np.int64)
-    loads = table.reshape(-1, vectors, per_vector)[:, :, 1:]
-    bits = (loads[..., None] >> np.arange(lanes)) & 1
-    return np.where(bits == 1, -1, 0).astype(np.int32)
+    the bit is set, else 0 (:func:`~cso.analysis.plane_shapes.lane_vectors`)."""
+    return _load_lane_vectors(geometry, mask_table(geometry, lanes, vectors), lanes, vectors)
+
+
+def _load_lane_vectors(geometry: ConvGeometry, table, lanes: int, vectors: int) -> np.ndarray:
+    """:func:`vector_mask_table` from the :func:`mask_table` ``table``."""
+    per_vector = entries_per_call(geometry, vectors) // vectors
+    return lane_vectors(table.reshape(-1, vectors, per_vector)[:, :, 1:], lanes)
 
 
 def tail_lanes(geometry: ConvGeometry, lanes: int, vectors: int) -> int:
@@ -199,13 +200,9 @@ def row_offsets(geometry: ConvGeometry, lanes: int) -> np.ndarray:
     vectors = row_vectors_per_call(geometry, lanes)
     starts = row_calls(geometry.out_width, vectors * lanes)
     head = np.array([len(starts)] + starts, dtype=np.int32)
-    return np.concatenate(
-        [
-            head,
-            mask_table(geometry, lanes, vectors),
-            vector_mask_table(geometry, lanes, vectors).ravel(),
-        ]
-    )
+    table = mask_table(geometry, lanes, vectors)
+    vector_masks = _load_lane_vectors(geometry, table, lanes, vectors)
+    return np.concatenate([head, table, vector_masks.ravel()])
 
 
 def window_row_taps(kernel_height: int, stride_h: int, dilation_h: int, rows: int) -> dict:
