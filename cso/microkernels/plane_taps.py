@@ -161,16 +161,17 @@ def build_plane_tap_kernel(
             zero = ir.Constant(e.vector.element, 0.0)
             start = e.broadcast(b.select(has_bias_v, b.load(bias_base), zero))
             sums = [start] * vectors
+            # Where filter row r's taps start in the input, for both kinds of call.
+            row_shifts = [b.mul(e.constant(r * dilation_h), width_v) for r in range(kernel_height)]
             if checked:
                 weights = [
                     e.broadcast(b.load(b.gep(filters_base, [e.constant(t)])))
                     for t in range(taps)
                 ]
                 for r in range(kernel_height):
-                    row = b.mul(e.constant(r * dilation_h), width_v)
                     for s in range(kernel_width):
                         for u in range(vectors):
-                            offset = b.add(row, e.constant(u * lanes + s * dilation_w))
+                            offset = b.add(row_shifts[r], e.constant(u * lanes + s * dilation_w))
                             if whole_edges:
                                 tap_mask = e.lane_vector_mask(
                                     columns_base, (u * taps + r * kernel_width + s) * lanes
@@ -194,8 +195,7 @@ def build_plane_tap_kernel(
                         column = e.lane_vector_mask(columns_base, (u * kernel_width + s) * lanes)
                         partial = None
                         for r in range(kernel_height):
-                            row = b.mul(e.constant(r * dilation_h), width_v)
-                            offset = b.add(row, e.constant(u * lanes + s * dilation_w))
+                            offset = b.add(row_shifts[r], e.constant(u * lanes + s * dilation_w))
                             value = e.zeroed_outside(e.load(inputs_base, offset), column)
                             partial = (
                                 b.fmul(value, column_taps[r])
