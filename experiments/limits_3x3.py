@@ -27,43 +27,17 @@ the rest of the gap to 100% is padding and packing.
 from __future__ import annotations
 
 import sys
-import time
 
 import harness  # noqa: E402,F401  (pins BLAS threads before NumPy loads)
 
 import numpy as np  # noqa: E402
-from numba import njit  # noqa: E402
 
 import cso  # noqa: E402
 from cso.analysis.explain_dense import padding_share  # noqa: E402
 from cso.measure import best_times, stage_times  # noqa: E402
-from cso.microkernels.outer_product import build_outer_product_kernel  # noqa: E402
+from cso.calibrate.kernel_probes import call_flops, resident_seconds  # noqa: E402
 from cso.microkernels.peak import fma_peak_gflops  # noqa: E402
 from cso.models import resnet50, vgg16  # noqa: E402
-from cso.packing.filters import aligned_empty  # noqa: E402
-
-
-def l1_kernel_rate(nf, nwin, vector_operand, lanes, depth=256, seconds=0.3):
-    """GFLOP/s of one micro-kernel called over and over on one L1-resident tile."""
-    kernel = build_outer_product_kernel(nf, nwin, "float32", lanes, vector_operand)
-
-    @njit(nogil=True)
-    def run(filters, inputs, out, bias, calls):
-        for _ in range(calls):
-            kernel(depth, filters, 0, nf, 1, inputs, 0, nwin, out, 0, nwin, bias, 0, False, False)
-
-    operands = [aligned_empty(size, np.float32) for size in (depth * nf, depth * nwin, nf * nwin)]
-    for array in operands:
-        array[:] = 1.0 / array.size
-    bias = np.zeros(nf, np.float32)
-    run(*operands, bias, 1)
-    calls = max(1, int(seconds * 2e11 / (2 * nf * nwin * depth)))
-    best = float("inf")
-    for _ in range(5):
-        start = time.perf_counter()
-        run(*operands, bias, calls)
-        best = min(best, time.perf_counter() - start)
-    return 2 * nf * nwin * depth * calls / best / 1e9
 
 
 def main():
@@ -113,8 +87,10 @@ def main():
             flush=True,
         )
     print("\nthe ceiling: each micro-kernel alone, one L1-resident tile, depth 256")
+    # The calibration's own L1 probe, every shape timed in interleaved rounds.
+    resident = resident_seconds(sorted(shapes), lanes)
     for nf, nwin, operand in sorted(shapes):
-        rate = l1_kernel_rate(nf, nwin, operand, lanes)
+        rate = call_flops(nf, nwin, resident[(nf, nwin, operand)]) / 1e9
         print(f"  {nf}x{nwin} ({operand} in the vectors): {rate:6.1f} GFLOP/s, {rate / peak:.0%}")
     return 0
 

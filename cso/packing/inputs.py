@@ -29,7 +29,8 @@ rows ``s = 0 .. S-1`` of every channel of the tile:
 
 A run that ends inside a panel row stores its last vector whole, lanes
 past the run included, which the next run of the tile then overwrites (runs are
-packed left to right): only a row's last vector is ever a masked store.
+packed left to right): only a row's last vector is ever partial, stored in
+plain pieces (a masked store is microcoded on AMD).
 
 A 1x1, stride-1, unpadded convolution with a small plane needs no input
 panel at all: its panel is the input itself with row stride ``H*W`` (see
