@@ -14,6 +14,8 @@ from llvmlite import ir
 from numba import types
 from numba.core import cgutils
 
+from ..packing.transpose import transpose_rows
+
 _LLVM_FLOAT = {"float32": ir.FloatType, "float64": ir.DoubleType}
 _SUFFIX = {"float32": "f32", "float64": "f64"}
 
@@ -129,30 +131,10 @@ def lanes_below(builder, count, lanes: int):
 
 
 def transpose(builder, rows) -> list:
-    """``rows[j][i] -> result[i][j]`` for ``VL`` vectors of ``VL`` lanes.
-
-    Round ``d`` (``VL/2, .., 1``) swaps the ``d x d`` blocks off the
-    diagonal of every ``2d x 2d`` block: ``log2 VL`` rounds of ``VL``
-    two-vector shuffles."""
-    lanes = len(rows)
-    rows = list(rows)
-    step = lanes // 2
-    while step:
-        upper = ir.Constant(
-            ir.VectorType(I32, lanes),
-            [lanes + c - step if c & step else c for c in range(lanes)],
-        )
-        lower = ir.Constant(
-            ir.VectorType(I32, lanes),
-            [lanes + c if c & step else c + step for c in range(lanes)],
-        )
-        for r in range(lanes):
-            if not r & step:
-                a, b = rows[r], rows[r + step]
-                rows[r] = builder.shuffle_vector(a, b, upper)
-                rows[r + step] = builder.shuffle_vector(a, b, lower)
-        step //= 2
-    return rows
+    """``rows[j][i] -> result[i][j]`` for ``VL`` vectors of ``VL`` lanes:
+    :func:`cso.packing.transpose.transpose_rows`, which the filter packing
+    shares (and whose file every generated module hashes)."""
+    return transpose_rows(builder, rows)
 
 
 def check_shape_bounds(*bounds) -> None:
