@@ -33,11 +33,11 @@ def store_vector(builder, values, address, element_bytes, remaining, whole):
 
     Masked stores are microcoded on AMD: on an AMD EPYC (Zen 4) a depthwise
     layer whose stores were all masked ran 1.55x longer than with whole
-    ones, and on a Zen 3 the input panels of 28x28, 14x14 and 7x7 layers
-    (and strided ones), whose runs end inside their panel row in every
-    tile, packed 1.4-2x faster with no masked stores at all (a ``/tmp``
-    variant storing whole, both in one process, interleaved).  Only a run's
-    last, partial vector is stored in pieces.
+    ones.  On a Zen 3 the input panels of 28x28, 14x14 and 7x7 layers (and
+    strided ones), whose runs end inside their panel row in every tile,
+    packed 1.15-1.33x faster with the pieces than with masked stores, 56x56
+    ones (runs of whole vectors) the same (the builds side by side in one
+    process, interleaved; a read-modify-write blend ran like the pieces).
     """
     with builder.if_else(whole, likely=True) as (plain, partial):
         with plain:
@@ -75,7 +75,7 @@ def copy_run(typingctx, dst, dst_offset, src, src_offset, count, vector):
         element_bytes = 4 if float_type == types.float32 else 8
         vector = ir.VectorType(element, lanes)
         pointer = vector.as_pointer()
-        load, store = masked_load_store(builder.module, vector)
+        load, _ = masked_load_store(builder.module, vector)
         dst_ptr = builder.gep(
             context.make_array(signature.args[0])(context, builder, dst_a).data, [dst_off]
         )
@@ -150,12 +150,13 @@ def pack_row_runs(
     written from ``dst_offset``: a run's last, partial vector is stored whole
     (its lanes past ``count`` hold what its load gave: zeros, or on the
     stride-2 path the row's next elements) where it ends within ``room``, and
-    in plain pieces (:func:`store_vector`) where it does not.  The input panels pass the rest of the
-    panel row, which later runs rewrite: a masked store is microcoded on
-    AMD, and on an EPYC (Zen 3) one tile of a 7x7 layer's panel (512
-    channels, 3x3, 16 windows: runs of 7, 7 and 2) packed 1.7x faster
-    this way, a 14x14 layer's 1.3x, a 56x56 one's (runs of whole vectors)
-    the same (both in one process, ``/tmp`` script, interleaved).
+    in plain pieces (:func:`store_vector`) where it does not.  The input
+    panels pass the rest of the panel row, which later runs rewrite: a
+    masked store is microcoded on AMD, and on an EPYC (Zen 3) one tile of a
+    7x7 layer's panel (512 channels, 3x3, 16 windows: runs of 7, 7 and 2)
+    packed 1.7x faster this way than with every partial vector masked, a
+    14x14 layer's 1.3x, a 56x56 one's (runs of whole vectors) the same
+    (both in one process, ``/tmp`` script, interleaved).
 
     With ``column_step == 1`` each row is a masked vector load at a shifted
     start: the same input segment shifted by ``shift`` elements per row, the
@@ -213,7 +214,7 @@ def pack_row_runs(
         lane_vector = ir.VectorType(i32, lanes)
         mask_type = ir.VectorType(ir.IntType(1), lanes)
         pointer_vector = ir.VectorType(element.as_pointer(), lanes)
-        load, store = masked_load_store(builder.module, vector)
+        load, _ = masked_load_store(builder.module, vector)
         gather = cgutils.get_or_insert_function(
             builder.module,
             ir.FunctionType(vector, [pointer_vector, i32, mask_type, vector]),

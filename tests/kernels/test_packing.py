@@ -51,8 +51,11 @@ def test_pack_row_runs_against_the_definition(dtype, step, lanes):
     source = np.concatenate([np.full(9, np.nan, dtype), row, np.full(9, np.nan, dtype)])
     for first_column in (-4, 0, 5):
         for shift, copies in ((1, 3), (2, 2)):
-            for count, room in ((0, 0), (1, 1), (7, 7), (16, 16), (17, 17), (33, 33),
-                                (1, 5), (7, 16), (17, 20), (17, 40)):  # fmt: skip
+            # count == room up to 15: every partial vector's lane count, each
+            # stored in its own plain pieces, at every width.
+            exact = tuple((count, count) for count in range(16))
+            for count, room in exact + ((16, 16), (17, 17), (33, 33),
+                                        (1, 5), (7, 16), (17, 20), (17, 40)):  # fmt: skip
                 stride = 40
                 target = np.full(copies * stride + 3, -1, dtype)
                 _pack_rows(
@@ -93,7 +96,8 @@ def test_pack_row_runs_against_the_definition(dtype, step, lanes):
 @pytest.mark.parametrize("step", [1, 2, 3])
 def test_a_runs_last_vector_is_stored_whole_only_within_its_room(step):
     # Masked stores are microcoded on AMD: within the room the last, partial
-    # vector is a plain store (lanes past the run written), past it masked.
+    # vector is a plain store (lanes past the run written), past it plain
+    # pieces of the run's lanes only.
     source = np.arange(1, 40, dtype=np.float32)
     for room, written in ((5, 5), (7, 5), (8, 8), (20, 8)):
         target = np.full(24, -1, np.float32)
