@@ -95,7 +95,7 @@ from cso.macrokernel.nest_indexing import (
 from cso.packing.filters import filter_panel_offset
 from cso.packing.transpose import pack_filter_tile
 from cso.packing.inputs import pack_input_panel, pack_pointwise_panels
-from cso.packing.vector_copy import copy_run
+from cso.packing.run_stores import copy_run
 
 # Bound by cso.macrokernel.specialise in each generated specialisation: the
 # micro-kernel, and the packing's vector token of the plan's width

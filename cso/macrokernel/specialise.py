@@ -57,6 +57,7 @@ from ..packing import depthwise as depthwise_packing_source
 from ..packing import filters as filters_source
 from ..packing import inputs as inputs_source
 from ..packing import transpose as transpose_source
+from ..packing import run_stores as run_stores_source
 from ..packing import vector_copy as vector_copy_source
 from . import bounds as bounds_source
 from . import depthwise as depthwise_source
@@ -78,6 +79,7 @@ HASHED_SOURCES = (
     inputs_source,
     transpose_source,
     vector_copy_source,
+    run_stores_source,
     outer_product_source,
     outer_product_emitter_source,
     tile_stores_source,

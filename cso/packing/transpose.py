@@ -10,8 +10,9 @@ The block transpose and the loop that calls it live in one file on purpose:
 Numba's on-disk cache of a function is invalidated only by changes to the
 function's own source file, and an intrinsic in another file could change
 under a stale cached caller.  For the same reason :func:`masked_load_store`,
-which :mod:`.vector_copy`'s intrinsics share, is declared here: the kernels
-generated from those (:mod:`cso.macrokernel.specialise`) hash this file too.
+which :mod:`.vector_copy`'s and :mod:`.run_stores`' intrinsics share, is
+declared here: the kernels generated from those
+(:mod:`cso.macrokernel.specialise`) hash this file too.
 
 Vector width
 ------------

@@ -7,7 +7,8 @@ import pytest
 from cso.packing.filters import pack_bias, pack_edge_filters, pack_filters_panels
 from cso.packing.inputs import POINTWISE_CHUNK, pack_input_panel, pack_pointwise_panels
 from cso.packing.transpose import transpose_block, vector_token
-from cso.packing.vector_copy import copy_run, pack_row_runs
+from cso.packing.run_stores import copy_run
+from cso.packing.vector_copy import pack_row_runs
 
 
 def _jitted(intrinsic):
