@@ -35,12 +35,12 @@ from numba import types
 from numba.extending import intrinsic
 
 from ..analysis.choices import ACTIVATIONS
+from ..packing.run_stores import store_vector
 from .activations import emit_activation
 from .vector_ir import (
     check_float_arrays,
     lanes_below,
     masked_load_function,
-    masked_store_function,
     vector_type,
 )
 
@@ -114,8 +114,9 @@ def build_epilogue_run(dtype_name: str, vector_lanes: int):
     Callable from ``@njit`` code as ``run(out, out_offset, residual,
     residual_offset, count, activation, has_residual)``:
     ``out[out_offset + j] = act(out[out_offset + j] + residual[residual_offset + j])``
-    for ``j < count``, ``vector_lanes`` at a time with masked loads and
-    stores (nothing outside the run is read or written).
+    for ``j < count``, ``vector_lanes`` at a time with masked loads, the
+    last, partial vector stored in plain pieces (nothing outside the run is
+    read or written).
     """
     if dtype_name not in _NUMBA_FLOAT:
         raise ValueError(f"dtype_name must be float32 or float64, got {dtype_name!r}")
@@ -139,8 +140,8 @@ def build_epilogue_run(dtype_name: str, vector_lanes: int):
             pointer_type = vector.as_pointer()
             i32 = ir.IntType(32)
             load = masked_load_function(b.module, vector)
-            store = masked_store_function(b.module, vector)
-            align = ir.Constant(i32, 4 if dtype_name == "float32" else 8)
+            element_bytes = 4 if dtype_name == "float32" else 8
+            align = ir.Constant(i32, element_bytes)
             zero = ir.Constant(vector, [0.0] * lanes)
             out_base = b.gep(context.make_array(arrays[0])(context, b, out_a).data, [out_off])
             res_base = b.gep(context.make_array(arrays[2])(context, b, res_a).data, [res_off])
@@ -161,8 +162,11 @@ def build_epilogue_run(dtype_name: str, vector_lanes: int):
                 return b.call(load, [pointer, align, mask, zero])
 
             (result,) = emit_epilogue(b, [value], residual_of, activation_v, has_residual_v)
-            b.call(store, [result, out_pointer, align, mask])
             following = b.add(j, ir.Constant(intp, lanes))
+            # The run's last, partial vector in plain pieces: a masked store
+            # is microcoded on AMD.
+            whole = b.icmp_signed("<=", following, count_v)
+            store_vector(b, result, out_pointer, element_bytes, b.sub(count_v, j), whole)
             j.add_incoming(following, b.basic_block)
             b.cbranch(b.icmp_signed("<", following, count_v), loop, done)
             b.position_at_end(done)

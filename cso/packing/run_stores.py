@@ -20,7 +20,7 @@ from numba import types
 from numba.extending import intrinsic
 
 from ..microkernels.vector_ir import store_leading_lanes
-from .transpose import masked_load_store, token_lanes
+from .transpose import check_float_pair, masked_load_store, token_lanes
 
 
 def store_vector(builder, values, address, element_bytes, remaining, whole):
@@ -56,13 +56,7 @@ def store_vector(builder, values, address, element_bytes, remaining, whole):
 @intrinsic
 def copy_run(typingctx, dst, dst_offset, src, src_offset, count, vector):
     """Copy ``src[src_offset : src_offset + count]`` to ``dst[dst_offset : ...]``."""
-    if not (
-        isinstance(dst, types.Array)
-        and isinstance(src, types.Array)
-        and dst.dtype == src.dtype
-        and dst.dtype in (types.float32, types.float64)
-    ):
-        raise TypeError(f"copy_run needs two float arrays of one dtype, got {dst} and {src}")
+    check_float_pair("copy_run", dst, src)
     float_type = dst.dtype
     lanes = token_lanes(vector)
     sig = types.void(dst, types.intp, src, types.intp, types.intp, vector)

@@ -22,7 +22,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from .run_stores import store_vector
-from .transpose import masked_load_store, token_lanes
+from .transpose import check_float_pair, masked_load_store, token_lanes
 
 
 @intrinsic
@@ -76,13 +76,7 @@ def pack_row_runs(
     fetch the lanes by a masked gather.  Masked-off lanes are never read, so columns
     outside the input cost nothing and cannot fault.
     """
-    if not (
-        isinstance(dst, types.Array)
-        and isinstance(src, types.Array)
-        and dst.dtype == src.dtype
-        and dst.dtype in (types.float32, types.float64)
-    ):
-        raise TypeError(f"pack_row_runs needs two float arrays of one dtype, got {dst} and {src}")
+    check_float_pair("pack_row_runs", dst, src)
     float_type = dst.dtype
     lanes = token_lanes(vector)
     sig = types.void(
