@@ -19,7 +19,7 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
-from ..microkernels.vector_ir import store_leading_lanes
+from ..microkernels.vector_ir import lanes_below, store_leading_lanes
 from .transpose import check_float_pair, masked_load_store, token_lanes
 
 
@@ -75,9 +75,6 @@ def copy_run(typingctx, dst, dst_offset, src, src_offset, count, vector):
             context.make_array(signature.args[2])(context, builder, src_a).data, [src_off]
         )
         intp = count_v.type
-        lane_index = ir.Constant(ir.VectorType(intp, lanes), list(range(lanes)))
-        undef = ir.Constant(ir.VectorType(intp, lanes), ir.Undefined)
-        zeros = ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes)
         align = ir.Constant(ir.IntType(32), element_bytes)
         passthrough = ir.Constant(vector, ir.Undefined)
         entry = builder.basic_block
@@ -88,10 +85,7 @@ def copy_run(typingctx, dst, dst_offset, src, src_offset, count, vector):
         start = builder.phi(intp)
         start.add_incoming(ir.Constant(intp, 0), entry)
         remaining = builder.sub(count_v, start)
-        splat = builder.shuffle_vector(
-            builder.insert_element(undef, remaining, ir.Constant(ir.IntType(32), 0)), undef, zeros
-        )
-        mask = builder.icmp_signed("<", lane_index, splat)
+        mask = lanes_below(builder, remaining, lanes)
         source = builder.bitcast(builder.gep(src_ptr, [start]), pointer)
         target = builder.bitcast(builder.gep(dst_ptr, [start]), pointer)
         values = builder.call(load, [source, align, mask, passthrough])
