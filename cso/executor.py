@@ -282,7 +282,7 @@ def launch_nest(plan: Plan, launch: Launch, arguments: tuple) -> None:
     with ``plan.threads`` workers, leaving the process's thread settings as
     they were."""
     if plan.threads == 1:
-        # A one-thread plan's nest is the serial twin (launch_for): it runs on
+        # A one-thread plan runs its nest as worker 0 (cso.macrokernel.workers) on
         # this thread with no parallel region, so no OpenMP state to keep.
         launch.loop_nest(*arguments)
         return

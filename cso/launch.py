@@ -26,6 +26,7 @@ from .macrokernel.specialise import (
     planes_module,
     rows_module,
 )
+from .macrokernel.workers import ParallelNest, serial_nest
 from .workspace import worker_stride
 
 
@@ -69,6 +70,14 @@ def launch_for(plan: Plan, filters_packed: bool, module=None) -> Launch:
 def _make_launch(plan: Plan, filters_packed: bool, module) -> Launch:
     if module is None:
         module = loop_module_for(plan)
+    launch = _family_launch(plan, filters_packed, module)
+    # One compiled nest serves every thread count (cso.macrokernel.workers).
+    if plan.threads == 1:
+        return launch._replace(loop_nest=serial_nest(launch.loop_nest))
+    return launch._replace(loop_nest=ParallelNest(launch.loop_nest, plan.threads))
+
+
+def _family_launch(plan: Plan, filters_packed: bool, module) -> Launch:
     if plan.algorithm == Algorithm.DEPTHWISE_PLANES:
         return _planes_launch(plan, module)
     if plan.algorithm == Algorithm.DEPTHWISE_ROWS:
@@ -257,18 +266,18 @@ def _rows_launch(plan: Plan, module) -> Launch:
 
 def loop_module_for(plan: Plan, patch: LoopPatch = None):
     """The loop module specialised for ``plan`` (and ``patch``, a measurement
-    variant, when given), serial for a one-thread plan: the dense nests
+    variant, when given): the dense nests
     bound to its micro-kernel (:func:`~cso.macrokernel.specialise.loop_module`),
     or its family's (:func:`~cso.macrokernel.specialise.depthwise_module`,
     :func:`~cso.macrokernel.specialise.lanes_module`,
     :func:`~cso.macrokernel.specialise.planes_module`,
     :func:`~cso.macrokernel.specialise.rows_module`)."""
-    g, serial = plan.geometry, plan.threads == 1
+    g = plan.geometry
     if plan.algorithm == Algorithm.DEPTHWISE_PLANES:
         return planes_module(
             g.kernel_height, g.kernel_width, g.dilation_h, g.dilation_w,
             plan.windows_per_tile // plan.vector_lanes, plan.dtype, plan.vector_lanes,
-            tail_lanes=planes.tail_lanes(g, plan.vector_lanes), serial=serial, patch=patch,
+            tail_lanes=planes.tail_lanes(g, plan.vector_lanes), patch=patch,
         )  # fmt: skip
     if plan.algorithm == Algorithm.DEPTHWISE_ROWS:
         vectors = plan.windows_per_tile // plan.vector_lanes
@@ -277,12 +286,12 @@ def loop_module_for(plan: Plan, patch: LoopPatch = None):
             plan.rows_per_call, vectors, plan.dtype, plan.vector_lanes,
             unmasked_inner=rows.full_interior_vectors(g, plan.vector_lanes, vectors),
             tail_lanes=rows.tail_lanes(g, plan.vector_lanes, vectors),
-            serial=serial, patch=patch,
+            patch=patch,
         )  # fmt: skip
     if plan.algorithm == Algorithm.DEPTHWISE_LANES:
         return lanes_module(
             g.kernel_width, g.stride_w, g.dilation_w, plan.windows_per_tile, plan.dtype,
-            plan.vector_lanes, serial=serial, patch=patch,
+            plan.vector_lanes, patch=patch,
         )  # fmt: skip
     if plan.algorithm in KCRS_ALGORITHMS:
         segment, block_rows = plan.windows_per_tile, plan.rows_per_call
@@ -294,7 +303,6 @@ def loop_module_for(plan: Plan, patch: LoopPatch = None):
             plan.vector_lanes,
             depthwise.masked_rows(g, segment, block_rows),
             plan.filters_per_tile,
-            serial=serial,
             patch=patch,
         )
     return loop_module(
@@ -304,7 +312,6 @@ def loop_module_for(plan: Plan, patch: LoopPatch = None):
         plan.vector_lanes,
         plan.vector_operand,
         patch=patch,
-        serial=serial,
     )
 
 

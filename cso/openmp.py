@@ -8,8 +8,8 @@ its own setting changed: after ``torch.set_num_threads(1)`` and one cso
 call, torch ran its next convolution on two threads.  :class:`kept_openmp_threads`
 reads the count before a launch and sets it back after.  It costs two calls
 into each runtime per launch; where there is no OpenMP runtime to reach it
-does nothing.  A one-thread call needs none of it: its loop nest is a serial
-twin that launches no parallel region (:mod:`cso.macrokernel.specialise`).
+does nothing.  A one-thread call needs none of it: its loop nest runs as one
+worker on the calling thread, with no parallel region (:mod:`cso.macrokernel.workers`).
 """
 
 from __future__ import annotations

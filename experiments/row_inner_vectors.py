@@ -55,7 +55,6 @@ def main():
         masked = rows_module(
             g.kernel_height, g.kernel_width, g.dilation_h, g.dilation_w, g.stride_h, g.stride_w,
             plan.rows_per_call, vectors, plan.dtype, plan.vector_lanes, unmasked_inner=False,
-            serial=threads == 1,
         )  # fmt: skip
         filters = executor.filter_operands(w, None, plan)
         programs, outputs = {}, {}

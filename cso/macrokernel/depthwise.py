@@ -36,7 +36,7 @@ Contracts relied on
   of ``W`` takes jobs ``(image, group)`` ``[i*J//W, (i+1)*J//W)``.
 """
 
-from numba import njit, prange
+from numba import njit
 
 from cso.macrokernel.bounds import DepthwiseBounds
 from cso.packing.depthwise import pack_channel_phases, pack_channel_rows
@@ -46,9 +46,9 @@ tap_kernel = None
 VECTOR_TOKEN = None
 
 
-@njit(nogil=True, parallel=True, cache=True)
+@njit(nogil=True, cache=True)
 def convolve_depthwise(
-    x_flat, w_flat, bias, has_bias, residual, activation, has_residual, y_flat, workspace,
+    worker, x_flat, w_flat, bias, has_bias, residual, activation, has_residual, y_flat, workspace,
     offsets, bounds
 ):
     """::
@@ -76,7 +76,7 @@ def convolve_depthwise(
     # Without a bias, `bias` is one zero, read for every filter.
     bias_step = 1 if has_bias else 0
     workers = workspace.size // b.workspace_stride
-    for worker in prange(workers):
+    if worker < workers:  # this call's share of the work
         start = worker * b.workspace_stride
         buffer = workspace[start : start + b.workspace_stride]
         if b.stride_w == 1:

@@ -39,7 +39,7 @@ Contracts relied on (:mod:`cso.microkernels.lane_taps` for the layouts)
   ``[i*J//W, (i+1)*J//W)``.
 """
 
-from numba import njit, prange
+from numba import njit
 
 from cso.macrokernel.bounds import LaneBounds
 
@@ -50,8 +50,9 @@ lane_unpack = None
 LANES = None
 
 
-@njit(nogil=True, parallel=True, cache=True)
+@njit(nogil=True, cache=True)
 def convolve_lanes(
+    worker,
     x_flat,
     w_flat,
     bias,
@@ -86,7 +87,7 @@ def convolve_lanes(
     row_step = b.dilation_h * b.pitch * LANES
     last_column = b.out_width - b.outputs
     workers = workspace.size // b.workspace_stride
-    for worker in prange(workers):
+    if worker < workers:  # this call's share of the work
         start = worker * b.workspace_stride
         buffer = workspace[start : start + b.workspace_stride]
         buffer[:packed] = 0

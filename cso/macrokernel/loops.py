@@ -81,7 +81,7 @@ Contracts relied on
   outlive it.
 """
 
-from numba import njit, prange
+from numba import njit
 
 from cso.macrokernel.bounds import LoopBounds
 from cso.macrokernel.nest_indexing import (
@@ -105,10 +105,10 @@ VECTOR_TOKEN = None
 epilogue_run = None
 
 
-@njit(nogil=True, parallel=True, cache=True)
+@njit(nogil=True, cache=True)
 def convolve_input_stationary(
-    x_flat, filters, edge_filters, bias, has_bias, residual, activation, has_residual, y_flat,
-    workspace, bounds
+    worker, x_flat, filters, edge_filters, bias, has_bias, residual, activation, has_residual,
+    y_flat, workspace, bounds
 ):
     """IS: each job keeps ``K3`` packed input tiles and streams all filters.
 
@@ -132,7 +132,7 @@ def convolve_input_stationary(
     blocks = (window_tiles + b.l3_tiles - 1) // b.l3_tiles
     jobs = b.groups * b.batch * blocks
     workers = workspace.size // b.workspace_stride
-    for worker in prange(workers):
+    if worker < workers:  # this call's share of the work
         panels, scratch, filter_tile = worker_buffers(workspace, b, worker)
         operands = (
             x_flat, filters, edge_filters, bias, y_flat, panels, scratch, residual, filter_tile
@@ -166,10 +166,10 @@ def convolve_input_stationary(
                             )
 
 
-@njit(nogil=True, parallel=True, cache=True)
+@njit(nogil=True, cache=True)
 def convolve_weight_stationary(
-    x_flat, filters, edge_filters, bias, has_bias, residual, activation, has_residual, y_flat,
-    workspace, bounds
+    worker, x_flat, filters, edge_filters, bias, has_bias, residual, activation, has_residual,
+    y_flat, workspace, bounds
 ):
     """WS: each job keeps ``K3`` filter tiles and streams the input through.
 
@@ -196,7 +196,7 @@ def convolve_weight_stationary(
     parts = b.window_parts
     jobs = b.groups * b.batch * blocks * parts
     workers = workspace.size // b.workspace_stride
-    for worker in prange(workers):
+    if worker < workers:  # this call's share of the work
         panels, scratch, filter_tile = worker_buffers(workspace, b, worker)
         operands = (
             x_flat, filters, edge_filters, bias, y_flat, panels, scratch, residual, filter_tile

@@ -31,7 +31,7 @@ Contracts relied on (:mod:`cso.microkernels.plane_taps` for the kernel's)
   filter)`` ``[i*J//W, (i+1)*J//W)``.
 """
 
-from numba import njit, prange
+from numba import njit
 
 from cso.macrokernel.bounds import PlaneBounds
 
@@ -42,8 +42,9 @@ plane_tap_kernel_checked = None
 LANES = None
 
 
-@njit(nogil=True, parallel=True, cache=True)
+@njit(nogil=True, cache=True)
 def convolve_planes(
+    worker,
     x_flat,
     w_flat,
     bias,
@@ -72,7 +73,7 @@ def convolve_planes(
     masks_at = 1 + 3 * calls
     shift = b.pad_top * b.width + b.pad_left
     inputs = x_flat.size
-    for worker in prange(b.workers):
+    if worker < b.workers:  # this call's share of the work
         for job in range(worker * jobs // b.workers, (worker + 1) * jobs // b.workers):
             image = job // b.filters
             k = job % b.filters

@@ -37,7 +37,7 @@ Contracts relied on (:mod:`cso.microkernels.row_taps` for the kernel's)
   (:func:`cso.analysis.rows.window_rows_on_plane`) from the input.
 """
 
-from numba import njit, prange
+from numba import njit
 
 from cso.macrokernel.bounds import RowBounds
 
@@ -48,8 +48,9 @@ ROWS = None
 LANES = None
 
 
-@njit(nogil=True, parallel=True, cache=True)
+@njit(nogil=True, cache=True)
 def convolve_rows(
+    worker,
     x_flat,
     w_flat,
     bias,
@@ -80,7 +81,7 @@ def convolve_rows(
     masks_at = 1 + calls
     vector_masks_at = masks_at + calls * b.entries
     inputs = x_flat.size
-    for worker in prange(b.workers):
+    if worker < b.workers:  # this call's share of the work
         start = worker * b.workspace_stride
         workspace[start : start + b.zero_span] = 0
         for job in range(worker * jobs // b.workers, (worker + 1) * jobs // b.workers):

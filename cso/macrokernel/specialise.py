@@ -13,14 +13,9 @@ carries the key and a hash of every source it depends on, so:
 * a change to any of those sources, or to the Numba version, gives new
   files, never a stale kernel.
 
-A one-thread plan gets a serial twin of its module (``serial=True``):
-the same template with the loop nests compiled without ``parallel=True``,
-so that its ``prange`` runs as a plain loop on the calling thread, with no
-parallel region launched nor OpenMP thread count touched (a tiny call's
-nest took 3.2 microseconds through the parallel launch, 1.6 without).  A
-separate file and cache rather than both paths in one function: Numba
-re-optimises a callee in every library that links it, and one module
-holding both paths took 12 s to compile where either alone took 7.
+A module serves every thread count: its nests are plain functions of one
+worker's share, which :mod:`.workers` runs on the calling thread for a
+one-thread plan and through one shared parallel loop otherwise.
 
 The directory is ``$CSO_CACHE_DIR``, else ``~/.cache/cso``; when neither is
 writable a per-process temporary directory is used (no reuse across runs).
@@ -126,18 +121,6 @@ class LoopPatch(NamedTuple):
     kernel_options: tuple = ()
 
 
-# The decorator of every loop nest in the templates; a serial twin drops ``parallel=True``.
-PARALLEL_NEST = "@njit(nogil=True, parallel=True, cache=True)"
-SERIAL_NEST = "@njit(nogil=True, cache=True)"
-
-
-def serial_source(template: str) -> str:
-    """``template`` with its loop nests compiled serially (``prange`` is then ``range``)."""
-    if PARALLEL_NEST not in template:
-        raise ValueError(f"a loop nest template must decorate its nests with {PARALLEL_NEST}")
-    return template.replace(PARALLEL_NEST, SERIAL_NEST)
-
-
 def _module_source(key, patch) -> str:
     filters_per_tile, windows_per_tile, dtype_name, vector_lanes, vector_operand = key
     template = pathlib.Path(loops_source.__file__).read_text()
@@ -161,7 +144,6 @@ def loop_module(
     vector_lanes: int,
     vector_operand: str = "windows",
     patch: LoopPatch = None,
-    serial: bool = False,
 ):
     """The macro-kernel module specialised for one micro-kernel, memoised by its key.
 
@@ -176,8 +158,6 @@ def loop_module(
     patch : LoopPatch, optional
         A measurement variant of the module (see :class:`LoopPatch`); None
         for the real thing.
-    serial : bool
-        The serial twin, for one-thread plans (see the module docstring).
 
     Returns
     -------
@@ -195,7 +175,7 @@ def loop_module(
     )
     orientation = {"windows": "", "filters": "_fvec", "reduction": "_dot"}[key[4].value]
     name = f"cso_loops_f{key[0]}_w{key[1]}_{key[2]}_l{key[3]}{orientation}{_patch_suffix(patch)}"
-    return _specialised((key, patch), name, lambda: _module_source(key, patch), serial)
+    return _specialised((key, patch), name, lambda: _module_source(key, patch))
 
 
 def depthwise_module(
@@ -208,7 +188,6 @@ def depthwise_module(
     vector_lanes: int,
     masked_rows: int = 0,
     filters: int = 1,
-    serial: bool = False,
     patch: LoopPatch = None,
 ):
     """The depthwise loop nest (:mod:`.depthwise`) bound to the tap kernel of
@@ -216,8 +195,7 @@ def depthwise_module(
     ``stride_h`` and ``dilation_h`` down, of ``vector_lanes`` ``dtype_name``
     elements, its last ``masked_rows`` rows' stores masked
     (:func:`~cso.microkernels.taps.build_tap_kernel`), ``filters`` filters
-    a call, memoised; ``serial``:
-    its serial twin (see the module docstring); ``patch``: a measurement
+    a call, memoised; ``patch``: a measurement
     variant (:class:`LoopPatch`: its source rebinding ``tap_kernel`` or
     ``pack_channel_phases``), None for the real thing."""
     shape = tuple(int(n) for n in (kernel_height, stride_h, dilation_h, rows, vectors))
@@ -233,19 +211,19 @@ def depthwise_module(
     name += f"_f{int(filters)}" if filters > 1 else ""
     key = ("depthwise",) + shape + (str(dtype_name), int(vector_lanes), int(masked_rows))
     key += (int(filters),)
-    return _family_module(key, name, depthwise_source, binding, patch, serial)
+    return _family_module(key, name, depthwise_source, binding, patch)
 
 
 def lanes_module(
     kernel_width: int, stride_w: int, dilation_w: int, outputs: int, dtype_name: str,
-    vector_lanes: int, serial: bool = False, patch: LoopPatch = None,
+    vector_lanes: int, patch: LoopPatch = None,
 ):  # fmt: skip
     """The lane loop nest (:mod:`.lanes`) bound to the lane tap kernel of
     ``outputs`` pixels for filters ``kernel_width`` wide at ``stride_w`` and
     ``dilation_w`` across, and to the pixel-vector packing of
     ``vector_lanes`` ``dtype_name`` lanes
     (:mod:`cso.microkernels.lane_taps`, :mod:`cso.microkernels.lane_transposes`), memoised;
-    ``serial``: its serial twin (see the module docstring); ``patch``: a
+    ``patch``: a
     measurement variant (:class:`LoopPatch`: its source rebinding
     ``lane_tap_kernel``, ``lane_pack`` or ``lane_unpack``), None for the
     real thing."""
@@ -262,13 +240,12 @@ def lanes_module(
     )
     name = "cso_lanes_s{}_sw{}_dw{}_o{}".format(*shape) + f"_{dtype_name}_l{int(vector_lanes)}"
     key = ("lanes",) + shape + (str(dtype_name), int(vector_lanes))
-    return _family_module(key, name, lanes_source, binding, patch, serial)
+    return _family_module(key, name, lanes_source, binding, patch)
 
 
 def planes_module(
     kernel_height: int, kernel_width: int, dilation_h: int, dilation_w: int, vectors: int,
-    dtype_name: str, vector_lanes: int, tail_lanes: int = 0, serial: bool = False,
-    patch: LoopPatch = None,
+    dtype_name: str, vector_lanes: int, tail_lanes: int = 0, patch: LoopPatch = None,
 ):  # fmt: skip
     """The plane loop nest (:mod:`.planes`) bound to the plane tap kernels of
     ``vectors`` output vectors for ``kernel_height x kernel_width`` filters
@@ -276,7 +253,7 @@ def planes_module(
     unchecked, checked with whole loads (a plane's last vector storing
     ``tail_lanes``) and checked with masked ones
     (:mod:`cso.microkernels.plane_taps`), memoised;
-    ``serial``: its serial twin (see the module docstring); ``patch``: a
+    ``patch``: a
     measurement variant (:class:`LoopPatch`: its source rebinding the
     kernels), None for the real thing."""
     shape = tuple(int(n) for n in (kernel_height, kernel_width, dilation_h, dilation_w, vectors))
@@ -294,22 +271,21 @@ def planes_module(
     name = "cso_planes_r{}_s{}_dh{}_dw{}_u{}".format(*shape) + f"_{dtype_name}_l{int(vector_lanes)}"
     name += f"_t{tail_lanes}"
     key = ("planes",) + shape + (str(dtype_name), int(vector_lanes), tail_lanes)
-    return _family_module(key, name, planes_source, binding, patch, serial)
+    return _family_module(key, name, planes_source, binding, patch)
 
 
 def rows_module(
     kernel_height: int, kernel_width: int, dilation_h: int, dilation_w: int, stride_h: int,
     stride_w: int, rows: int, vectors: int, dtype_name: str, vector_lanes: int,
-    unmasked_inner: bool = False, tail_lanes: int = 0, serial: bool = False,
-    patch: LoopPatch = None,
+    unmasked_inner: bool = False, tail_lanes: int = 0, patch: LoopPatch = None,
 ):  # fmt: skip
     """The row loop nest (:mod:`.rows`) bound to the row tap kernel of
     ``rows x vectors`` output vectors for ``kernel_height x kernel_width``
     filters at ``dilation_h, dilation_w`` and strides ``stride_h, stride_w``,
     of ``vector_lanes`` ``dtype_name`` lanes (:mod:`cso.microkernels.row_taps`),
     its inner vectors unmasked when ``unmasked_inner``, its whole-load kernel
-    storing ``tail_lanes`` of a row's last vector (0: all), memoised; ``serial``:
-    its serial twin (see the module docstring); ``patch``: a measurement
+    storing ``tail_lanes`` of a row's last vector (0: all), memoised;
+    ``patch``: a measurement
     variant (:class:`LoopPatch`: its source rebinding the kernel), None for
     the real thing."""
     shape = tuple(
@@ -335,10 +311,10 @@ def rows_module(
     name += f"_{dtype_name}_l{int(vector_lanes)}" + ("_inner" if unmasked_inner else "")
     name += f"_t{tail_lanes}"
     key = ("rows",) + shape + (str(dtype_name), int(vector_lanes), unmasked_inner, tail_lanes)
-    return _family_module(key, name, rows_source, binding, patch, serial)
+    return _family_module(key, name, rows_source, binding, patch)
 
 
-def _family_module(key, name, template, binding, patch, serial):
+def _family_module(key, name, template, binding, patch):
     """A depthwise family's loop module: its nest ``template`` (a module whose
     file is the template) followed by ``binding`` (the lines binding the
     template's kernels for ``key``) and ``patch``'s source, memoised by
@@ -353,7 +329,7 @@ def _family_module(key, name, template, binding, patch, serial):
             + (patch.source if patch else "")
         )
 
-    return _specialised(key + (patch,), name + _patch_suffix(patch), source, serial)
+    return _specialised(key + (patch,), name + _patch_suffix(patch), source)
 
 
 def _check_patch(patch, kernel_options: bool = False) -> None:
@@ -371,16 +347,9 @@ def _patch_suffix(patch) -> str:
     return "" if patch is None else "_" + patch.name.replace("-", "_")
 
 
-def _specialised(key, name, source_of, serial=False):
+def _specialised(key, name, source_of):
     """The module ``name`` (plus the sources' hash) written from ``source_of()``
-    and imported, memoised by ``key``; with ``serial``, its serial twin."""
-    if serial:
-        key, name = (key, "serial"), name + "_serial"
-        parallel_source_of = source_of
-
-        def source_of():
-            return serial_source(parallel_source_of())
-
+    and imported, memoised by ``key``."""
     with _lock:
         module = _modules.get(key)
         if module is not None:

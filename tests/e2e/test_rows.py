@@ -91,7 +91,6 @@ def test_unmasked_inner_vectors_match_the_masked_kernel_bit_for_bit(rng, threads
     masked = rows_module(
         g.kernel_height, g.kernel_width, g.dilation_h, g.dilation_w, g.stride_h, g.stride_w,
         plan.rows_per_call, vectors, plan.dtype, plan.vector_lanes, unmasked_inner=False,
-        serial=threads == 1,
     )  # fmt: skip
     filters = cso.executor.filter_operands(w, None, plan)
     residual = rng.standard_normal(g.output_shape).astype(np.float32)

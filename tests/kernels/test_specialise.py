@@ -1,5 +1,7 @@
 """Specialisations: one module (and one on-disk cache) per micro-kernel key."""
 
+import dataclasses
+import functools
 import os
 import subprocess
 import sys
@@ -19,7 +21,6 @@ SCRIPT = textwrap.dedent("""
     rng = np.random.default_rng(nf)
     x = rng.standard_normal((1, 5, 9, 10)).astype(np.float32)
     w = rng.standard_normal((11, 5, 3, 3)).astype(np.float32)
-    # One thread: the serial twin compiles in half the parallel nest's time.
     plan = cso.plan_conv2d(x.shape, w.shape, padding=1, filters_per_tile=nf,
                            windows_per_tile=nwin, threads=1)
     y = cso.conv2d(x, w, padding=1, plan=plan, threads=1)
@@ -62,11 +63,13 @@ def test_modules_are_memoised_by_key():
     assert a.VECTOR_TOKEN == (None,) * 16
 
 
-def test_one_thread_plans_run_a_serial_twin_of_their_nest():
-    """A one-thread plan's nest is compiled without ``parallel=True`` (no
-    parallel region to launch), in a module and cache of its own; a
-    two-thread plan's is the parallel one; both compute the same."""
+def test_one_compiled_nest_serves_one_and_two_threads():
+    """A module holds one nest a family, compiled once: a one-thread plan
+    calls it as worker 0 on the calling thread, a two-thread plan runs its
+    workers through the one shared parallel loop, by its address; both
+    compute the same, and the second thread count compiles no nest."""
     from cso import executor, launch
+    from cso.macrokernel import workers
 
     rng = np.random.default_rng(3)
     cases = (
@@ -77,25 +80,24 @@ def test_one_thread_plans_run_a_serial_twin_of_their_nest():
     for x_shape, w_shape, groups, algorithm in cases:
         x = rng.standard_normal(x_shape).astype(np.float32)
         w = rng.standard_normal(w_shape).astype(np.float32)
-        results = {}
-        for threads in (1, 2):
-            plan = cso.plan_conv2d(
-                x_shape, w_shape, padding=1, groups=groups, threads=threads, algorithm=algorithm
-            )
+        two = cso.plan_conv2d(
+            x_shape, w_shape, padding=1, groups=groups, threads=2, algorithm=algorithm
+        )
+        results, nests = {}, {}
+        for plan in (dataclasses.replace(two, threads=1), two):
             nest = launch.launch_for(plan, False).loop_nest
-            assert bool(nest.targetoptions.get("parallel")) == (threads == 2), (algorithm, threads)
-            assert ("_serial_" in nest.__module__) == (threads == 1), nest.__module__
+            if plan.threads == 1:
+                assert isinstance(nest, functools.partial) and nest.args == (0,), algorithm
+                nests[1] = nest.func
+            else:
+                assert isinstance(nest, workers.ParallelNest), algorithm
+                nests[2] = nest.nest
+            assert not nests[plan.threads].targetoptions.get("parallel")
             filters = executor.filter_operands(w, None, plan)
             y = np.empty(plan.geometry.output_shape, np.float32)
-            results[threads] = executor.run(plan, x, filters, y)
+            results[plan.threads] = executor.run(plan, x, filters, y)
+        assert nests[1] is nests[2], algorithm
         np.testing.assert_array_equal(results[1], results[2])
-
-
-def test_serial_source_needs_the_parallel_decorator():
-    source = specialise.serial_source(f"{specialise.PARALLEL_NEST}\ndef nest(): pass\n")
-    assert specialise.PARALLEL_NEST not in source and specialise.SERIAL_NEST in source
-    with pytest.raises(ValueError, match="parallel=True"):
-        specialise.serial_source("def nest(): pass\n")
 
 
 def test_module_file_names_carry_the_sources_hash():
@@ -245,3 +247,16 @@ def test_the_hash_covers_every_kernel_source_a_hashed_source_imports():
     }
     assert not missing
     assert {"cso.microkernels.tile_stores", "cso.microkernels.dot_products"} <= hashed
+
+
+def test_the_parallel_loop_refuses_arrays_of_two_dtypes():
+    # The nest's address is found by the first array's dtype: any other
+    # floating-point array in another dtype is refused before a call.
+    from numba.core.errors import TypingError
+
+    from cso.macrokernel import workers
+
+    single, double = np.zeros(4, np.float32), np.zeros(4)
+    arguments = (single, double) + (single,) * 8 + ((1, 2),)
+    with pytest.raises(TypingError, match="arrays are all float32"):
+        workers.run_workers(0, 1, *arguments)

@@ -1,0 +1,140 @@
+"""Running a loop nest on its workers: one parallel loop every nest shares.
+
+Every loop nest (:mod:`.loops`, :mod:`.depthwise`, :mod:`.lanes`,
+:mod:`.planes`, :mod:`.rows`) is compiled as a plain function of
+``(worker, *arguments)`` that does worker ``worker``'s share of the work
+(worker ``i`` of ``W`` takes jobs ``[i*J//W, (i+1)*J//W)``, the ``W`` of the
+plan's threads).  A one-thread plan calls it as worker 0 on the calling
+thread (:func:`serial_nest`): no parallel region, no OpenMP state touched.
+A plan of more threads runs it through :func:`run_workers`, whose parallel
+loop calls worker ``i`` through the nest's address (:class:`ParallelNest`).
+
+Why by address: a parallel loop that called the nest by name would link the
+nest's code into its own and compile it again (Numba re-optimises a callee in
+every library that links it), and a nest compiled with its own parallel loop
+took twice its serial twin's compile time (a dense nest 13-15 s against 6 on
+a Zen 3).  Called by address, the one parallel loop is compiled once a
+machine for each argument list (a family and a dtype), and a specialisation
+is one compiled nest, whatever the thread count.
+
+Contract: ``arguments`` is what :func:`cso.executor.loop_arguments` builds,
+every array one-dimensional and C-contiguous.  The address is that of the
+nest compiled for the arguments' types with every array writable and
+aligned (:func:`nest_signature`): arrays that differ only in those flags have
+the same machine representation, so one compiled nest serves a read-only
+input too.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numba
+import numpy as np
+from numba import njit, prange, types
+from numba.core import errors
+from numba.extending import intrinsic
+
+
+def canonical_type(numba_type):
+    """The type a nest is compiled for to take an argument of ``numba_type``
+    through :func:`run_workers`: an array without its read-only and
+    alignment flags (they do not change its machine representation), any
+    integer as ``int64`` (:func:`call_worker` converts it)."""
+    if isinstance(numba_type, types.Array):
+        return types.Array(numba_type.dtype, numba_type.ndim, numba_type.layout)
+    if isinstance(numba_type, types.Integer):
+        return types.int64
+    return numba_type
+
+
+# Every family's nest takes the same number of arguments after the worker's
+# index (cso.executor.loop_arguments): the parallel loop names each, since a
+# tuple holding arrays must not cross into a parallel loop's body (Numba's
+# parallel lowering drops writes made through such a tuple).
+NEST_ARGUMENTS = 11
+
+
+@intrinsic
+def call_worker(typingctx, address, worker, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10):
+    """Call the nest at ``address`` as ``nest(worker, a0, ..., a10)``
+    (Numba's calling convention, the nest compiled for the arguments'
+    :func:`canonical_type`)."""
+    arguments = (a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10)
+    # What ParallelNest's check of the first array's dtype relies on: every
+    # floating-point array is in that dtype (the output's).
+    for argument in arguments:
+        if not isinstance(argument, types.Array):
+            continue
+        if argument.ndim != 1 or argument.layout != "C":
+            raise errors.TypingError(f"a loop nest takes 1-d C-contiguous arrays, got {argument}")
+        if isinstance(argument.dtype, types.Float) and argument.dtype != a0.dtype:
+            raise errors.TypingError(f"a loop nest's arrays are all {a0.dtype}, got {argument}")
+    given = (worker,) + arguments
+    nest_types = (types.int64,) + tuple(canonical_type(t) for t in arguments)
+
+    def codegen(context, builder, signature, values):
+        function_type = context.call_conv.get_function_type(types.none, nest_types)
+        function = builder.inttoptr(values[0], function_type.as_pointer())
+        nest_values = [
+            value if isinstance(to, types.Array) else context.cast(builder, value, of, to)
+            for value, of, to in zip(values[1:], given, nest_types)
+        ]
+        # The nests raise nothing: their status is not read.
+        context.call_conv.call_function(builder, function, types.none, nest_types, nest_values)
+        return context.get_dummy_value()
+
+    return types.none(types.intp, types.int64, *arguments), codegen
+
+
+@njit(nogil=True, parallel=True, cache=True)
+def run_workers(address, workers, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10):
+    """Workers ``0 .. workers-1`` of the nest at ``address``, in parallel."""
+    for worker in prange(workers):
+        call_worker(address, np.int64(worker), a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10)
+
+
+def nest_signature(arguments: tuple) -> tuple:
+    """The types a nest is compiled for to be called on ``arguments``
+    through :func:`run_workers`: the worker index, then each argument's
+    :func:`canonical_type`."""
+    return (types.int64,) + tuple(canonical_type(numba.typeof(a)) for a in arguments)
+
+
+def nest_address(nest, arguments: tuple) -> int:
+    """The address of ``nest`` (a Numba dispatcher) compiled for
+    :func:`nest_signature` of ``arguments``, compiling it (or loading it from
+    the disk cache) first."""
+    signature = nest_signature(arguments)
+    nest.compile(signature)
+    result = nest.overloads[signature]
+    return result.library.get_pointer_to_function(result.fndesc.llvm_func_name)
+
+
+def serial_nest(nest):
+    """A one-thread plan's nest: worker 0 of 1, on the calling thread (a
+    ``functools.partial``, whose call costs less than a method's)."""
+    return functools.partial(nest, 0)
+
+
+class ParallelNest:
+    """A plan's nest on ``workers`` workers through :func:`run_workers`; the
+    nest's address is found at the first call (its arguments' types are the
+    plan's from then on: :func:`cso.executor.loop_arguments` makes them)."""
+
+    __slots__ = ("nest", "workers", "address", "dtype")
+
+    def __init__(self, nest, workers: int):
+        self.nest = nest
+        self.workers = int(workers)
+        self.address = 0
+        self.dtype = None
+
+    def __call__(self, *arguments):
+        dtype = arguments[0].dtype
+        if dtype is not self.dtype:  # (not !=: NumPy takes None for float64)
+            # The one type that may differ between calls of a launch: a
+            # measurement's plan copy in another dtype (else a cheap check).
+            self.address = nest_address(self.nest, arguments)
+            self.dtype = dtype
+        run_workers(self.address, self.workers, *arguments)
