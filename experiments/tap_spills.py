@@ -131,7 +131,7 @@ def measure(args):
                 program = plan_program(plan, x, w)
                 assert np.max(np.abs(program() - expected)) <= bound, "wrong result"
                 if threads == 1:
-                    nest = launch_for(plan, True).loop_nest
+                    nest = launch_for(plan, True).loop_nest.func  # worker 0's partial
                     body = column_loop(nest.inspect_asm(nest.signatures[0]))
                     fmas = sum("vfmadd" in line for line in body)
                     stack = spills(body)
