@@ -61,8 +61,10 @@ Contracts relied on
   computed into ``scratch``, whose columns are then copied image by image.
 * Work is split into jobs ``(group, image, stationary block)``, and for WS
   also window part, that own disjoint parts of ``y``, so the parallel loop
-  needs no synchronisation.  The parallel loop runs over workers; worker
-  ``i`` of ``W`` takes jobs ``[i*J//W, (i+1)*J//W)`` in order.
+  needs no synchronisation.  A call of a nest is one worker's share
+  (:mod:`cso.macrokernel.workers` runs the ``W`` workers, in parallel or
+  as worker 0 alone): worker ``i`` of ``W`` takes jobs
+  ``[i*J//W, (i+1)*J//W)`` in order.
 * ``workspace``: ``W`` parts of ``b.workspace_stride`` elements, each
   64-byte aligned (:mod:`cso.workspace`): worker ``i``'s input panels from
   the start of its part, its ``Nf x Nwin`` edge-tile scratch from
