@@ -48,11 +48,10 @@ def canonical_type(numba_type):
     return numba_type
 
 
-# Every family's nest takes the same number of arguments after the worker's
-# index (cso.executor.loop_arguments): the parallel loop names each, since a
-# tuple holding arrays must not cross into a parallel loop's body (Numba's
-# parallel lowering drops writes made through such a tuple).
-NEST_ARGUMENTS = 11
+# Every family's nest takes eleven arguments after the worker's index
+# (cso.executor.nest_arguments), and the parallel loop names each: a tuple
+# holding arrays must not cross into a parallel loop's body (Numba's parallel
+# lowering dropped the writes made through one, silently, in a small test).
 
 
 @intrinsic
@@ -133,8 +132,8 @@ class ParallelNest:
     def __call__(self, *arguments):
         dtype = arguments[0].dtype
         if dtype is not self.dtype:  # (not !=: NumPy takes None for float64)
-            # The one type that may differ between calls of a launch: a
-            # measurement's plan copy in another dtype (else a cheap check).
+            # The first call; the rest of a launch's calls have its plan's
+            # dtype, and then the same types (nest_arguments makes them).
             self.address = nest_address(self.nest, arguments)
             self.dtype = dtype
         run_workers(self.address, self.workers, *arguments)
