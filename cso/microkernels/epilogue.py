@@ -35,11 +35,10 @@ from numba import types
 from numba.extending import intrinsic
 
 from ..analysis.choices import ACTIVATIONS
-from ..packing.run_stores import store_vector
+from ..packing.run_stores import store_run
 from .activations import emit_activation
 from .vector_ir import (
     check_float_arrays,
-    lanes_below,
     masked_load_function,
     vector_type,
 )
@@ -135,7 +134,6 @@ def build_epilogue_run(dtype_name: str, vector_lanes: int):
             out_a, out_off, res_a, res_off, count_v, activation_v, has_residual_v = args
             arrays = signature.args
             b = builder
-            intp = context.get_value_type(types.intp)
             vector = vector_type(dtype_name, lanes)
             pointer_type = vector.as_pointer()
             i32 = ir.IntType(32)
@@ -146,30 +144,20 @@ def build_epilogue_run(dtype_name: str, vector_lanes: int):
             out_base = b.gep(context.make_array(arrays[0])(context, b, out_a).data, [out_off])
             res_base = b.gep(context.make_array(arrays[2])(context, b, res_a).data, [res_off])
 
-            entry = b.basic_block
-            loop = b.append_basic_block("epilogue_run.loop")
-            done = b.append_basic_block("epilogue_run.done")
-            b.cbranch(b.icmp_signed(">", count_v, ir.Constant(intp, 0)), loop, done)
-            b.position_at_end(loop)
-            j = b.phi(intp)
-            j.add_incoming(ir.Constant(intp, 0), entry)
-            mask = lanes_below(b, b.sub(count_v, j), lanes)
-            out_pointer = b.bitcast(b.gep(out_base, [j]), pointer_type)
-            value = b.call(load, [out_pointer, align, mask, zero])
+            def vector_at(j, mask):
+                out_pointer = b.bitcast(b.gep(out_base, [j]), pointer_type)
+                value = b.call(load, [out_pointer, align, mask, zero])
 
-            def residual_of(_):
-                pointer = b.bitcast(b.gep(res_base, [j]), pointer_type)
-                return b.call(load, [pointer, align, mask, zero])
+                def residual_of(_):
+                    pointer = b.bitcast(b.gep(res_base, [j]), pointer_type)
+                    return b.call(load, [pointer, align, mask, zero])
 
-            (result,) = emit_epilogue(b, [value], residual_of, activation_v, has_residual_v)
-            following = b.add(j, ir.Constant(intp, lanes))
+                (result,) = emit_epilogue(b, [value], residual_of, activation_v, has_residual_v)
+                return result, out_pointer
+
             # The run's last, partial vector in plain pieces: a masked store
             # is microcoded on AMD.
-            whole = b.icmp_signed("<=", following, count_v)
-            store_vector(b, result, out_pointer, element_bytes, b.sub(count_v, j), whole)
-            j.add_incoming(following, b.basic_block)
-            b.cbranch(b.icmp_signed("<", following, count_v), loop, done)
-            b.position_at_end(done)
+            store_run(b, count_v, lanes, element_bytes, "epilogue_run", vector_at)
             return context.get_dummy_value()
 
         return sig, codegen

@@ -3,8 +3,10 @@ and the loop nests' edge tiles share.
 
 * :func:`store_vector` stores a whole vector, or only its first lanes in
   plain power-of-two pieces (never a masked store, microcoded on AMD).
-* :func:`copy_run` copies a contiguous run (edge tiles out of scratch), in
-  vectors and no scalar tail.
+* :func:`store_run` emits the loop over a run's vectors, each stored by
+  :func:`store_vector`; :func:`copy_run` (edge tiles out of scratch) and
+  the loop nests' ``epilogue_run`` are built on it, in vectors and no
+  scalar tail.
 
 :func:`copy_run` takes a last argument ``vector``, the vector token of the
 plan's width (:func:`~cso.packing.transpose.vector_token`).  Like
@@ -53,6 +55,31 @@ def store_vector(builder, values, address, element_bytes, remaining, whole):
             builder.position_at_end(merge)
 
 
+def store_run(builder, count, lanes, element_bytes, name, vector_at):
+    """Emit the loop over a run of ``count`` elements (an integer IR value)
+    in vectors of ``lanes``: for each vector's first element ``start``,
+    ``vector_at(start, mask)`` (``mask``: its lanes inside the run) emits
+    ``(values, address)``, stored by :func:`store_vector`, the run's last,
+    partial vector in pieces.  A run of none emits no iteration; the
+    builder is left after the loop."""
+    intp = count.type
+    entry = builder.basic_block
+    loop = builder.append_basic_block(f"{name}.loop")
+    done = builder.append_basic_block(f"{name}.done")
+    builder.cbranch(builder.icmp_signed(">", count, ir.Constant(intp, 0)), loop, done)
+    builder.position_at_end(loop)
+    start = builder.phi(intp)
+    start.add_incoming(ir.Constant(intp, 0), entry)
+    remaining = builder.sub(count, start)
+    values, address = vector_at(start, lanes_below(builder, remaining, lanes))
+    following = builder.add(start, ir.Constant(intp, lanes))
+    whole = builder.icmp_signed("<=", following, count)
+    store_vector(builder, values, address, element_bytes, remaining, whole)
+    start.add_incoming(following, builder.basic_block)
+    builder.cbranch(builder.icmp_signed("<", following, count), loop, done)
+    builder.position_at_end(done)
+
+
 @intrinsic
 def copy_run(typingctx, dst, dst_offset, src, src_offset, count, vector):
     """Copy ``src[src_offset : src_offset + count]`` to ``dst[dst_offset : ...]``."""
@@ -74,27 +101,15 @@ def copy_run(typingctx, dst, dst_offset, src, src_offset, count, vector):
         src_ptr = builder.gep(
             context.make_array(signature.args[2])(context, builder, src_a).data, [src_off]
         )
-        intp = count_v.type
         align = ir.Constant(ir.IntType(32), element_bytes)
         passthrough = ir.Constant(vector, ir.Undefined)
-        entry = builder.basic_block
-        loop = builder.append_basic_block("copy.loop")
-        done = builder.append_basic_block("copy.done")
-        builder.cbranch(builder.icmp_signed(">", count_v, ir.Constant(intp, 0)), loop, done)
-        builder.position_at_end(loop)
-        start = builder.phi(intp)
-        start.add_incoming(ir.Constant(intp, 0), entry)
-        remaining = builder.sub(count_v, start)
-        mask = lanes_below(builder, remaining, lanes)
-        source = builder.bitcast(builder.gep(src_ptr, [start]), pointer)
-        target = builder.bitcast(builder.gep(dst_ptr, [start]), pointer)
-        values = builder.call(load, [source, align, mask, passthrough])
-        following = builder.add(start, ir.Constant(intp, lanes))
-        whole = builder.icmp_signed("<=", following, count_v)
-        store_vector(builder, values, target, element_bytes, remaining, whole)
-        start.add_incoming(following, builder.basic_block)
-        builder.cbranch(builder.icmp_signed("<", following, count_v), loop, done)
-        builder.position_at_end(done)
+
+        def vector_at(start, mask):
+            source = builder.bitcast(builder.gep(src_ptr, [start]), pointer)
+            target = builder.bitcast(builder.gep(dst_ptr, [start]), pointer)
+            return builder.call(load, [source, align, mask, passthrough]), target
+
+        store_run(builder, count_v, lanes, element_bytes, "copy", vector_at)
         return context.get_dummy_value()
 
     return sig, codegen
