@@ -195,9 +195,9 @@ def depthwise_module(
     ``stride_h`` and ``dilation_h`` down, of ``vector_lanes`` ``dtype_name``
     elements, its last ``masked_rows`` rows' stores masked
     (:func:`~cso.microkernels.taps.build_tap_kernel`), ``filters`` filters
-    a call, memoised; ``patch``: a measurement
-    variant (:class:`LoopPatch`: its source rebinding ``tap_kernel`` or
-    ``pack_channel_phases``), None for the real thing."""
+    a call, memoised; ``patch``: a measurement variant (:class:`LoopPatch`:
+    its source rebinding ``tap_kernel`` or ``pack_channel_phases``), None for
+    the real thing."""
     shape = tuple(int(n) for n in (kernel_height, stride_h, dilation_h, rows, vectors))
     arguments = ", ".join(str(n) for n in shape)
     binding = (
@@ -223,8 +223,7 @@ def lanes_module(
     ``dilation_w`` across, and to the pixel-vector packing of
     ``vector_lanes`` ``dtype_name`` lanes
     (:mod:`cso.microkernels.lane_taps`, :mod:`cso.microkernels.lane_transposes`), memoised;
-    ``patch``: a
-    measurement variant (:class:`LoopPatch`: its source rebinding
+    ``patch``: a measurement variant (:class:`LoopPatch`: its source rebinding
     ``lane_tap_kernel``, ``lane_pack`` or ``lane_unpack``), None for the
     real thing."""
     shape = tuple(int(n) for n in (kernel_width, stride_w, dilation_w, outputs))
@@ -252,10 +251,9 @@ def planes_module(
     at ``dilation_h, dilation_w``, of ``vector_lanes`` ``dtype_name`` lanes,
     unchecked, checked with whole loads (a plane's last vector storing
     ``tail_lanes``) and checked with masked ones
-    (:mod:`cso.microkernels.plane_taps`), memoised;
-    ``patch``: a
-    measurement variant (:class:`LoopPatch`: its source rebinding the
-    kernels), None for the real thing."""
+    (:mod:`cso.microkernels.plane_taps`), memoised; ``patch``: a measurement
+    variant (:class:`LoopPatch`: its source rebinding the kernels), None for
+    the real thing."""
     shape = tuple(int(n) for n in (kernel_height, kernel_width, dilation_h, dilation_w, vectors))
     arguments = ", ".join(str(n) for n in shape)
     kind = f"{dtype_name!r}, {int(vector_lanes)}"
@@ -285,9 +283,8 @@ def rows_module(
     of ``vector_lanes`` ``dtype_name`` lanes (:mod:`cso.microkernels.row_taps`),
     its inner vectors unmasked when ``unmasked_inner``, its whole-load kernel
     storing ``tail_lanes`` of a row's last vector (0: all), memoised;
-    ``patch``: a measurement
-    variant (:class:`LoopPatch`: its source rebinding the kernel), None for
-    the real thing."""
+    ``patch``: a measurement variant (:class:`LoopPatch`: its source
+    rebinding the kernel), None for the real thing."""
     shape = tuple(
         int(n)
         for n in (
