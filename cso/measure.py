@@ -31,8 +31,7 @@ VARIANTS = {
     # (zeros at first): finite operands, see cso.workspace.
     "no-pack": LoopPatch(
         "no-pack",
-        "\n@njit(nogil=True)\ndef _pack_tile(*args):\n    return\n"
-        "\n@njit(nogil=True)\ndef _pack_block(*args):\n    return\n",
+        "\n@njit(nogil=True)\ndef pack_window_tiles(*args):\n    return\n",
     ),
     # The micro-kernel without its software prefetch.
     "no-prefetch": LoopPatch("no-prefetch", "", (("prefetch_distance", 0),)),
@@ -41,17 +40,22 @@ VARIANTS = {
     # 1x1 panels packed tile by tile, as other layers are, not channel by channel.
     "tile-by-tile": LoopPatch(
         "tile-by-tile",
+        "\nfrom cso.macrokernel.input_tiles import pack_window_tile\n"
         '\n@njit(nogil=True, inline="always")\n'
-        "def _pack_block(operands, b, image, group, c0, channels, first_tile, tiles, size):\n"
+        "def pack_window_tiles(operands, b, image, group, c0, channels, first_tile, tiles, size,\n"
+        "                      vector):\n"
         "    for t in range(tiles):\n"
         "        start = (first_tile + t) * b.windows_per_tile\n"
-        "        _pack_tile(operands, b, image, group, c0, channels, start, t * size)\n",
+        "        pack_window_tile(\n"
+        "            operands, b, image, group, c0, channels, start, t * size, vector\n"
+        "        )\n",
     ),
-    # The per-tile helpers called as functions rather than inlined into the loops.
+    # The per-tile helper and the packing step called as functions rather than
+    # inlined into the loops.
     "outlined": LoopPatch(
         "outlined",
         "\n_tile = njit(nogil=True)(_tile.py_func)\n"
-        "_pack_tile = njit(nogil=True)(_pack_tile.py_func)\n",
+        "pack_window_tiles = njit(nogil=True)(pack_window_tiles.py_func)\n",
     ),
 }
 # The micro-kernel handed arrays, not their data addresses: each tile then

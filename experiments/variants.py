@@ -10,8 +10,9 @@ process (best of the rounds): as shipped, and the variant
 
 * ``no-prefetch``: the micro-kernel without its software prefetch of its
   contiguous operand rows 16 reduction steps ahead;
-* ``outlined``: the per-tile helpers (``_tile``, ``_pack_tile``) called as
-  functions instead of inlined into the loops;
+* ``outlined``: the per-tile helper ``_tile`` and the packing step
+  (``cso.macrokernel.input_tiles.pack_window_tiles``) called as functions
+  instead of inlined into the loops;
 * ``tile-by-tile``: the panels of 1x1, stride-1 layers packed one window
   tile at a time (``Nwin`` elements of every channel), as other layers are,
   instead of channel by channel over the whole block of tiles;

@@ -5,7 +5,8 @@ bound per specialisation (Nf, Nwin, dtype, vector lanes, orientation) by
 :mod:`cso.macrokernel.specialise`, which writes this source plus one binding
 line into its own file, so that every specialisation is a separate module
 with its own on-disk Numba cache.  Only loops live here; the arithmetic is
-in the micro-kernel and the data movement in :mod:`cso.packing`.
+in the micro-kernel, the data movement in :mod:`cso.packing` (a block of
+window tiles packed by :mod:`cso.macrokernel.input_tiles`).
 
 Contracts relied on
 -------------------
@@ -86,6 +87,7 @@ Contracts relied on
 from numba import njit
 
 from cso.macrokernel.bounds import LoopBounds
+from cso.macrokernel.input_tiles import pack_window_tiles
 from cso.macrokernel.nest_indexing import (
     channel_range,
     job_of,
@@ -96,7 +98,6 @@ from cso.macrokernel.nest_indexing import (
 )
 from cso.packing.filters import filter_panel_offset
 from cso.packing.transpose import pack_filter_tile
-from cso.packing.inputs import pack_input_panel, pack_pointwise_panels
 from cso.packing.run_stores import copy_run
 
 # Bound by cso.macrokernel.specialise in each generated specialisation: the
@@ -147,7 +148,9 @@ def convolve_input_stationary(
             for channel_index in range(channel_tiles):
                 c0, channels = channel_range(b, channel_index, channel_tiles)
                 panel_size = channels * area * nwin
-                _pack_block(operands, b, image, group, c0, channels, first, tiles, panel_size)
+                pack_window_tiles(
+                    operands, b, image, group, c0, channels, first, tiles, panel_size, VECTOR_TOKEN
+                )
                 for f0 in range(0, filter_tiles, b.l2_tiles):
                     for t in range(tiles):
                         for f in range(f0, min(f0 + b.l2_tiles, filter_tiles)):
@@ -216,7 +219,9 @@ def convolve_weight_stationary(
                 panel_size = channels * area * nwin
                 for w0 in range(first_window, last_window, b.l2_tiles):
                     tiles = min(b.l2_tiles, last_window - w0)
-                    _pack_block(operands, b, image, group, c0, channels, w0, tiles, panel_size)
+                    pack_window_tiles(
+                        operands, b, image, group, c0, channels, w0, tiles, panel_size, VECTOR_TOKEN
+                    )
                     for f in range(first_filter, last_filter):
                         if b.filters_in_nest:
                             # KCRS rows of tile f, channels [c0, c0 + channels), into
@@ -242,94 +247,6 @@ def convolve_weight_stationary(
                                 (w0 + t) * nwin,
                                 t * panel_size,
                             )
-
-
-@njit(nogil=True, inline="always")
-def _pack_block(operands, b, image, group, channel_start, channels, first_tile, tiles, panel_size):
-    """Pack window tiles ``[first_tile, first_tile + tiles)`` into consecutive
-    panels ``panel_size`` apart: channel by channel for a 1x1 block (each
-    image's run of whole tiles at once, a tile past an image's end on its
-    own), else one tile at a time."""
-    nwin = b.windows_per_tile
-    if b.pack_channels_outer:
-        plane = b.height * b.width
-        image_windows = b.out_height * b.out_width
-        t = 0
-        while t < tiles:
-            window_start = (first_tile + t) * nwin
-            image_index = image + window_start // image_windows
-            local = window_start % image_windows
-            run = min(tiles - t, (image_windows - local) // nwin)
-            if run == 0:
-                _pack_tile(
-                    operands, b, image, group, channel_start, channels, window_start, t * panel_size
-                )
-                t += 1
-                continue
-            pack_pointwise_panels(
-                operands[0],
-                ((image_index * b.groups + group) * b.channels + channel_start) * plane,
-                plane,
-                channels,
-                local,
-                run,
-                nwin,
-                operands[5],
-                t * panel_size,
-                panel_size,
-                VECTOR_TOKEN,
-            )
-            t += run
-        return
-    for t in range(tiles):
-        _pack_tile(
-            operands,
-            b,
-            image,
-            group,
-            channel_start,
-            channels,
-            (first_tile + t) * nwin,
-            t * panel_size,
-        )
-
-
-# Inlined by Numba into the loop nests (as _tile is): as calls, every
-# micro-kernel call also passed a tuple of seven arrays and some twenty
-# scalars, and ResNet-50 ran 1.02-1.04x slower, its 1x1 layers with 64
-# channels 1.14-1.21x (experiments/variants.py --variant outlined).
-@njit(nogil=True, inline="always")
-def _pack_tile(operands, b, image, group, channel_start, channels, window_start, panel_offset):
-    """Pack one input tile into ``panels``, unless the kernel reads it in place."""
-    if reads_in_place(b, window_start):
-        return
-    x_flat, panels = operands[0], operands[5]
-    image_offset = (image * b.groups + group) * b.channels * b.height * b.width
-    pack_input_panel(
-        x_flat,
-        image_offset,
-        b.height,
-        b.width,
-        b.pad_top,
-        b.pad_left,
-        channel_start,
-        channels,
-        b.kernel_height,
-        b.kernel_width,
-        b.stride_h,
-        b.stride_w,
-        b.dilation_h,
-        b.dilation_w,
-        b.out_width,
-        b.window_images * b.out_height * b.out_width,
-        window_start,
-        b.windows_per_tile,
-        panels,
-        panel_offset,
-        b.out_height * b.out_width,
-        b.groups * b.channels * b.height * b.width,
-        VECTOR_TOKEN,
-    )
 
 
 @njit(nogil=True, inline="always")

@@ -56,6 +56,7 @@ from ..packing import run_stores as run_stores_source
 from ..packing import vector_copy as vector_copy_source
 from . import bounds as bounds_source
 from . import depthwise as depthwise_source
+from . import input_tiles as input_tiles_source
 from . import lanes as lanes_source
 from . import loops as loops_source
 from . import nest_indexing as nest_indexing_source
@@ -68,6 +69,7 @@ _modules: dict = {}
 # Every source a generated module is built from: its name hashes them all.
 HASHED_SOURCES = (
     loops_source,
+    input_tiles_source,
     nest_indexing_source,
     bounds_source,
     filters_source,
