@@ -163,6 +163,35 @@ def fast_quarter_times(programs, rounds=5, min_seconds=0.0):
     return result
 
 
+def paired_ratios(samples, reference) -> dict:
+    """``{name: median over rounds of t_reference / t_name}`` from
+    :func:`round_times`' samples: how many times faster than ``reference``
+    each program ran, each ratio of two timings taken within one round.
+
+    On a shared machine whose speed drifts by tens of percent from one
+    second to the next, the ratio of two best times is that of two lucky
+    rounds taken at other moments; within a round both programs meet much
+    the same state.  On a 2-core AMD EPYC (Zen 3), two packing builds whose
+    median ratio over paired rounds came out 0.91-1.04 gave ratios of their
+    best times from 0.47 to 3.5 in rounds a minute apart.
+    """
+    base = samples[reference]
+    result = {}
+    for name, times in samples.items():
+        ratios = sorted(b / t for b, t in zip(base, times))
+        middle = len(ratios) // 2
+        result[name] = (
+            ratios[middle] if len(ratios) % 2 else (ratios[middle - 1] + ratios[middle]) / 2
+        )
+    return result
+
+
+def round_times(programs, rounds=5, min_seconds=0.0) -> dict:
+    """``{name: [seconds of each round]}``: the interleaved rounds
+    :func:`best_times` takes the best of (see :func:`_round_times`)."""
+    return _round_times(programs, rounds, min_seconds)
+
+
 def _round_times(programs, rounds, min_seconds) -> dict:
     """``{name: [seconds of each round]}``: at least ``rounds`` rounds, more
     until ``min_seconds`` have passed, 50 at most; each round runs every

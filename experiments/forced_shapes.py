@@ -19,8 +19,13 @@ and stays in the caches.
 
 Prints each program's time and speed, the speedup of the fastest over the
 model's plan where that is at least 3%, and the model's total against an
-oracle that takes each layer's fastest program (an upper bound: the minimum
-of noisy timings flatters the oracle by the noise).  This is how a wrong
+oracle that takes each layer's fastest program, two ways: by each
+program's best round (an upper bound: the minimum of noisy timings flatters
+the oracle by the noise), and by the median over rounds of each forced
+plan's speed relative to the model's plan timed in the same round
+(:func:`cso.measure.paired_ratios`; a layer's oracle is the model's time
+over the largest such median, if above 1), which a drifting machine moves
+less.  This is how a wrong
 shape choice shows: the model picks by modelled cost, which does not count
 everything that makes a narrower kernel slower inside the loop nest.
 """
@@ -34,7 +39,7 @@ import harness  # noqa: E402,F401  (pins BLAS threads before NumPy loads)
 import numpy as np  # noqa: E402
 
 import cso  # noqa: E402
-from cso.measure import best_times  # noqa: E402
+from cso.measure import paired_ratios, round_times  # noqa: E402
 from cso.models import MODELS  # noqa: E402
 
 OPERANDS = {"w": "windows", "f": "filters"}
@@ -161,7 +166,7 @@ def main():
     )  # fmt: skip
     args = parser.parse_args()
     shapes = [parse_shape(text) for text in args.shapes.split(",") if text]
-    total_model = total_oracle = 0.0
+    total_model = total_oracle = total_paired_oracle = 0.0
     mode = "packed ahead" if args.packed else "per call"
     state = f", operands cycled through {args.cold} MiB of copies" if args.cold else ""
     print(f"{args.model}, batch {args.batch}, {args.threads} thread(s), filters {mode}{state}")
@@ -172,21 +177,31 @@ def main():
             layer, args.batch, args.threads, shapes, args.packed, args.cold << 20
         )
         check_agree(layer, programs, "the model's plan")
-        best = best_times(programs, args.rounds, 0.3)
+        samples = round_times(programs, args.rounds, 0.3)
+        best = {label: min(times) for label, times in samples.items()}
         model_label = next(iter(programs))
+        ratios = paired_ratios(samples, model_label)
         fastest = min(best, key=best.get)
         total_model += best[model_label] * layer.count
         total_oracle += best[fastest] * layer.count
+        # The paired estimate: the model's plan's best time, over the largest
+        # median ratio of a forced plan to it (1 when none is faster).
+        paired_gain = max(1.0, max(ratios.values()))
+        total_paired_oracle += best[model_label] / paired_gain * layer.count
         print(f"{layer.name} (x{layer.count})")
         flops = layer.flops * args.batch
         for label, seconds in best.items():
-            print(f"   {label:<52} {seconds * 1e3:8.3f} ms {flops / seconds / 1e9:7.1f} GFLOP/s")
+            print(
+                f"   {label:<52} {seconds * 1e3:8.3f} ms {flops / seconds / 1e9:7.1f} GFLOP/s"
+                f"   paired {ratios[label]:.3f}x the model's"
+            )
         gain = best[model_label] / best[fastest]
         if gain >= 1.03:
-            print(f"   -> {fastest[7:]} is {gain:.3f}x the model's plan's speed")
+            print(f"   -> {fastest[7:]} is {gain:.3f}x the model's plan's speed (best rounds)")
     print(
         f"total: model {total_model * 1e3:.2f} ms, oracle {total_oracle * 1e3:.2f} ms, "
-        f"model / oracle {total_model / total_oracle:.3f}x"
+        f"model / oracle {total_model / total_oracle:.3f}x (best rounds); "
+        f"model / oracle {total_model / total_paired_oracle:.3f}x (paired rounds' medians)"
     )
 
 

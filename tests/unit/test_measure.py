@@ -70,3 +70,13 @@ def test_fast_quarter_times_goes_on_until_min_seconds_at_most_fifty_rounds(clock
     calls.clear()
     measure.fast_quarter_times({"a": lambda: calls.append(None)}, rounds=2, min_seconds=1e9)
     assert len(calls) == 50  # the clock never moves: the cap stops it
+
+
+def test_paired_ratios_are_medians_of_each_rounds_ratio_to_the_reference():
+    # The machine slows down tenfold in the third round: a ratio taken within
+    # each round does not see it; the median drops the odd round out.
+    samples = {"model": [1.0, 1.0, 10.0, 1.0], "forced": [0.5, 0.5, 10.0, 0.4]}
+    ratios = measure.paired_ratios(samples, "model")
+    assert ratios["model"] == 1.0
+    assert ratios["forced"] == pytest.approx(2.0)  # median of 2, 2, 1, 2.5
+    assert measure.paired_ratios({"a": [2.0, 4.0, 8.0], "b": [4.0, 8.0, 16.0]}, "a")["b"] == 0.5
