@@ -176,14 +176,32 @@ def paired_ratios(samples, reference) -> dict:
     best times from 0.47 to 3.5 in rounds a minute apart.
     """
     base = samples[reference]
-    result = {}
-    for name, times in samples.items():
-        ratios = sorted(b / t for b, t in zip(base, times))
-        middle = len(ratios) // 2
-        result[name] = (
-            ratios[middle] if len(ratios) % 2 else (ratios[middle - 1] + ratios[middle]) / 2
-        )
-    return result
+    return {
+        name: median_of([b / t for b, t in zip(base, times)]) for name, times in samples.items()
+    }
+
+
+def paired_difference(programs, first, second, rounds=5, min_seconds=0.0) -> float:
+    """``t_first - t_second`` as the machine runs at its best: the median over
+    interleaved rounds (:func:`round_times`) of ``t_first / t_second - 1``,
+    the two timed in the same round, times ``second``'s best round.
+
+    A difference of a few percent of either time, which the best rounds of
+    each (taken at other moments of a drifting machine) move by as much as
+    itself; a ratio within a round is the same whether the round ran fast or
+    slow, and the best round scales it as :func:`best_times` would."""
+    samples = round_times(programs, rounds, min_seconds)
+    excess = median_of([a / b - 1.0 for a, b in zip(samples[first], samples[second])])
+    return excess * min(samples[second])
+
+
+def median_of(values) -> float:
+    """The median of a non-empty list of numbers."""
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    if len(ordered) % 2:
+        return ordered[middle]
+    return (ordered[middle - 1] + ordered[middle]) / 2
 
 
 def round_times(programs, rounds=5, min_seconds=0.0) -> dict:

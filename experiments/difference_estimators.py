@@ -6,10 +6,11 @@ The calibration's in-place probe (:func:`cso.calibrate.loop_probes.in_place_filt
 times a window-vectorised plan reading its filters in place and the same
 plan on filters packed ahead, and divides the difference by the filter
 reads: 0-4% of a 1.5 ms layer.  Each shape's difference is sampled
-``--samples`` times, alternately by two estimators: the difference of each
-plan's best round (:func:`cso.measure.best_times`) and of the means of each
-plan's fastest quarter of rounds (:func:`cso.measure.fast_quarter_times`,
-which the calibration uses).  Prints every sample (ps per read), and each
+``--samples`` times, alternately by three estimators: the difference of each
+plan's best round (:func:`cso.measure.best_times`), of the means of each
+plan's fastest quarter of rounds (:func:`cso.measure.fast_quarter_times`),
+and the median of the two plans' differences within each round
+(:func:`cso.measure.paired_difference`).  Prints every sample (ps per read), and each
 estimator's median and standard deviation: the steadier one moves the plans
 less from one calibration to the next.  One thread, default weights.
 """
@@ -24,9 +25,21 @@ import harness  # noqa: F401
 from cso.analysis.detect import stored_or_probed  # noqa: E402
 from cso.analysis.weights import DEFAULT_WEIGHTS  # noqa: E402
 from cso.calibrate import loop_probes  # noqa: E402
-from cso.measure import best_times, fast_quarter_times  # noqa: E402
+from cso.measure import best_times, fast_quarter_times, paired_difference  # noqa: E402
 
-ESTIMATORS = {"best rounds": best_times, "fastest quarters": fast_quarter_times}
+
+def paired_rounds(programs, rounds, min_seconds):
+    """``{"call": d, "packed": 0}``: the median of the per-round differences
+    (:func:`cso.measure.paired_difference`), in the estimators' form."""
+    difference = paired_difference(programs, "call", "packed", rounds, min_seconds)
+    return {"call": difference, "packed": 0.0}
+
+
+ESTIMATORS = {
+    "best rounds": best_times,
+    "fastest quarters": fast_quarter_times,
+    "paired rounds": paired_rounds,
+}
 
 
 def main():

@@ -80,3 +80,14 @@ def test_paired_ratios_are_medians_of_each_rounds_ratio_to_the_reference():
     assert ratios["model"] == 1.0
     assert ratios["forced"] == pytest.approx(2.0)  # median of 2, 2, 1, 2.5
     assert measure.paired_ratios({"a": [2.0, 4.0, 8.0], "b": [4.0, 8.0, 16.0]}, "a")["b"] == 0.5
+
+
+def test_paired_difference_is_the_median_relative_difference_at_the_best_round(clock):
+    # The machine runs twice as slow in rounds 2 and 4: each round's ratio is
+    # taken at one speed (1.1, 1.1, 1.1, 1.1, 1.15), its median (1.1) scaled
+    # by the best round of the second program (10).
+    programs = {
+        "call": clock.program([11.0, 22.0, 11.0, 22.0, 11.5]),
+        "packed": clock.program([10.0, 20.0, 10.0, 20.0, 10.0]),
+    }
+    assert measure.paired_difference(programs, "call", "packed", rounds=5) == pytest.approx(1.0)
