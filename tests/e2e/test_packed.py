@@ -304,3 +304,22 @@ def test_repeated_packed_calls_stay_checked_and_hold_no_filters():
     del packed
     gc.collect()
     assert panels() is None
+
+
+def test_repeated_packed_calls_that_repeat_their_geometry_stay_checked():
+    """A call repeating the packed filters' own stride and padding is met again
+    as a repeat (the cache keys the parameters as given): same result, and a
+    parameter of another value or type is still checked, not matched."""
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((1, 8, 9, 9)).astype(np.float32)
+    w = rng.standard_normal((16, 8, 3, 3)).astype(np.float32)
+    packed = cso.pack_filters(w, x.shape, stride=2, padding=1, threads=1)
+    expected = cso.conv2d(x, w, stride=2, padding=1, threads=1)
+    for _ in range(3):
+        assert np.array_equal(cso.conv2d(x, packed, stride=2, padding=1, threads=1), expected)
+    with pytest.raises(ValueError, match="padding"):
+        cso.conv2d(x, packed, stride=2, padding=2, threads=1)
+    with pytest.raises(TypeError, match="padding"):
+        cso.conv2d(x, packed, stride=2, padding=True, threads=1)
+    with pytest.raises(ValueError, match="x must have shape"):
+        cso.conv2d(x[:, :4], packed, stride=2, padding=1, threads=1)
