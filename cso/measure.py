@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 import time
+from statistics import median
 
 import numpy as np
 
@@ -141,7 +142,7 @@ def best_times(programs, rounds=5, min_seconds=0.0):
     cache (on a Xeon, ``dw 3x3 576 @14``: per call 66 and packed 52
     microseconds that way, 50 and 47 timed without the peers).
     """
-    return {name: min(times) for name, times in _round_times(programs, rounds, min_seconds).items()}
+    return {name: min(times) for name, times in round_times(programs, rounds, min_seconds).items()}
 
 
 def fast_quarter_times(programs, rounds=5, min_seconds=0.0):
@@ -155,7 +156,7 @@ def fast_quarter_times(programs, rounds=5, min_seconds=0.0):
     sampled 16 times: the difference of the best rounds 10.1 ps a read
     (standard deviation 6.4), of the fastest quarters' means 9.0 (2.5).
     """
-    samples = _round_times(programs, max(4, rounds), min_seconds)
+    samples = round_times(programs, max(4, rounds), min_seconds)
     result = {}
     for name, times in samples.items():
         quarter = max(1, len(times) // 4)
@@ -177,7 +178,7 @@ def paired_ratios(samples, reference) -> dict:
     """
     base = samples[reference]
     return {
-        name: median_of([b / t for b, t in zip(base, times)]) for name, times in samples.items()
+        name: median([b / t for b, t in zip(base, times)]) for name, times in samples.items()
     }
 
 
@@ -191,26 +192,11 @@ def paired_difference(programs, first, second, rounds=5, min_seconds=0.0) -> flo
     itself; a ratio within a round is the same whether the round ran fast or
     slow, and the best round scales it as :func:`best_times` would."""
     samples = round_times(programs, rounds, min_seconds)
-    excess = median_of([a / b - 1.0 for a, b in zip(samples[first], samples[second])])
+    excess = median([a / b - 1.0 for a, b in zip(samples[first], samples[second])])
     return excess * min(samples[second])
 
 
-def median_of(values) -> float:
-    """The median of a non-empty list of numbers."""
-    ordered = sorted(values)
-    middle = len(ordered) // 2
-    if len(ordered) % 2:
-        return ordered[middle]
-    return (ordered[middle - 1] + ordered[middle]) / 2
-
-
 def round_times(programs, rounds=5, min_seconds=0.0) -> dict:
-    """``{name: [seconds of each round]}``: the interleaved rounds
-    :func:`best_times` takes the best of (see :func:`_round_times`)."""
-    return _round_times(programs, rounds, min_seconds)
-
-
-def _round_times(programs, rounds, min_seconds) -> dict:
     """``{name: [seconds of each round]}``: at least ``rounds`` rounds, more
     until ``min_seconds`` have passed, 50 at most; each round runs every
     program once, in a fresh seeded shuffle (:func:`best_times`)."""

@@ -189,10 +189,10 @@ def main():
         f"analysis plan within 5% of the tuned best: {np.mean(ratios <= 1.05):.0%} of layers; "
         f"median ratio {np.median(ratios):.3f}, worst {ratios.max():.3f}"
     )
-    paired_ratios_ = np.array([r["paired_ratio"] for r in rows])
+    paired_time_ratios = np.array([r["paired_ratio"] for r in rows])
     print(
-        f"by paired rounds' medians: {np.mean(paired_ratios_ <= 1.05):.0%} within 5%; "
-        f"worst {paired_ratios_.max():.3f}"
+        f"by paired rounds' medians: {np.mean(paired_time_ratios <= 1.05):.0%} within 5%; "
+        f"worst {paired_time_ratios.max():.3f}"
     )
     if args.confirm:
         confirmed = np.array([r["confirmed_ratio"] for r in rows])
