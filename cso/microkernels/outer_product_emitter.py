@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from llvmlite import ir
 from numba import types
-from numba.core import cgutils
 
 from ..analysis.choices import VectorOperand
+from ..packing.transpose import prefetch_function
 from .tile_stores import write_columns, write_columns_by_element, write_rows
 from .vector_ir import (
     fma_function,
@@ -77,11 +77,7 @@ class OuterProductEmitter:
         self.element_bytes = 4 if dtype_name == "float32" else 8
         self.vector_type = vector_type(dtype_name, lanes)
         self.fma = fma_function(builder.module, self.vector_type)
-        self.prefetch = cgutils.get_or_insert_function(
-            builder.module,
-            ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer()] + [ir.IntType(32)] * 3),
-            "llvm.prefetch.p0",
-        )
+        self.prefetch = prefetch_function(builder.module)
         self.zero = ir.Constant(self.vector_type, [0.0] * lanes)
         self.undef = ir.Constant(self.vector_type, ir.Undefined)
 

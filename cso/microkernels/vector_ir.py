@@ -14,7 +14,7 @@ from llvmlite import ir
 from numba import types
 from numba.core import cgutils
 
-from ..packing.transpose import transpose_rows
+from ..packing.transpose import prefetch_function, transpose_rows
 
 _LLVM_FLOAT = {"float32": ir.FloatType, "float64": ir.DoubleType}
 _SUFFIX = {"float32": "f32", "float64": "f64"}
@@ -170,11 +170,7 @@ class KernelEmitter:
         self.masked_load = masked_load_function(builder.module, self.vector)
         self.masked_store = masked_store_function(builder.module, self.vector)
         self.zero = ir.Constant(self.vector, [0.0] * lanes)
-        self.prefetch = cgutils.get_or_insert_function(
-            builder.module,
-            ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer()] + [I32] * 3),
-            "llvm.prefetch.p0",
-        )
+        self.prefetch = prefetch_function(builder.module)
 
     def constant(self, value):
         return ir.Constant(self.intp, value)

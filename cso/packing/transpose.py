@@ -110,6 +110,18 @@ def transpose_rows(builder, rows) -> list:
     return rows
 
 
+def prefetch_function(module):
+    """``llvm.prefetch`` declared in ``module``, called as ``prefetch(i8*
+    address, rw, locality, cache type)`` (0, 3, 1: a read into every level of
+    the data cache)."""
+    i32 = ir.IntType(32)
+    return cgutils.get_or_insert_function(
+        module,
+        ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer(), i32, i32, i32]),
+        "llvm.prefetch.p0",
+    )
+
+
 def masked_load_store(module, vector):
     """``(load, store)``: ``llvm.masked.load`` and ``llvm.masked.store`` for
     ``vector`` (an LLVM float vector type), declared in ``module``.

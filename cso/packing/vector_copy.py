@@ -25,7 +25,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from .run_stores import store_vector
-from .transpose import check_float_pair, masked_load_store, token_lanes
+from .transpose import check_float_pair, masked_load_store, prefetch_function, token_lanes
 
 # Software prefetch of the channel loop: the rows of channel ``c + 4`` are
 # asked for while channel ``c``'s are copied, line by line, where channels
@@ -181,11 +181,7 @@ def pack_row_runs(
             return builder.select(builder.icmp_signed(">", value, high), high, value)
 
         count_splat = splat(count_v)
-        prefetch = cgutils.get_or_insert_function(
-            builder.module,
-            ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer(), i32, i32, i32]),
-            "llvm.prefetch.p0",
-        )
+        prefetch = prefetch_function(builder.module)
         # The columns one channel's copies span, in bytes: the run prefetched.
         span_columns = builder.add(
             builder.add(
