@@ -224,12 +224,21 @@ def _call_key(x, w, bias, parameters):
         bias_key = (bias.shape, bias.dtype)
     else:
         return None
+    if not _plain_parameters(parameters):
+        return None
+    return (x.shape, x.dtype, w.shape, w.dtype, bias_key, parameters)
+
+
+def _plain_parameters(parameters) -> bool:
+    """Whether every one of ``parameters`` is a plain ``int``, ``str`` or
+    ``None``, or a (nested) tuple of ints: parameters that may key a cache of
+    checked calls (see :func:`_call_key`)."""
     for value in parameters:
         kind = type(value)
         # The common scalars inline: a call to _plain each cost a small call 0.1 us.
         if not (kind is int or value is None or kind is str or _plain(value)):
-            return None
-    return (x.shape, x.dtype, w.shape, w.dtype, bias_key, parameters)
+            return False
+    return True
 
 
 def _plain(value, depth=0) -> bool:
@@ -249,7 +258,9 @@ def _conv2d_packed(
     # The geometry as the call gives it: part of the key, so that a call that
     # repeats the packed filters' own stride, padding, dilation and groups
     # (checked once below) is met again as one that leaves them out is.
-    given_key = _given_geometry_key(stride, padding, dilation, groups)
+    given_key = (stride, padding, dilation, groups)
+    if not _plain_parameters(given_key):
+        given_key = None
     if (
         type(x) is np.ndarray
         and bias is None
@@ -330,13 +341,6 @@ def _conv2d_packed(
         key = (id(packed), x.shape, x.dtype, threads_given, given_key)
         _packed_calls[key] = (weakref.ref(packed), RepeatedCall(plan, prepacked=True))
     return _run_packed(plan, x, packed, y, activation, residual)
-
-
-def _given_geometry_key(*parameters):
-    """``parameters`` as a key of :data:`_packed_calls`, or None unless each is
-    a plain ``int``, ``str`` or ``None`` or a (nested) tuple of ints (see
-    :func:`_call_key`: ``True == 1`` must not meet a call checked with 1)."""
-    return parameters if all(_plain(value) for value in parameters) else None
 
 
 def _packed_output(x, packed, output_shape, out, residual):
