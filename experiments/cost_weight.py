@@ -7,7 +7,8 @@
 Plans every layer of the model twice: with the detected :class:`cso.Hardware`
 as shipped, and with the ``--set`` fields replaced (``name=value``, any
 float field of ``Hardware``, repeatable).  Where the two plans differ, both
-run interleaved in one process (best of the rounds), per call or, with
+run interleaved in one process (best of the rounds, and the median of
+paired rounds), per call or, with
 ``--packed``, with the filters packed ahead for each plan; their results are
 checked against each other.  ``--list`` prints the changed plans without
 timing them.
@@ -29,7 +30,7 @@ import harness  # noqa: E402,F401  (pins BLAS threads before NumPy loads)
 import numpy as np  # noqa: E402
 
 import cso  # noqa: E402
-from cso.measure import best_times  # noqa: E402
+from cso.measure import paired_ratios, round_times  # noqa: E402
 from cso.models import MODELS  # noqa: E402
 from forced_shapes import check_agree, describe, program_for  # noqa: E402
 
@@ -88,6 +89,7 @@ def main():
     print(f"{args.model}, batch {args.batch}, {args.threads} thread(s), filters {mode}: {setting}")
     totals = {"shipped": 0.0, "changed": 0.0}
     faster = slower = layers = 0
+    paired_totals = []
     for layer in MODELS[args.model]():
         plans = plan_pair(layer, args.batch, args.threads, args.packed, shipped, changed)
         if describe(plans[0]) == describe(plans[1]):
@@ -100,13 +102,21 @@ def main():
             continue
         programs = programs_for(layer, args.batch, args.threads, args.packed, plans)
         check_agree(layer, programs, "the shipped plan")
-        best = best_times(programs, args.rounds, 0.3)
+        samples = round_times(programs, args.rounds, 0.3)
+        best = {label: min(times) for label, times in samples.items()}
         for label in totals:
             totals[label] += best[label] * layer.count
+        # The changed plan's time over the shipped one's, by best rounds and
+        # by the median of paired rounds (cso.measure.paired_ratios).
         ratio = best["shipped"] / best["changed"]
+        paired = paired_ratios(samples, "shipped")["changed"]
+        paired_totals.append((paired, layer.count, best["shipped"]))
         faster += ratio >= 1.03
         slower += ratio <= 1 / 1.03
-        print(f"   {best['shipped'] * 1e3:.3f} ms -> {best['changed'] * 1e3:.3f} ms: {ratio:.3f}x")
+        print(
+            f"   {best['shipped'] * 1e3:.3f} ms -> {best['changed'] * 1e3:.3f} ms: {ratio:.3f}x "
+            f"(paired {paired:.3f}x)"
+        )
     if args.list or not layers:
         print(f"{layers} plan(s) changed")
         return
@@ -115,6 +125,10 @@ def main():
         f"changed {totals['changed'] * 1e3:.2f} ms ({totals['shipped'] / totals['changed']:.3f}x); "
         f"{faster} at least 3% faster, {slower} at least 3% slower"
     )
+    # Each layer's shipped time scaled by its paired ratio, summed.
+    scaled = sum(count * shipped / ratio for ratio, count, shipped in paired_totals)
+    weighed = sum(count * shipped for _, count, shipped in paired_totals)
+    print(f"by paired rounds: changed total {weighed / scaled:.3f}x the shipped one's speed")
 
 
 if __name__ == "__main__":

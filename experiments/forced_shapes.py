@@ -60,6 +60,7 @@ def describe(plan):
         f"{plan.filters_per_tile}x{plan.windows_per_tile}{plan.vector_operand[0]} "
         f"{plan.schedule}{folded} Nc={plan.channel_tile} K2={plan.l2_tiles} "
         f"K3={plan.l3_tiles} parts={plan.window_parts}"
+        + (" in place" if plan.input_in_place else "")
     )
 
 

@@ -203,6 +203,13 @@ def lane_transpose_cost(rates: MeasuredRates) -> float:
     return dict(input_pack_costs(rates)).get("shifted", input_pack_cost(rates))
 
 
+def in_place_input_cost(rates: MeasuredRates) -> float:
+    """``t_in_place_input / u``, per input element a micro-kernel reads in
+    place instead of from a packed panel (0 in records made before it was
+    measured: the input is then read in place wherever it may be)."""
+    return weight_of(rates.in_place_input_seconds, rates.fma_flops)
+
+
 # Each calibrated weight and the formula that derives it.
 FORMULAS = {
     "mac_cost": mac_cost,
@@ -221,6 +228,7 @@ FORMULAS = {
     "filter_pack_shared_cost": filter_pack_shared_cost,
     "filter_tile_pack_cost": filter_tile_pack_cost,
     "in_place_filter_cost": in_place_filter_cost,
+    "in_place_input_cost": in_place_input_cost,
     "tap_call_cost": tap_call_cost,
     "tap_load_cost": tap_load_cost,
     "lane_transpose_cost": lane_transpose_cost,

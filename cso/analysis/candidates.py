@@ -61,9 +61,21 @@ def window_space(geometry: ConvGeometry, folded: bool) -> WindowSpace:
     return WindowSpace(geometry.groups * geometry.batch, 1, geometry.windows)
 
 
-def make_problem(geometry, dtype_name, hardware, threads, operand, prepacked, folded) -> Problem:
-    """The :class:`Problem` of one orientation: shared by all its candidates."""
+def make_problem(
+    geometry, dtype_name, hardware, threads, operand, prepacked, folded, input_in_place=None
+) -> Problem:
+    """The :class:`Problem` of one orientation: shared by all its candidates.
+
+    ``input_in_place``: whether the kernel reads the input unpacked; None
+    takes :func:`input_read_in_place` (wherever it may), False packs it
+    (the planner prices both where it may, :func:`input_ways`)."""
     element_bytes = np.dtype(dtype_name).itemsize
+    if input_in_place is None or operand == VectorOperand.REDUCTION:
+        input_in_place = input_read_in_place(geometry, operand, element_bytes, hardware)
+    elif input_in_place and not input_read_in_place(geometry, operand, element_bytes, hardware):
+        raise ValueError(
+            "input_in_place=True needs a 1x1, stride-1, unpadded layer of small planes"
+        )
     return Problem(
         geometry,
         dtype_name,
@@ -74,8 +86,19 @@ def make_problem(geometry, dtype_name, hardware, threads, operand, prepacked, fo
         bool(folded),
         window_space(geometry, folded),
         element_bytes,
-        input_read_in_place(geometry, operand, element_bytes, hardware),
+        bool(input_in_place),
     )
+
+
+def input_ways(problem: Problem) -> list:
+    """The problems to price for ``problem``'s input: itself, and where it
+    reads the input in place (not a dot product's whole-input window) the
+    same problem with its panels packed, so that the planner weighs the
+    reads in place (``CostWeights.in_place_input_cost``) against the
+    packing (``input_pack_cost``)."""
+    if not problem.input_in_place or problem.vector_operand == VectorOperand.REDUCTION:
+        return [problem]
+    return [problem, problem._replace(input_in_place=False)]
 
 
 def cache_tiles_for(problem: Problem, schedule, nc, nf, nwin):
@@ -221,6 +244,7 @@ def problem_of(plan: Plan) -> Problem:
         plan.vector_operand,
         plan.filters_prepacked,
         plan.batch_folded,
+        plan.input_in_place,
     )
 
 

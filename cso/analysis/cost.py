@@ -66,6 +66,7 @@ from .counts import (
     l3_resident_bytes,
     packed_input_elements,
     in_place_filter_reads,
+    in_place_input_reads,
     rows_per_l1_set,
     rows_share_one_l1_set,
     conflicting_filter_reads,
@@ -250,6 +251,10 @@ def schedule_traffic(
         conflicting_filter_reads=conflicting_filter_reads(
             in_place_reads, busiest_set, hardware.l1_ways, _conflict_probe_rows(hardware)
         ),
+        in_place_input_reads=in_place_input_reads(
+            input_in_place, vector_operand, filter_tiles, (images * windows) // windows_per_tile,
+            windows_per_tile, channels * kernel_area,
+        ),  # fmt: skip
         streamed_l3=kernel_streams["l3"],
         streamed_dram=kernel_streams["dram"],
     )

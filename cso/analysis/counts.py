@@ -250,6 +250,22 @@ def packed_input_elements(
     return elements * (-(-nwin // lanes) * lanes) // nwin
 
 
+def in_place_input_reads(
+    input_in_place: bool, vector_operand: str, filter_tiles: int, full_window_tiles: int,
+    windows_per_tile: int, reduction: int,
+) -> int:
+    """Input elements the micro-kernels read in place from ``x``:
+    ``T_f * T_w,full * Nwin * C*R*S`` (every call on a full window tile
+    reads its ``Nc x Nwin`` panel from the channel rows, and the channel
+    tiles add up to ``C``) when the plan reads its input in place, else 0.
+    Edge tiles are packed either way, and a dot-product kernel (its one
+    window the whole input) has no panel to pack instead: neither counts.
+    """
+    if not input_in_place or vector_operand == VectorOperand.REDUCTION:
+        return 0
+    return filter_tiles * full_window_tiles * windows_per_tile * reduction
+
+
 def in_place_filter_reads(
     vector_operand: str, filters_prepacked: bool, macs: int, windows_per_tile: int
 ) -> int:

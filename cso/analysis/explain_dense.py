@@ -10,6 +10,7 @@ from ..geometry import ceil_div
 from . import candidates, counts, tiles
 from .choices import Schedule, VectorOperand
 from .pricing import filter_pack_cost_for, hidden_stream_cost, workers_read_every_panel
+from .explain_inputs import input_pack_cost, input_pack_story, input_way_story
 from .explain_text import size_text, weights_origin
 from .planner import plan_for_geometry
 from .shape_tables import kernel_shape_key
@@ -183,29 +184,6 @@ def _why_folded(plan) -> str:
     )
 
 
-def _input_pack_kind(plan) -> str:
-    g = plan.geometry
-    return counts.input_pack_kind(g.kernel_height, g.kernel_width, g.stride_w)
-
-
-def input_pack_cost(plan) -> float:
-    """``c_input`` of the plan's kind of input packing at its output width
-    (``CostWeights.input_pack_cost_of``)."""
-    return plan.hardware.weights.input_pack_cost_of(_input_pack_kind(plan), plan.geometry.out_width)
-
-
-def _input_pack_story(plan) -> str:
-    kind = _input_pack_kind(plan)
-    weights = plan.hardware.weights
-    measured = any(name == kind for name, _ in weights.input_pack_costs)
-    where = "this kind's, calibrated" if measured else "the weights' input_pack_cost"
-    row = dict(weights.input_pack_row_costs).get(kind)
-    if row is not None:
-        base = weights.input_pack_cost_of(kind)
-        where += f": {base:.3g} + {row:.3g} / {plan.geometry.out_width} output columns"
-    return f"input packing: {kind}, c_input {input_pack_cost(plan):.3g} per element ({where})"
-
-
 def _filter_pack_story(plan) -> str:
     """What packing the filters in the call is priced at, when the plan does."""
     packed = plan.cost_of(plan.schedule).packed_filter_elements
@@ -353,7 +331,7 @@ def dense_story(plan) -> str:
         "  (packed in: input elements written into panels; busiest: the busiest thread's "
         "work over an even share, which scales the cost)"
     )
-    lines.append("  " + _input_pack_story(plan))
+    lines.append("  " + input_pack_story(plan))
     if _filter_pack_story(plan):
         lines.append("  " + _filter_pack_story(plan))
     lines += ["", "Choice", "  " + _why(plan)]
@@ -371,6 +349,8 @@ def dense_story(plan) -> str:
             )
             + f"; {_in_place_cost_story(plan, g.channels_per_group * area * s)}"
         )
+    if input_way_story(plan):
+        lines.append("  " + input_way_story(plan))
     if plan.batch_folded:
         lines.append("  " + _why_folded(plan))
     lines += ["", "Loop nest"]

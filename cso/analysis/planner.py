@@ -20,6 +20,7 @@ from .candidates import (
     Problem,
     TileChoice,
     make_problem,
+    input_ways,
     packs_channels_outer,
     parallel_options,
     traffic,
@@ -263,7 +264,9 @@ def _plan_dense(
         problem = make_problem(
             geometry, dtype_name, hardware, threads, operand, filters_prepacked, folded
         )
-        return _plan_for_shape(problem, nf, nwin, schedule)
+        # Read in place or packed, whichever costs less (a tie reads in place).
+        plans = [_plan_for_shape(way, nf, nwin, schedule) for way in input_ways(problem)]
+        return min(plans, key=lambda plan: plan.cost_of(plan.schedule).cost)
 
     def cost_of(plan):
         # Per image either way; a tie keeps the batch image by image.

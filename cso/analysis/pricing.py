@@ -46,6 +46,7 @@ class Traffic:
     packed_input_elements: int = 0
     in_place_filter_reads: int = 0
     conflicting_filter_reads: int = 0
+    in_place_input_reads: int = 0
     imbalance: float = 1.0
     streamed_l3: int = 0
     streamed_dram: int = 0
@@ -128,6 +129,7 @@ def weighted_cost(
     packed_input_elements=0,
     in_place_filter_reads=0,
     conflicting_filter_reads=0,
+    in_place_input_reads=0,
     streamed_l3=0,
     streamed_dram=0,
     shared=False,
@@ -138,13 +140,16 @@ def weighted_cost(
 ):
     """``dram*c_dram + l3*c_l3 + l2*c_l2 + misses*c_tlb + calls*c_call
     + spill*c_spill + macs*c_mac*s/4 + stores*c_store + packed*c_pack
-    + inputs*c_input + reads*c_in_place + conflicts*c_conflict - hidden``
+    + inputs*c_input + reads*c_in_place + conflicts*c_conflict
+    + input_reads*c_in_place_input - hidden``
     (a float64 MAC takes two float32
     lanes; ``stores`` are transposed element stores, ``packed`` filter
     elements packed in the call, ``inputs`` input elements packed into
     panels, ``reads`` filter elements read in place, ``conflicts`` those of
-    them whose line L1 associativity evicted (:func:`conflicting_filter_reads`), ``hidden`` the
-    streams' overlap with the FMAs, :func:`hidden_stream_cost`).  The counts
+    them whose line L1 associativity evicted (:func:`conflicting_filter_reads`),
+    ``input_reads`` input elements read in place
+    (``CostWeights.in_place_input_cost``), ``hidden`` the streams' overlap
+    with the FMAs, :func:`hidden_stream_cost`).  The counts
     are named as :class:`Traffic`'s fields; ``shared`` prices L3 and DRAM
     at their shared rates (:func:`far_level_costs`); ``mac_cost`` is the
     micro-kernel shape's ``c_mac`` (``CostWeights.mac_cost_of``; default
@@ -165,6 +170,7 @@ def weighted_cost(
     return (
         in_place_filter_reads * in_place_cost
         + conflicting_filter_reads * hardware.weights.l1_conflict_cost
+        + in_place_input_reads * hardware.weights.in_place_input_cost
         + transposed_stores * hardware.weights.transposed_store_cost
         + packed_filter_elements * filter_pack_cost
         + packed_input_elements * input_pack_cost

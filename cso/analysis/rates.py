@@ -123,6 +123,13 @@ class MeasuredRates:
         panels are packed in a parallel pass, so each worker reads half of
         them from the other core's cache.  0 in records made before it was
         measured, or on one core (``filter_pack_seconds`` stands in).
+    in_place_input_seconds : float
+        Extra time per input element a micro-kernel reads in place (a 1x1
+        layer's channel rows, 14x14 planes) rather than from a packed panel:
+        the same plan both ways on filters packed ahead, each without its
+        packing, over the reads in place; the median over the shapes the
+        planner offers.  0 in records made before it was measured (the
+        input is then read in place wherever it may be, as before).
     kernel_shape_flops : tuple of (str, float)
         Each micro-kernel shape's float32 rate with every operand in L1,
         FLOP/s, as ``(shape, rate)`` pairs (shapes named by
@@ -187,6 +194,7 @@ class MeasuredRates:
     row_column_loads: float = 0.0
     filter_pack_shared_seconds: float = 0.0
     filter_tile_pack_seconds: float = 0.0
+    in_place_input_seconds: float = 0.0
     kernel_shape_flops: tuple = ()
     in_place_shape_seconds: tuple = ()
     input_pack_kind_seconds: tuple = ()

@@ -109,6 +109,20 @@ class CostWeights:
         6 units, per element (the layers' own figures spread from -9 to 30).
         It is what a per-call filter-vectorised plan saves besides padding,
         against the packing it pays for.
+    in_place_input_cost : float
+        Extra cost per input element a micro-kernel reads in place from the
+        input (a 1x1, stride-1 layer's channel rows a plane apart, below half
+        a page: :func:`~cso.analysis.tiles.reads_input_in_place`) instead of
+        from a packed panel (:func:`~cso.analysis.counts.in_place_input_reads`).
+        The planner weighs it against packing those panels
+        (``input_pack_cost``'s pointwise kind) and takes the cheaper.
+        ``python -m cso calibrate`` times a 1x1 layer of 14x14 planes both
+        ways, each without its packing
+        (:func:`cso.analysis.calibration.in_place_input_cost`).  The default,
+        0, reads such layers in place as the analysis always did: on the
+        Xeon the defaults come from, reading a 14x14 layer in place was as
+        fast as packing it.  On an AMD EPYC (Zen 3), packing was 1.02-1.38x
+        faster on ResNet-50's 14x14 and 7x7 layers.
     stream_overlap : float
         Share of the cost of WS's filter stream from L3 or DRAM that hides
         behind the micro-kernels' multiply-adds, up to their cost: the model
@@ -266,6 +280,7 @@ class CostWeights:
     filter_tile_pack_cost: float = 50.0
     input_pack_cost: float = 80.0
     in_place_filter_cost: float = 6.0
+    in_place_input_cost: float = 0.0
     stream_overlap: float = 0.5
     tap_call_cost: float = 110.0
     tap_load_cost: float = 100.0

@@ -23,7 +23,13 @@ from ..analysis.weights import DEFAULT_WEIGHTS
 from ..microkernels.peak import fma_peak_gflops
 from ..openmp import kept_openmp_threads
 from . import kernel_probes, loop_probes, memory_probes
-from .timing import median_of
+from .timing import (  # noqa: F401  (the in-place sampling rule, public here)
+    IN_PLACE_MAX_SAMPLES,
+    IN_PLACE_PRECISION,
+    median_of,
+    median_standard_error,
+    precise_enough,
+)
 
 
 # The probes whose figure is a difference or a slope, or a bandwidth shared
@@ -54,36 +60,6 @@ REPEATED = frozenset(
 # of their spread.  (The in-place filter reads, measured per shape, are
 # plain medians: a real 0-4% of their layer, zeroing made them jump.)
 SMALL_DIFFERENCES = frozenset(("l1_spill_seconds_per_byte",))
-
-
-# A shape's in-place figure is sampled past its nine until the median's
-# standard error is within this share of the median (or the cap is reached).
-# On a Xeon the 8 x 48 kernel's samples spread 1-20 ps about a median of
-# 7-11 (the difference of two 1.5 ms plans, 2% apart): its medians of nine
-# read 4.2-8.9 ps in four calibrations, and 2.0 units against 4.3 moved
-# three of ResNet-50's and VGG-16's 70 plans.  The 14 x 32 kernel's
-# (18-19 ps, spread 2.5) take no more.
-IN_PLACE_PRECISION = 0.1
-IN_PLACE_MAX_SAMPLES = 36
-
-
-def median_standard_error(samples) -> float:
-    """``0.93 * IQR / sqrt(n)``: the standard error of a median of ``n``
-    samples, from their interquartile range (``1.253 * sigma / sqrt(n)``
-    for normal samples, whose ``sigma`` is ``IQR / 1.349``)."""
-    ordered = sorted(samples)
-    n = len(ordered)
-    spread = ordered[(3 * n) // 4] - ordered[n // 4] if n >= 4 else ordered[-1] - ordered[0]
-    return 0.93 * spread / n**0.5
-
-
-def precise_enough(samples) -> bool:
-    """Whether ``samples``' median is known to :data:`IN_PLACE_PRECISION`
-    of itself (:func:`median_standard_error`), or they number
-    :data:`IN_PLACE_MAX_SAMPLES`."""
-    if len(samples) >= IN_PLACE_MAX_SAMPLES:
-        return True
-    return median_standard_error(samples) <= IN_PLACE_PRECISION * abs(median(samples))
 
 
 def _steps(hardware, quick: bool):
@@ -335,6 +311,9 @@ def _steps(hardware, quick: bool):
                f"{in_place_passes})", in_place_pass(True)),
         ("in_place_filter_seconds", "filter element read in place (median over the shapes)",
          lambda: median(state["in_place"].values())),
+        ("in_place_input_seconds", "input element read in place on a 1x1 layer of small planes "
+         "(median over the shapes)", lambda: median(
+             loop_probes.in_place_input_seconds(hardware, shape, rounds) for shape in shapes)),
         ("kernel_flops", "micro-kernel rate from L1 (median over the shapes and the passes)",
          kernel_flops),
     ], state  # fmt: skip

@@ -1,6 +1,6 @@
 """Probes through the loop nests: what a micro-kernel call, a packed input
-element, a packed filter element and a filter element read in place cost
-as a layer runs them.
+element, a packed filter element, and a filter or input element read in
+place cost as a layer runs them.
 
 Each times whole plans (:func:`cso.measure.plan_program`, one thread,
 interleaved rounds) on small synthetic layers, and divides a difference of
@@ -10,6 +10,8 @@ time of exactly what it multiplies.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 
@@ -70,6 +72,14 @@ PACK_FILTER_LAYER = ((1, 512, 14, 14), (512, 512, 3, 3), 1, 1)
 # 0.18-0.19 ns an element on a Xeon against 0.10 from the L2, and the model
 # kept 1x1 @7 layers on 8x32w, 1.14-1.22x slower than 48x7f packing in the nest.
 TILE_PACK_LAYER = ((1, 256, 14, 14), (512, 256, 1, 1), 1, 0)
+# Input read in place: POINTWISE_IN_PLACE_LAYER, channel rows of 14x14
+# planes (784 bytes apart, under half a page: tiles.reads_input_in_place).
+# A read costs more as a tile's rows outgrow the L1 (each row brings one or
+# two whole lines for Nwin elements, re-read from L2 on every reuse): on an
+# AMD EPYC (Zen 3) the offered shapes' median read 10-15 ps with 256
+# channels, 62-90 with 1024 and 70-111 with 2048 channels of 7x7 planes.
+# The deep layer stands for the layers where reading in place costs most.
+IN_PLACE_INPUT_LAYER = POINTWISE_IN_PLACE_LAYER
 # A depthwise layer for the lane nest, its operands in L2 (0.8 MB in, 0.8
 # out): 1x1 for the transposes, 3x3 for the kernel they are told apart from.
 LANE_LAYER = (1, 64, 56, 56)
@@ -362,3 +372,33 @@ def unpacked_nest_seconds(hardware, algorithm: str, rounds=5) -> tuple:
         (macs[3] - macs[1]) / 2,
         (loads[3] - loads[1]) / 2,
     )
+
+
+def in_place_input_seconds(hardware, shape, rounds=5, times=fast_quarter_times) -> float:
+    """Per input element read: :data:`IN_PLACE_INPUT_LAYER` through a plan
+    of ``shape`` (``(Nf, Nwin, operand)``) on filters packed ahead that
+    reads its input in place, less the same plan reading packed panels,
+    both without their packing (the ``no-pack`` variant: the panels hold
+    what earlier calls left, the reads are what is timed), over the reads
+    in place the model counts
+    (:func:`~cso.analysis.counts.in_place_input_reads`); 0 when reading in
+    place is not slower, or this machine's plan packs the layer's input.
+    The packing itself is ``input_pack_seconds``' pointwise kind."""
+    x, w = _operands(IN_PLACE_INPUT_LAYER)
+    x_shape, _, stride, padding = IN_PLACE_INPUT_LAYER
+    nf, nwin, operand = shape
+    plan = _plan(
+        IN_PLACE_INPUT_LAYER, hardware, filters_per_tile=nf, windows_per_tile=nwin,
+        vector_operand=operand, filters_prepacked=True,
+    )  # fmt: skip
+    reads = plan.cost_of(plan.schedule).in_place_input_reads
+    if not plan.input_in_place or not reads:
+        return 0.0
+    packed = dataclasses.replace(plan, input_in_place=False, pack_channels_outer=True)
+    panels = pack_filters(w, x_shape, stride=stride, padding=padding, plan=plan)
+    programs = {
+        "in place": plan_program(plan, x, w, variant="no-pack", prepacked=panels),
+        "packed": plan_program(packed, x, w, variant="no-pack", prepacked=panels),
+    }
+    timed = times(programs, rounds, MIN_SECONDS)
+    return max(0.0, timed["in place"] - timed["packed"]) / reads

@@ -32,6 +32,7 @@ RATES = dict(
     input_pack_seconds=5e-10,
     filter_pack_seconds=1.5e-9,
     in_place_filter_seconds=3e-11,
+    in_place_input_seconds=2e-11,
     tap_call_seconds=7.5e-9,
     tap_load_seconds=4e-10,
     lane_transpose_seconds=3.5e-10,
@@ -66,6 +67,7 @@ def test_each_weight_is_its_formula_of_the_rates():
         "filter_pack_shared_cost": 3e-9 / UNIT,  # 600 of thread time, workers reading every panel
         "filter_tile_pack_cost": 1e-9 / UNIT,  # 200, packed tile by tile in the loop nest
         "in_place_filter_cost": 3e-11 / UNIT,  # 6
+        "in_place_input_cost": 2e-11 / UNIT,  # 4 per input element read in place
         "tap_call_cost": 7.5e-9 / UNIT,  # 1500
         "tap_load_cost": 4e-10 / UNIT,  # 80 per input vector loaded
         "lane_transpose_cost": 3.5e-10 / UNIT,  # 70 per element transposed

@@ -445,6 +445,40 @@ def test_input_read_in_place_only_for_small_planes():
     ).input_in_place
 
 
+def test_reads_in_place_are_weighed_against_packing():
+    """Where a 1x1 layer's input may be read in place, the planner prices
+    both ways: at the default (0) it reads in place, and once a read costs
+    more than packing the panels it packs them, channel by channel."""
+    from cso.analysis import counts
+    from cso.analysis.explain import explain
+
+    layer = ((1, 1024, 14, 14), (256, 1024, 1, 1))
+    free = plan_conv2d(*layer, hardware=AVX512)
+    assert free.input_in_place and not free.pack_channels_outer
+    chosen = free.cost_of(free.schedule)
+    tiles_f = ceil_div(256, free.filters_per_tile)
+    full_tiles = 196 // free.windows_per_tile
+    assert chosen.in_place_input_reads == tiles_f * full_tiles * free.windows_per_tile * 1024
+    assert chosen.packed_input_elements == 0
+    dear = dataclasses.replace(
+        AVX512, weights=dataclasses.replace(AVX512.weights, in_place_input_cost=50.0)
+    )
+    packed = plan_conv2d(*layer, hardware=dear)
+    assert not packed.input_in_place and packed.pack_channels_outer
+    assert packed.cost_of(packed.schedule).in_place_input_reads == 0
+    assert packed.cost_of(packed.schedule).packed_input_elements > 0
+    assert "input packed into panels" in explain(packed)
+    assert "input read in place from x" in explain(free)
+    # Large planes are packed whatever the weight; a dot product's one
+    # window is the input itself, never priced as reads in place.
+    assert not plan_conv2d((1, 64, 56, 56), (64, 64, 1, 1), hardware=AVX512).input_in_place
+    fc = plan_conv2d((1, 512, 7, 7), (1000, 512, 7, 7), hardware=dear)
+    assert fc.input_in_place and fc.cost_of(fc.schedule).in_place_input_reads == 0
+    assert counts.in_place_input_reads(False, "windows", 4, 12, 16, 256) == 0
+    assert counts.in_place_input_reads(True, "reduction", 4, 1, 1, 256) == 0
+    assert counts.in_place_input_reads(True, "filters", 4, 32, 6, 256) == 4 * 32 * 6 * 256
+
+
 def test_filter_vectorised_kernels_when_their_packing_pays():
     """32 filters per vector fit a 7x7 layer's 49 windows far better than
     32 windows per vector, but need every filter packed: the analysis takes
