@@ -312,9 +312,7 @@ def reads_input_in_place(
     run: it is packed like any other (gathering the pixels straight from
     ``x`` beat subsampling it first and reading that in place by 1.02-1.14x
     on ResNet-50's three such layers).  Below the threshold the planner
-    prices both ways, reading in place (``CostWeights.in_place_input_cost``
-    per element read) against packing (:func:`~cso.analysis.candidates.input_ways`).
-    """
+    prices both ways (:func:`~cso.analysis.candidates.input_ways`)."""
     return (
         kernel_height == kernel_width == 1
         and not strided
