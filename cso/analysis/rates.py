@@ -132,7 +132,8 @@ class MeasuredRates:
         input is then read in place wherever it may be, as before).
     kernel_shape_flops : tuple of (str, float)
         Each micro-kernel shape's float32 rate with every operand in L1,
-        FLOP/s, as ``(shape, rate)`` pairs (shapes named by
+        FLOP/s (the best of the calibration's passes: other tenants only
+        ever slow a kernel), as ``(shape, rate)`` pairs (shapes named by
         :func:`~cso.analysis.shape_tables.kernel_shape_key`; a mapping is
         accepted).  Empty in records made before it was measured.
     in_place_shape_seconds : tuple of (str, float)
@@ -146,8 +147,9 @@ class MeasuredRates:
     loop_shape_seconds : tuple of (str, float)
         Each micro-kernel shape's time per padded multiply-add inside the
         loop nest: one layer planned with the shape forced and its filters
-        packed ahead, timed whole, over the plan's padded multiply-adds, as
-        ``(shape, seconds)`` pairs.  Where it was measured it sets the
+        packed ahead, timed whole, over the plan's padded multiply-adds (the
+        quickest of the calibration's passes), as ``(shape, seconds)``
+        pairs.  Where it was measured it sets the
         shapes' own mac costs (:func:`kernel_mac_costs`) instead of the
         rates from L1.  Empty in records made before it was measured.
     input_pack_width_seconds : tuple of (str, float)

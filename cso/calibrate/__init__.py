@@ -1,7 +1,8 @@
 """Measuring this machine for the cost model: ``python -m cso calibrate``.
 
 :func:`measure_rates` runs the probes (:mod:`.kernel_probes`,
-:mod:`.memory_probes`, :mod:`.loop_probes`) and returns the
+:mod:`.memory_probes`, :mod:`.loop_probes`) in the order of
+:func:`~cso.calibrate.steps.calibration_steps` and returns the
 :class:`~cso.analysis.calibration.MeasuredRates` the weights are derived
 from (:func:`~cso.analysis.calibration.derive_weights`).  The probes plan
 with the default weights, so a calibration does not depend on an earlier
@@ -12,17 +13,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
-from statistics import median
 
 from ..analysis.calibration import MeasuredRates
-from ..analysis.counts import l3_resident_bytes
-from ..analysis.rates import width_name
-from ..analysis.tiles import conflict_probe_shape
-from ..analysis.shape_tables import kernel_shape_key
 from ..analysis.weights import DEFAULT_WEIGHTS
-from ..microkernels.peak import fma_peak_gflops
 from ..openmp import kept_openmp_threads
-from . import kernel_probes, loop_probes, memory_probes
+from .steps import calibration_steps
 from .timing import (  # noqa: F401  (the in-place sampling rule, public here)
     IN_PLACE_MAX_SAMPLES,
     IN_PLACE_PRECISION,
@@ -32,16 +27,13 @@ from .timing import (  # noqa: F401  (the in-place sampling rule, public here)
 )
 
 
-# The probes whose figure is a difference or a slope, or a bandwidth shared
-# with the machine's other tenants (filter packing writes megabytes: two
-# calibrations measured 78 and 140 units from one timing each): measured
-# several times, the median kept.
+# The probes whose figure is a difference or a slope, or shared with the
+# machine's other tenants (filter packing writes megabytes: two calibrations
+# measured 78 and 140 units from one timing each): measured several times,
+# the median kept.  (The bandwidths and the kernels' rates from L1 keep the
+# best of samples spread over the calibration instead: steps.py.)
 REPEATED = frozenset(
     (
-        "l3_bytes_per_second",
-        "dram_bytes_per_second",
-        "l3_shared_bytes_per_second",
-        "dram_shared_bytes_per_second",
         "l1_spill_seconds_per_byte",
         "l2_line_reload_seconds",
         "tlb_miss_seconds",
@@ -52,6 +44,7 @@ REPEATED = frozenset(
         "filter_tile_pack_seconds",
         "lane_transpose_seconds",
         "plane_call_seconds",
+        "in_place_input_seconds",
     )
 )
 
@@ -60,263 +53,6 @@ REPEATED = frozenset(
 # of their spread.  (The in-place filter reads, measured per shape, are
 # plain medians: a real 0-4% of their layer, zeroing made them jump.)
 SMALL_DIFFERENCES = frozenset(("l1_spill_seconds_per_byte",))
-
-
-def _steps(hardware, quick: bool):
-    """``[(field or None, description, probe)]``, in the order they run."""
-    lanes = hardware.vector_bytes // 4
-    repeats = 3 if quick else 7
-    rounds = 3 if quick else 7
-    all_shapes = kernel_probes.planner_shapes(hardware.vector_bytes, hardware.vector_registers)
-    shapes = all_shapes
-    if quick:
-        shapes = shapes[:1] + [s for s in shapes if s[2] == "filters"][:1]
-    l3_size = l3_resident_bytes(hardware.l2_bytes, hardware.l3_bytes, hardware.cores)
-    dram_size = max(64 << 20, (2 if quick else 4) * hardware.l3_bytes)
-    state = {}
-
-    def kernels():
-        state["kernels"] = kernel_probes.kernel_rates(
-            shapes, lanes, hardware.l1_bytes, hardware.l2_bytes, repeats
-        )
-        resident_medians.append(kernel_probes.summary(state["kernels"])[0])
-        return state["kernels"]
-
-    def taps():
-        # A slope and an intercept: the median of several fits, each figure apart.
-        fits = [kernel_probes.tap_seconds(lanes, repeats=repeats) for _ in range(1 if quick else 5)]
-        state["taps"] = tuple(median(fit[i] for fit in fits) for i in range(2))
-        return state["taps"]
-
-    def row_nest():
-        # An intercept and a slope, as the taps': the median of several, each apart.
-        fits = [
-            loop_probes.unpacked_nest_seconds(hardware, "depthwise_rows", rounds)
-            for _ in range(1 if quick else 5)
-        ]
-        state["rows"] = tuple(median(fit[i] for fit in fits) for i in range(4))
-        return state["rows"]
-
-    in_place_passes = 1 if quick else 3
-    in_place_samples = {}
-    pointwise_in_place_samples = {}
-
-    def in_place_pass(last: bool):
-        # Per shape, the median of nine differences, each a few percent of
-        # its layer (loop_probes.in_place_filter_seconds), taken in three
-        # passes spread over the calibration: the figures drift with the
-        # machine's state over minutes, not with sampling (medians of 25
-        # moved as much as medians of 9: 14x32w 5.8-10 units over three
-        # calibrations on a Xeon), so samples from a few seconds apart
-        # shared one state.  On a Xeon, five calibrations so read 8x48w at
-        # 4.1-5.5 ps and 14x32w at 13.9-16.3, and planned ResNet-50 and
-        # VGG-16 97.1-100% alike over their ten pairs; five with the nine
-        # taken at once read 5.1-12 and 15-22 ps, and 90.0-100% alike.  The
-        # last pass then samples a shape on until its median is precise enough
-        # (precise_enough): the nine are too few for the 8 x 48 kernel's.
-        def run():
-            for nf, nwin in loop_probes.in_place_shapes(hardware):
-                samples = in_place_samples.setdefault(kernel_shape_key(nf, nwin, "windows"), [])
-                for _ in range(1 if quick else 3):
-                    seconds = loop_probes.in_place_filter_seconds(hardware, (nf, nwin), rounds)
-                    samples.append(seconds)
-                while last and not quick and not precise_enough(samples):
-                    seconds = loop_probes.in_place_filter_seconds(hardware, (nf, nwin), rounds)
-                    samples.append(seconds)
-                # And on a 1x1 layer, whose rows lie 4 KiB apart: a difference
-                # several times the 3x3 layer's, so the passes' samples serve.
-                samples = pointwise_in_place_samples.setdefault(
-                    kernel_shape_key(nf, nwin, "windows"), []
-                )
-                for _ in range(1 if quick else 3):
-                    samples.append(
-                        loop_probes.in_place_filter_seconds(
-                            hardware, (nf, nwin), rounds, layer=loop_probes.POINTWISE_IN_PLACE_LAYER
-                        )
-                    )
-            if last:
-                state["in_place"] = {key: median(v) for key, v in in_place_samples.items()}
-                state["pointwise_in_place"] = {
-                    key: median(v) for key, v in pointwise_in_place_samples.items()
-                }
-                return state["in_place"]
-            return None
-
-        return run
-
-    resident_medians = []
-
-    def resident_pass():
-        # The shapes' median rate from L1, again: kernel_flops is the median
-        # of three such passes spread over the calibration (one when quick).
-        # The FMA peak holds still (240-243 GFLOP/s on a shared Xeon, four
-        # processes a minute) while the kernels, which load from L1, move
-        # with the machine's other tenants: medians of 207-230 GFLOP/s in
-        # those processes, and 208 in one of five calibrations against
-        # 229-230, whose mac_cost (4.7 against 4.3) moved 5 of ResNet-50's
-        # and VGG-16's 70 plans.
-        seconds = kernel_probes.resident_seconds(shapes, lanes, rounds=3 * repeats)
-        resident_medians.append(
-            median(kernel_probes.call_flops(nf, nwin, seconds[nf, nwin, operand])
-                   for nf, nwin, operand in shapes)
-        )  # fmt: skip
-
-    def kernel_flops():
-        return median(resident_medians)
-
-    def early_pass(index: int) -> list:
-        """The earlier pass ``index`` (in-place reads, the rates from L1, the
-        loop-nest timings and input packing) as steps (none when quick)."""
-        if index >= in_place_passes:
-            return []
-        description = "filter elements read in place, per window-vectorised shape"
-        description += f" ({index}/{in_place_passes})"
-        return [
-            (None, description, in_place_pass(False)),
-            (None, f"micro-kernel rates from L1 ({index + 1}/{in_place_passes})", resident_pass),
-            (None, f"micro-kernels in the loop nest and input packing ({index}/{in_place_passes})",
-             loop_and_packing_pass(False)),
-        ]  # fmt: skip
-
-    # The figures below are medians of samples taken in the passes spread
-    # over the calibration (one pass when quick), not all at once: on a
-    # shared EPYC (Zen 3) one calibration's input packing read 1.5-1.75x
-    # the others' (a busy minute of the memory), and its plans matched the
-    # others' on 87-90% of ResNet-50's and VGG-16's layers.
-    loop_layers = {
-        "loop_shapes": loop_probes.SHAPE_LAYER,
-        "loop_pointwise_shapes": loop_probes.POINTWISE_SHAPE_LAYER,
-    }
-    loop_runs = {name: [] for name in loop_layers}
-    pack_kinds = loop_probes.PACK_LAYERS
-    if quick:
-        pack_kinds = {kind: pack_kinds[kind] for kind in ("shifted",)}
-    # Each kind on its layer, and the kinds whose cost grows as the rows
-    # shorten on a narrow one too, keyed "<kind>@<output columns>".
-    def width_key(kind, layer):
-        return width_name(kind, loop_probes.output_columns(layer))
-
-    kind_keys = {kind: width_key(kind, layer) for kind, layer in pack_kinds.items()}
-    pack_layers = {
-        width_key(kind, layer): layer
-        for layers in (pack_kinds, {} if quick else loop_probes.NARROW_PACK_LAYERS)
-        for kind, layer in layers.items()
-    }
-    pack_samples = {name: [] for name in pack_layers}
-
-    def loop_and_packing_pass(last: bool):
-        # Per shape, one timing in the loop nest on each layer; per kind of
-        # input packing, two differences (one when quick).
-        def run():
-            for name, layer in loop_layers.items():
-                loop_runs[name].append(
-                    loop_probes.loop_shape_seconds(hardware, shapes, rounds, layer)
-                )
-            for name, layer in pack_layers.items():
-                for _ in range(1 if quick else 2):
-                    seconds = loop_probes.input_pack_seconds(hardware, layer, rounds)
-                    pack_samples[name].append(seconds)
-            if not last:
-                return None
-            for name, runs in loop_runs.items():
-                state[name] = {key: median(run[key] for run in runs) for key in runs[0]}
-            # A layer that packs nothing here is left out (its kind keeps the
-            # median's weight).
-            measured = {
-                name: median(values)
-                for name, values in pack_samples.items()
-                if not any(value is None for value in values)
-            }
-            state["input_pack_width"] = measured
-            state["input_pack"] = {
-                kind: measured[key] for kind, key in kind_keys.items() if key in measured
-            }
-            return state["input_pack"]
-
-        return run
-
-    def line_reload():
-        shape = conflict_probe_shape(
-            hardware.vector_bytes, hardware.vector_registers, hardware.l1_ways
-        )
-        seconds = kernel_probes.l2_line_reload_seconds(
-            shape, lanes, hardware.l1_bytes, hardware.l1_ways, hardware.line_bytes, repeats
-        )
-        if seconds is None:
-            # No offered shape can overflow an L1 set here (no plan is
-            # charged for it): a line priced as a spilled one.
-            return state["l1_spill_seconds_per_byte"] * hardware.line_bytes
-        return seconds
-
-    return [
-        ("fma_flops", "FMA peak (float32, one core)",
-         lambda: fma_peak_gflops("float32", lanes, 0.05 if quick else 0.2) * 1e9),
-        (None, f"micro-kernels {', '.join(f'{a}x{b}{c[0]}' for a, b, c in shapes)}: "
-               "rate from L1 and with L2 and L3 streams", kernels),
-        ("l2_stream_seconds_per_byte", "extra time per byte streamed from L2 (least)",
-         lambda: kernel_probes.summary(state["kernels"])[1]),
-        *early_pass(1),
-        ("l3_bytes_per_second", "L3 read bandwidth, one core",
-         lambda: memory_probes.read_bandwidth(l3_size, repeats, passes=4)),
-        ("dram_bytes_per_second", "DRAM read bandwidth, one core",
-         lambda: memory_probes.read_bandwidth(dram_size, max(2, repeats // 2))),
-        ("l3_shared_bytes_per_second", f"L3 read bandwidth per core, {hardware.cores} at once",
-         lambda: memory_probes.shared_read_bandwidth(l3_size, hardware.cores, repeats)),
-        ("dram_shared_bytes_per_second", f"DRAM read bandwidth per core, {hardware.cores} at once",
-         lambda: memory_probes.shared_read_bandwidth(dram_size, hardware.cores,
-                                                     max(2, repeats // 2))),
-        ("l1_spill_seconds_per_byte", "stationary tile spilled to L2, per byte",
-         lambda: kernel_probes.l1_spill_seconds_per_byte(
-             shapes, lanes, hardware.l1_bytes, hardware.l2_bytes, repeats)),
-        ("l2_line_reload_seconds", "line reloaded from L2 (filter rows overflowing a set)",
-         line_reload),
-        ("tlb_miss_seconds", "first-level TLB miss",
-         lambda: memory_probes.tlb_miss_seconds(
-             hardware.page_bytes, hardware.line_bytes, hardware.tlb_entries, repeats)),
-        ("transposed_store_seconds", "filter-vectorised write-back, per element",
-         lambda: kernel_probes.transposed_store_seconds(all_shapes, lanes, repeats)),
-        *early_pass(2),
-        (None, "depthwise tap kernel, one row, against its column taps", taps),
-        ("tap_call_seconds", "depthwise tap-kernel call", lambda: state["taps"][0]),
-        ("tap_load_seconds", "depthwise tap-kernel input vector load", lambda: state["taps"][1]),
-        ("lane_transpose_seconds", "element transposed by the depthwise lane nest",
-         lambda: loop_probes.lane_transpose_seconds(hardware, rounds)),
-        (None, "depthwise row kernel in its loop nest, against its column taps", row_nest),
-        ("row_call_seconds", "depthwise row-kernel call in its loop nest",
-         lambda: state["rows"][0]),
-        ("row_column_seconds", "depthwise row-kernel column of taps in its loop nest",
-         lambda: state["rows"][1]),
-        ("row_column_macs", "multiply-adds a column of taps adds to a row-kernel call",
-         lambda: state["rows"][2]),
-        ("row_column_loads", "vector loads a column of taps adds to a row-kernel call",
-         lambda: state["rows"][3]),
-        ("plane_call_seconds", "depthwise plane-kernel call in its loop nest",
-         lambda: loop_probes.unpacked_call_seconds(hardware, "depthwise_planes", rounds)),
-        ("kernel_call_seconds", "micro-kernel call in the loop nest",
-         lambda: loop_probes.kernel_call_seconds(hardware, rounds)),
-        (None, "micro-kernels in the loop nest (a 3x3 and a 1x1 layer, per padded multiply-add) "
-               "and input elements packed into panels, per kind of packing and output width "
-               f"({', '.join(pack_layers)}) ({in_place_passes}/{in_place_passes})",
-         loop_and_packing_pass(True)),
-        ("input_pack_seconds", "input element packed into panels (median over the kinds)",
-         lambda: median(state["input_pack"].values())),
-        ("filter_pack_seconds", "filter element packed",
-         lambda: loop_probes.filter_pack_seconds(hardware, rounds)),
-        ("filter_pack_shared_seconds",
-         f"filter element packed for {hardware.cores} workers that each read every panel",
-         lambda: loop_probes.filter_pack_shared_seconds(hardware, rounds)),
-        ("filter_tile_pack_seconds", "filter element packed tile by tile in the loop nest",
-         lambda: loop_probes.filter_tile_pack_seconds(hardware, rounds)),
-        (None, f"filter elements read in place, per window-vectorised shape ({in_place_passes}/"
-               f"{in_place_passes})", in_place_pass(True)),
-        ("in_place_filter_seconds", "filter element read in place (median over the shapes)",
-         lambda: median(state["in_place"].values())),
-        ("in_place_input_seconds", "input element read in place on a 1x1 layer of small planes "
-         "(median over the shapes)", lambda: median(
-             loop_probes.in_place_input_seconds(hardware, shape, rounds) for shape in shapes)),
-        ("kernel_flops", "micro-kernel rate from L1 (median over the shapes and the passes)",
-         kernel_flops),
-    ], state  # fmt: skip
 
 
 def measure_rates(hardware, *, quick: bool = False, progress=None, details=None) -> MeasuredRates:
@@ -341,7 +77,7 @@ def measure_rates(hardware, *, quick: bool = False, progress=None, details=None)
         (:func:`~cso.calibrate.kernel_probes.kernel_rates`).
     """
     hardware = replace(hardware, weights=DEFAULT_WEIGHTS)
-    steps, state = _steps(hardware, quick)
+    steps, state = calibration_steps(hardware, quick)
     # A difference of two times or a slope moves by more than either time:
     # each such figure is the median of several measurements.
     again = 1 if quick else 5
@@ -369,7 +105,10 @@ def measure_rates(hardware, *, quick: bool = False, progress=None, details=None)
     if details is not None:
         details["kernels"] = state["kernels"]
     # Each shape's own rate from L1 (its mac cost); --quick measures fewer shapes.
-    values["kernel_shape_flops"] = {name: rate[0] for name, rate in state["kernels"].items()}
+    values["kernel_shape_flops"] = {
+        name: max(rate[0], state["best_resident"].get(name, 0.0))
+        for name, rate in state["kernels"].items()
+    }
     values["in_place_shape_seconds"] = state["in_place"]
     values["input_pack_kind_seconds"] = state["input_pack"]
     values["loop_shape_seconds"] = state["loop_shapes"]

@@ -72,13 +72,10 @@ PACK_FILTER_LAYER = ((1, 512, 14, 14), (512, 512, 3, 3), 1, 1)
 # 0.18-0.19 ns an element on a Xeon against 0.10 from the L2, and the model
 # kept 1x1 @7 layers on 8x32w, 1.14-1.22x slower than 48x7f packing in the nest.
 TILE_PACK_LAYER = ((1, 256, 14, 14), (512, 256, 1, 1), 1, 0)
-# Input read in place: POINTWISE_IN_PLACE_LAYER, channel rows of 14x14
-# planes (784 bytes apart, under half a page: tiles.reads_input_in_place).
-# A read costs more as a tile's rows outgrow the L1 (each row brings one or
-# two whole lines for Nwin elements, re-read from L2 on every reuse): on an
-# AMD EPYC (Zen 3) the offered shapes' median read 10-15 ps with 256
-# channels, 62-90 with 1024 and 70-111 with 2048 channels of 7x7 planes.
-# The deep layer stands for the layers where reading in place costs most.
+# Input read in place: channel rows 784 bytes apart.  A read costs more as
+# a tile's rows outgrow the L1 (each brings whole lines for Nwin elements,
+# again on every reuse): on an AMD EPYC (Zen 3) the shapes' median read
+# 10-15 ps with 256 channels, 62-90 with 1024, 70-111 with 2048 of 7x7.
 IN_PLACE_INPUT_LAYER = POINTWISE_IN_PLACE_LAYER
 # A depthwise layer for the lane nest, its operands in L2 (0.8 MB in, 0.8
 # out): 1x1 for the transposes, 3x3 for the kernel they are told apart from.

@@ -106,3 +106,18 @@ def tlb_miss_seconds(page_bytes: int, line_bytes: int, tlb_entries: int, repeats
         next_index, _ = _chain(slots, 0)
         timings.append(best_seconds(lambda: _chase(next_index, steps), repeats) / steps)
     return max(0.0, timings[0] - timings[1])
+
+
+def bandwidth_probes(cores: int, l3_size: int, dram_size: int, repeats: int) -> dict:
+    """``{rate name: probe}``: the streaming read bandwidths the calibration
+    keeps (:class:`~cso.analysis.rates.MeasuredRates`), from a buffer of
+    ``l3_size`` bytes a core (in L3) and of ``dram_size`` (beyond it), one
+    core alone and ``cores`` at once."""
+    return {
+        "l3_bytes_per_second": lambda: read_bandwidth(l3_size, repeats, passes=4),
+        "dram_bytes_per_second": lambda: read_bandwidth(dram_size, max(2, repeats // 2)),
+        "l3_shared_bytes_per_second": lambda: shared_read_bandwidth(l3_size, cores, repeats),
+        "dram_shared_bytes_per_second": lambda: shared_read_bandwidth(
+            dram_size, cores, max(2, repeats // 2)
+        ),
+    }
