@@ -66,16 +66,13 @@ def make_problem(
 ) -> Problem:
     """The :class:`Problem` of one orientation: shared by all its candidates.
 
-    ``input_in_place``: whether the kernel reads the input unpacked; None
-    takes :func:`input_read_in_place` (wherever it may), False packs it
-    (the planner prices both where it may, :func:`input_ways`)."""
+    ``input_in_place``: whether the kernel reads the input unpacked (a
+    plan's own choice, which :mod:`.plan_checks` validated); None takes
+    :func:`input_read_in_place` (wherever it may: the planner then prices
+    both ways, :func:`input_ways`)."""
     element_bytes = np.dtype(dtype_name).itemsize
     if input_in_place is None or operand == VectorOperand.REDUCTION:
         input_in_place = input_read_in_place(geometry, operand, element_bytes, hardware)
-    elif input_in_place and not input_read_in_place(geometry, operand, element_bytes, hardware):
-        raise ValueError(
-            "input_in_place=True needs a 1x1, stride-1, unpadded layer of small planes"
-        )
     return Problem(
         geometry,
         dtype_name,
