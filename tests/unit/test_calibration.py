@@ -661,3 +661,29 @@ def test_in_place_samples_are_taken_until_their_median_is_precise_or_capped():
     # Samples that never settle stop at the cap.
     assert precise_enough([0.0, 100.0] * (IN_PLACE_MAX_SAMPLES // 2))
     assert not precise_enough([0.0, 100.0] * (IN_PLACE_MAX_SAMPLES // 2 - 1))
+
+
+def test_the_steps_measure_every_scalar_rate_once():
+    """Every scalar of MeasuredRates has one step (the tables are assembled
+    from the passes' samples), and the read bandwidths are the four kept as
+    the best of their passes (built without running a probe)."""
+    from dataclasses import fields
+
+    from cso.analysis.detect import stored_or_probed
+    from cso.analysis.rates import MeasuredRates
+    from cso.calibrate import memory_probes
+    from cso.calibrate.steps import calibration_steps
+
+    hardware = stored_or_probed()
+    tables = {"kernel_shape_flops", "in_place_shape_seconds", "input_pack_kind_seconds",
+              "loop_shape_seconds", "loop_pointwise_shape_seconds", "input_pack_width_seconds",
+              "in_place_pointwise_shape_seconds"}  # fmt: skip
+    scalars = {f.name for f in fields(MeasuredRates)} - tables
+    for quick in (False, True):
+        steps, _ = calibration_steps(hardware, quick)
+        named = [field for field, _, _ in steps if field is not None]
+        assert sorted(named) == sorted(scalars)
+    bandwidths = memory_probes.bandwidth_probes(2, 1 << 20, 64 << 20, 3)
+    assert set(bandwidths) <= scalars
+    assert {name for name in bandwidths if "bytes_per_second" in name} == set(bandwidths)
+    assert len(bandwidths) == 4
