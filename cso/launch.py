@@ -312,6 +312,7 @@ def loop_module_for(plan: Plan, patch: LoopPatch = None):
         plan.vector_lanes,
         plan.vector_operand,
         patch=patch,
+        prefetch_distance=plan.hardware.kernel_prefetch_distance,
     )
 
 

@@ -29,7 +29,7 @@ from dataclasses import replace
 from .._version import __version__
 from ..cachedir import cache_directory, write_text_atomically
 from ..untrusted import read_json_file
-from .calibration import MeasuredRates, derive_weights
+from .calibration import MeasuredRates, derive_weights, kernel_prefetch_distance
 
 _MAX_BYTES = 256 * 1024
 FILE_NAME = "calibration.json"
@@ -169,8 +169,14 @@ def apply_calibration(hardware, environment=None):
         if where != "CSO_CALIBRATION=off":  # absent or damaged: said once
             _warn_once(key)
         return hardware
-    weights = derive_weights(rates)
-    return replace(hardware, weights=weights, source=f"{hardware.source}+calibrated")
+    return replace(
+        hardware,
+        weights=derive_weights(rates),
+        kernel_prefetch_distance=kernel_prefetch_distance(
+            rates, hardware.kernel_prefetch_distance
+        ),
+        source=f"{hardware.source}+calibrated",
+    )
 
 
 def _caller_level() -> int:

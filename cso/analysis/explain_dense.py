@@ -267,7 +267,8 @@ def dense_story(plan) -> str:
         f"{hw.vector_bytes * 8}-bit vectors x "
         f"{hw.vector_registers} registers; {hw.cores} core(s); tiles may use "
         f"{hw.usable_fraction:.0%} of each cache ({hw.weights.sweep_fraction:.0%} of that for the "
-        f"swept K2/K3 blocks)",
+        f"swept K2/K3 blocks); micro-kernel software prefetch "
+        + (f"{hw.kernel_prefetch_distance} steps ahead" if hw.kernel_prefetch_distance else "off"),
         f"  cost per byte: L2 {weights.l2_cost:g}, L3 {weights.l3_cost:g}, "
         f"DRAM {weights.dram_cost:g}; per TLB miss {weights.tlb_miss_cost:g} "
         f"({hw.tlb_entries} entries, {hw.page_bytes} B pages); per micro-kernel call "

@@ -130,6 +130,11 @@ class MeasuredRates:
         packing, over the reads in place; the median over the shapes the
         planner offers.  0 in records made before it was measured (the
         input is then read in place wherever it may be, as before).
+    prefetch_speedup : float
+        How much faster the dense loop nests run with the micro-kernels'
+        software prefetch than without (``t_without / t_with``, the median
+        over three layers' paired rounds); 0 in records made before it
+        was measured (the prefetch then stays).
     kernel_shape_flops : tuple of (str, float)
         Each micro-kernel shape's float32 rate with every operand in L1,
         FLOP/s (the best of the calibration's passes: other tenants only
@@ -197,6 +202,7 @@ class MeasuredRates:
     filter_pack_shared_seconds: float = 0.0
     filter_tile_pack_seconds: float = 0.0
     in_place_input_seconds: float = 0.0
+    prefetch_speedup: float = 0.0
     kernel_shape_flops: tuple = ()
     in_place_shape_seconds: tuple = ()
     input_pack_kind_seconds: tuple = ()

@@ -124,9 +124,11 @@ class LoopPatch(NamedTuple):
 
 
 def _module_source(key, patch) -> str:
-    filters_per_tile, windows_per_tile, dtype_name, vector_lanes, vector_operand = key
+    filters_per_tile, windows_per_tile, dtype_name, vector_lanes, vector_operand, distance = key
     template = pathlib.Path(loops_source.__file__).read_text()
-    options = "".join(f", {k}={v!r}" for k, v in patch.kernel_options) if patch else ""
+    # A measurement variant's kernel options take precedence (no-prefetch).
+    chosen = {"prefetch_distance": distance, **dict(patch.kernel_options if patch else ())}
+    options = "".join(f", {k}={v!r}" for k, v in chosen.items())
     binding = (
         "\n\n# ---- specialisation written by cso.macrokernel.specialise ----\n"
         "from cso.microkernels.outer_product import build_outer_product_kernel\n"
@@ -146,6 +148,7 @@ def loop_module(
     vector_lanes: int,
     vector_operand: str = "windows",
     patch: LoopPatch = None,
+    prefetch_distance: int = outer_product_source.PREFETCH_DISTANCE,
 ):
     """The macro-kernel module specialised for one micro-kernel, memoised by its key.
 
@@ -160,6 +163,9 @@ def loop_module(
     patch : LoopPatch, optional
         A measurement variant of the module (see :class:`LoopPatch`); None
         for the real thing.
+    prefetch_distance : int
+        The micro-kernel's software prefetch, reduction steps ahead (0: none;
+        ``Hardware.kernel_prefetch_distance``).
 
     Returns
     -------
@@ -174,9 +180,12 @@ def loop_module(
         str(dtype_name),
         int(vector_lanes),
         VectorOperand(vector_operand),
+        int(prefetch_distance),
     )
     orientation = {"windows": "", "filters": "_fvec", "reduction": "_dot"}[key[4].value]
-    name = f"cso_loops_f{key[0]}_w{key[1]}_{key[2]}_l{key[3]}{orientation}{_patch_suffix(patch)}"
+    distance = "" if key[5] == outer_product_source.PREFETCH_DISTANCE else f"_p{key[5]}"
+    name = f"cso_loops_f{key[0]}_w{key[1]}_{key[2]}_l{key[3]}{orientation}{distance}"
+    name += _patch_suffix(patch)
     return _specialised((key, patch), name, lambda: _module_source(key, patch))
 
 

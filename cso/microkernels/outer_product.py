@@ -77,6 +77,7 @@ import numpy as np
 from numba import types
 from numba.extending import intrinsic
 
+from ..analysis.hardware import KERNEL_PREFETCH_DISTANCE
 from ..analysis.choices import VectorOperand, parse_choice
 from .dot_products import emit_dot_products
 from .outer_product_emitter import OuterProductEmitter
@@ -100,13 +101,18 @@ def prefetches_rows(row_elements: int, element_bytes: int, line_bytes: int = 64)
     return row_elements * element_bytes >= line_bytes
 
 
+# Reduction steps ahead the kernels prefetch their streamed rows by default
+# (``Hardware.kernel_prefetch_distance`` carries the machine's).
+PREFETCH_DISTANCE = KERNEL_PREFETCH_DISTANCE
+
+
 def build_outer_product_kernel(
     filters_per_tile: int,
     windows_per_tile: int,
     dtype_name: str,
     vector_lanes: int,
     vector_operand: str = "windows",
-    prefetch_distance: int = 16,
+    prefetch_distance: int = PREFETCH_DISTANCE,
     transposed_store: bool = True,
 ):
     """Return a Numba intrinsic computing one ``Nf x Nwin`` output tile.
@@ -126,9 +132,9 @@ def build_outer_product_kernel(
         tile size must be a multiple of ``vector_lanes``.
     prefetch_distance : int
         Reduction steps ahead at which the windows and filters orientations
-        prefetch their contiguous operand rows into L1; 0 for none.  16
-        steps (1-2 KiB of a packed panel) measured best of 8, 16 and 32.
-        A row shorter than a cache line is not prefetched
+        prefetch their contiguous operand rows into L1; 0 for none
+        (default :data:`PREFETCH_DISTANCE`).  A row shorter than a cache
+        line is not prefetched
         (:func:`prefetches_rows`).
     transposed_store : bool
         Filters orientation only: write the tile back by transposing it in

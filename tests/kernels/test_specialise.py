@@ -260,3 +260,26 @@ def test_the_parallel_loop_refuses_arrays_of_two_dtypes():
     arguments = (single, double) + (single,) * 8 + ((1, 2),)
     with pytest.raises(TypingError, match="arrays are all float32"):
         workers.run_workers(0, 1, *arguments)
+
+
+@pytest.mark.parametrize("distance", [0, 8])
+def test_the_machines_prefetch_distance_specialises_the_loop_module(distance):
+    # Hardware.kernel_prefetch_distance (set by the calibration) picks the
+    # kernel's software prefetch: a module of its own, the same bits.
+    import cso
+
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((1, 24, 18, 18)).astype(np.float32)
+    w = rng.standard_normal((20, 24, 3, 3)).astype(np.float32)
+    made = cso.plan_conv2d(x.shape, w.shape, padding=1, threads=1)
+
+    def with_distance(steps):
+        hardware = dataclasses.replace(made.hardware, kernel_prefetch_distance=steps)
+        return dataclasses.replace(made, hardware=hardware)
+
+    plan, other = with_distance(16), with_distance(distance)
+    assert launch.loop_module_for(other).__name__ != launch.loop_module_for(plan).__name__
+    assert f"_p{distance}_" in launch.loop_module_for(other).__name__
+    y = cso.conv2d(x, w, padding=1, plan=other)
+    assert np.array_equal(y, cso.conv2d(x, w, padding=1, plan=plan))
+    assert np.abs(y - cso.reference.conv2d(x, w, padding=1)).max() < 1e-3

@@ -687,3 +687,18 @@ def test_the_steps_measure_every_scalar_rate_once():
     assert set(bandwidths) <= scalars
     assert {name for name in bandwidths if "bytes_per_second" in name} == set(bandwidths)
     assert len(bandwidths) == 4
+
+
+def test_the_prefetch_is_kept_unless_the_nests_ran_faster_without():
+    from cso.analysis.calibration import kernel_prefetch_distance
+
+    def rates(speedup):
+        return MeasuredRates(**RATES, prefetch_speedup=speedup)
+
+    assert kernel_prefetch_distance(rates(0.0), 16) == 16  # not measured
+    assert kernel_prefetch_distance(rates(1.03), 16) == 16
+    assert kernel_prefetch_distance(rates(0.97), 16) == 0
+    assert kernel_prefetch_distance(rates(0.999), 12) == 0
+    with pytest.raises(ValueError, match="prefetch_speedup"):
+        rates(-0.5)
+

@@ -23,6 +23,15 @@ def test_hardware_is_frozen_and_validated():
     with pytest.raises(ValueError, match="usable_fraction"):
         Hardware(usable_fraction=1.5)
     assert DEFAULT_HARDWARE.with_changes(l1_bytes=4096).l1_bytes == 4096
+    with pytest.raises(ValueError, match="kernel_prefetch_distance"):
+        Hardware(kernel_prefetch_distance=-1)
+    with pytest.raises(TypeError, match="kernel_prefetch_distance"):
+        Hardware(kernel_prefetch_distance=1.5)
+    # Kept through a plan's or a store's dict; older ones without it get the default.
+    off = Hardware(kernel_prefetch_distance=0)
+    assert Hardware.from_dict(off.to_dict()) == off
+    older = {k: v for k, v in off.to_dict().items() if k != "kernel_prefetch_distance"}
+    assert Hardware.from_dict(older).kernel_prefetch_distance == 16
 
 
 def _fresh_detect(monkeypatch, cpuinfo_fields, sysfs_fields):
