@@ -216,7 +216,12 @@ def kernel_prefetch_distance(rates: MeasuredRates, default: int) -> int:
     < 1``), else ``default`` (also where it was not measured).  No margin:
     the plans do not depend on it, so where the two ways are even a
     calibration taking either changes no plan and costs nothing."""
-    return 0 if 0 < rates.prefetch_speedup < 1 else default
+    return prefetch_distance_for(rates.prefetch_speedup, default)
+
+
+def prefetch_distance_for(speedup: float, default: int) -> int:
+    """:func:`kernel_prefetch_distance` of a measured ``prefetch_speedup``."""
+    return 0 if 0 < speedup < 1 else default
 
 
 # Each calibrated weight and the formula that derives it.

@@ -14,9 +14,10 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-from ..analysis.calibration import MeasuredRates
+from ..analysis.calibration import MeasuredRates, prefetch_distance_for
 from ..analysis.weights import DEFAULT_WEIGHTS
 from ..openmp import kept_openmp_threads
+from . import prefetch_probe
 from .steps import calibration_steps
 from .timing import (  # noqa: F401  (the in-place sampling rule, public here)
     IN_PLACE_MAX_SAMPLES,
@@ -77,7 +78,16 @@ def measure_rates(hardware, *, quick: bool = False, progress=None, details=None)
         (:func:`~cso.calibrate.kernel_probes.kernel_rates`).
     """
     hardware = replace(hardware, weights=DEFAULT_WEIGHTS)
+    # First whether the kernels' software prefetch pays: the probes through
+    # the loop nests then run the kernels as this machine's plans will.
+    started = time.perf_counter()
+    with kept_openmp_threads():
+        speedup = prefetch_probe.prefetch_speedup(hardware, 3 if quick else 7)
+    distance = prefetch_distance_for(speedup, hardware.kernel_prefetch_distance)
+    hardware = replace(hardware, kernel_prefetch_distance=distance)
     steps, state = calibration_steps(hardware, quick)
+    steps[0:0] = [("prefetch_speedup", "loop nests with the kernels' software prefetch "
+                   "against without", lambda: speedup)]  # fmt: skip
     # A difference of two times or a slope moves by more than either time:
     # each such figure is the median of several measurements.
     again = 1 if quick else 5
@@ -94,7 +104,8 @@ def measure_rates(hardware, *, quick: bool = False, progress=None, details=None)
     values = {}
     with kept_openmp_threads():
         for index, (field, description, probe) in enumerate(steps, 1):
-            started = time.perf_counter()
+            if index > 1:  # the first, the prefetch's, was timed above
+                started = time.perf_counter()
             value = probe()
             if field is not None:
                 values[field] = state[field] = float(value)

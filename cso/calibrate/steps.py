@@ -15,7 +15,7 @@ from ..analysis.rates import width_name
 from ..analysis.tiles import conflict_probe_shape
 from ..analysis.shape_tables import kernel_shape_key
 from ..microkernels.peak import fma_peak_gflops
-from . import kernel_probes, loop_probes, memory_probes, prefetch_probe
+from . import kernel_probes, loop_probes, memory_probes
 from .timing import precise_enough
 
 
@@ -289,8 +289,6 @@ def calibration_steps(hardware, quick: bool):
          lambda: state["rows"][3]),
         ("plane_call_seconds", "depthwise plane-kernel call in its loop nest",
          lambda: loop_probes.unpacked_call_seconds(hardware, "depthwise_planes", rounds)),
-        ("prefetch_speedup", "loop nests with the kernels' software prefetch against without",
-         lambda: prefetch_probe.prefetch_speedup(hardware, rounds)),
         ("kernel_call_seconds", "micro-kernel call in the loop nest",
          lambda: loop_probes.kernel_call_seconds(hardware, rounds)),
         (None, "micro-kernels in the loop nest (a 3x3 and a 1x1 layer, per padded multiply-add) "
