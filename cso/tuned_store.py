@@ -31,12 +31,14 @@ _MAX_STORE_BYTES = 64 * 1024 * 1024
 
 def hardware_fingerprint(hardware: Hardware) -> str:
     """The machine a tuned plan was measured on: its caches, vectors and
-    cores, not where the figures came from nor the cost weights (a tuned
-    plan is a measurement, as good after ``python -m cso calibrate`` as
-    before it)."""
+    cores, not where the figures came from nor what the calibration sets
+    (the cost weights and the kernels' prefetch: a tuned plan is a
+    measurement, as good after ``python -m cso calibrate`` as before it,
+    and runs with the prefetch its own hardware names)."""
     fields = dataclasses.asdict(hardware)
     fields.pop("source", None)
     fields.pop("weights", None)
+    fields.pop("kernel_prefetch_distance", None)
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
 
 

@@ -80,6 +80,11 @@ def test_store_round_trip_and_conv2d_opt_in(tmp_path, result, rng, monkeypatch):
     # The same machine with other cost weights (calibrated since): the measurement stands.
     recalibrated = hardware.with_changes(call_cost=hardware.weights.call_cost * 3)
     assert store.get(geometry, "float32", recalibrated, 1) == result.best
+    # Nor does the kernels' prefetch the calibration chooses (the stored plan
+    # keeps its own).
+    other_prefetch = 0 if hardware.kernel_prefetch_distance else 16
+    reprefetched = hardware.with_changes(kernel_prefetch_distance=other_prefetch)
+    assert store.get(geometry, "float32", reprefetched, 1) == result.best
     # conv2d opts in: the stored plan is the one used.
     assert tuned_plan(geometry, "float32", 1, path) == result.best
     used = []
