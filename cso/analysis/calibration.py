@@ -210,18 +210,14 @@ def in_place_input_cost(rates: MeasuredRates) -> float:
     return weight_of(rates.in_place_input_seconds, rates.fma_flops)
 
 
-def kernel_prefetch_distance(rates: MeasuredRates, default: int) -> int:
-    """``Hardware.kernel_prefetch_distance``: 0 where the loop nests ran
-    faster without the kernels' software prefetch (``0 < prefetch_speedup
-    < 1``), else ``default`` (also where it was not measured).  No margin:
-    the plans do not depend on it, so where the two ways are even a
-    calibration taking either changes no plan and costs nothing."""
-    return prefetch_distance_for(rates.prefetch_speedup, default)
-
-
-def prefetch_distance_for(speedup: float, default: int) -> int:
-    """:func:`kernel_prefetch_distance` of a measured ``prefetch_speedup``."""
-    return 0 if 0 < speedup < 1 else default
+def kernel_prefetch_distance(prefetch_speedup: float, default: int) -> int:
+    """``Hardware.kernel_prefetch_distance`` of a measured
+    ``MeasuredRates.prefetch_speedup``: 0 where the loop nests ran faster
+    without the kernels' software prefetch (``0 < prefetch_speedup < 1``),
+    else ``default`` (also where it was not measured, 0).  No margin: the
+    plans do not depend on it, so where the two ways are even a calibration
+    taking either changes no plan and costs nothing."""
+    return 0 if 0 < prefetch_speedup < 1 else default
 
 
 # Each calibrated weight and the formula that derives it.

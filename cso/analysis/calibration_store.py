@@ -173,7 +173,7 @@ def apply_calibration(hardware, environment=None):
         hardware,
         weights=derive_weights(rates),
         kernel_prefetch_distance=kernel_prefetch_distance(
-            rates, hardware.kernel_prefetch_distance
+            rates.prefetch_speedup, hardware.kernel_prefetch_distance
         ),
         source=f"{hardware.source}+calibrated",
     )

@@ -350,8 +350,9 @@ def dense_story(plan) -> str:
             )
             + f"; {_in_place_cost_story(plan, g.channels_per_group * area * s)}"
         )
-    if input_way_story(plan):
-        lines.append("  " + input_way_story(plan))
+    input_way = input_way_story(plan)
+    if input_way:
+        lines.append("  " + input_way)
     if plan.batch_folded:
         lines.append("  " + _why_folded(plan))
     lines += ["", "Loop nest"]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-from ..analysis.calibration import MeasuredRates, prefetch_distance_for
+from ..analysis.calibration import MeasuredRates, kernel_prefetch_distance
 from ..analysis.weights import DEFAULT_WEIGHTS
 from ..openmp import kept_openmp_threads
 from . import prefetch_probe
@@ -83,7 +83,7 @@ def measure_rates(hardware, *, quick: bool = False, progress=None, details=None)
     started = time.perf_counter()
     with kept_openmp_threads():
         speedup = prefetch_probe.prefetch_speedup(hardware, 3 if quick else 7)
-    distance = prefetch_distance_for(speedup, hardware.kernel_prefetch_distance)
+    distance = kernel_prefetch_distance(speedup, hardware.kernel_prefetch_distance)
     hardware = replace(hardware, kernel_prefetch_distance=distance)
     steps, state = calibration_steps(hardware, quick)
     steps[0:0] = [("prefetch_speedup", "loop nests with the kernels' software prefetch "

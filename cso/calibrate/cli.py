@@ -125,7 +125,9 @@ def main(argv=None) -> int:
         )
     print()
     print(weights_table(weights))
-    distance = calibration.kernel_prefetch_distance(rates, hardware.kernel_prefetch_distance)
+    distance = calibration.kernel_prefetch_distance(
+        rates.prefetch_speedup, hardware.kernel_prefetch_distance
+    )
     print(
         f"\nmicro-kernels' software prefetch: {distance or 'none'}"
         + (" steps ahead" if distance else "")

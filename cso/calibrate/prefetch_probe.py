@@ -46,5 +46,5 @@ def prefetch_speedup(hardware, rounds=7) -> float:
             "without": plan_program(plan, x, w, variant="no-prefetch"),
         }
         samples = round_times(programs, rounds, MIN_SECONDS)
-        ratios.append(paired_ratios(samples, "with")["without"] ** -1)
+        ratios.append(paired_ratios(samples, "without")["with"])
     return median(ratios)

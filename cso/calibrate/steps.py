@@ -108,7 +108,7 @@ def calibration_steps(hardware, quick: bool):
     # EPYC (Zen 3) one pass read 4x24w at 71.5 GFLOP/s and the next
     # calibration's at 89.8, and that one figure moved 30 of ResNet-50's and
     # VGG-16's 70 plans.
-    best_resident = {}
+    best_resident = state["best_resident"] = {}
 
     def resident_pass():
         # The shapes' median rate from L1, again: kernel_flops is the median
@@ -151,7 +151,6 @@ def calibration_steps(hardware, quick: bool):
         return run
 
     def kernel_flops():
-        state["best_resident"] = best_resident
         return median(resident_medians)
 
     def early_pass(index: int) -> list:

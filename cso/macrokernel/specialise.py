@@ -35,6 +35,7 @@ import numba
 from ..analysis import choices as choices_source
 from ..analysis import rows as row_analysis_source
 from ..analysis.choices import VectorOperand
+from ..analysis.hardware import KERNEL_PREFETCH_DISTANCE
 from ..cachedir import cache_directory, write_text_atomically
 from ..microkernels import activations as activations_source
 from ..microkernels import dot_products as dot_products_source
@@ -148,7 +149,7 @@ def loop_module(
     vector_lanes: int,
     vector_operand: str = "windows",
     patch: LoopPatch = None,
-    prefetch_distance: int = outer_product_source.PREFETCH_DISTANCE,
+    prefetch_distance: int = KERNEL_PREFETCH_DISTANCE,
 ):
     """The macro-kernel module specialised for one micro-kernel, memoised by its key.
 
@@ -183,7 +184,7 @@ def loop_module(
         int(prefetch_distance),
     )
     orientation = {"windows": "", "filters": "_fvec", "reduction": "_dot"}[key[4].value]
-    distance = "" if key[5] == outer_product_source.PREFETCH_DISTANCE else f"_p{key[5]}"
+    distance = "" if key[5] == KERNEL_PREFETCH_DISTANCE else f"_p{key[5]}"
     name = f"cso_loops_f{key[0]}_w{key[1]}_{key[2]}_l{key[3]}{orientation}{distance}"
     name += _patch_suffix(patch)
     return _specialised((key, patch), name, lambda: _module_source(key, patch))

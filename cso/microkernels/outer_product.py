@@ -101,9 +101,6 @@ def prefetches_rows(row_elements: int, element_bytes: int, line_bytes: int = 64)
     return row_elements * element_bytes >= line_bytes
 
 
-# Reduction steps ahead the kernels prefetch their streamed rows by default
-# (``Hardware.kernel_prefetch_distance`` carries the machine's).
-PREFETCH_DISTANCE = KERNEL_PREFETCH_DISTANCE
 
 
 def build_outer_product_kernel(
@@ -112,7 +109,7 @@ def build_outer_product_kernel(
     dtype_name: str,
     vector_lanes: int,
     vector_operand: str = "windows",
-    prefetch_distance: int = PREFETCH_DISTANCE,
+    prefetch_distance: int = KERNEL_PREFETCH_DISTANCE,
     transposed_store: bool = True,
 ):
     """Return a Numba intrinsic computing one ``Nf x Nwin`` output tile.
@@ -133,7 +130,7 @@ def build_outer_product_kernel(
     prefetch_distance : int
         Reduction steps ahead at which the windows and filters orientations
         prefetch their contiguous operand rows into L1; 0 for none
-        (default :data:`PREFETCH_DISTANCE`).  A row shorter than a cache
+        (default ``Hardware.kernel_prefetch_distance``'s).  A row shorter than a cache
         line is not prefetched
         (:func:`prefetches_rows`).
     transposed_store : bool

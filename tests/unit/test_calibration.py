@@ -696,10 +696,10 @@ def test_the_prefetch_is_kept_unless_the_nests_ran_faster_without():
     def rates(speedup):
         return MeasuredRates(**RATES, prefetch_speedup=speedup)
 
-    assert kernel_prefetch_distance(rates(0.0), 16) == 16  # not measured
-    assert kernel_prefetch_distance(rates(1.03), 16) == 16
-    assert kernel_prefetch_distance(rates(0.97), 16) == 0
-    assert kernel_prefetch_distance(rates(0.999), 12) == 0
+    assert kernel_prefetch_distance(rates(0.0).prefetch_speedup, 16) == 16  # not measured
+    assert kernel_prefetch_distance(rates(1.03).prefetch_speedup, 16) == 16
+    assert kernel_prefetch_distance(rates(0.97).prefetch_speedup, 16) == 0
+    assert kernel_prefetch_distance(rates(0.999).prefetch_speedup, 12) == 0
     with pytest.raises(ValueError, match="prefetch_speedup"):
         rates(-0.5)
 
