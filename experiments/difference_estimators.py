@@ -2,7 +2,7 @@
 
     python experiments/difference_estimators.py [--shapes 8x48,14x32] [--samples 16]
 
-The calibration's in-place probe (:func:`cso.calibrate.loop_probes.in_place_filter_seconds`)
+The calibration's in-place probe (:func:`cso.calibrate.in_place_probes.in_place_filter_seconds`)
 times a window-vectorised plan reading its filters in place and the same
 plan on filters packed ahead, and divides the difference by the filter
 reads: 0-4% of a 1.5 ms layer.  Each shape's difference is sampled
@@ -24,7 +24,7 @@ import harness  # noqa: F401
 
 from cso.analysis.detect import stored_or_probed  # noqa: E402
 from cso.analysis.weights import DEFAULT_WEIGHTS  # noqa: E402
-from cso.calibrate import loop_probes  # noqa: E402
+from cso.calibrate import in_place_probes  # noqa: E402
 from cso.measure import best_times, fast_quarter_times, paired_difference  # noqa: E402
 
 
@@ -53,7 +53,7 @@ def main():
         samples = {name: [] for name in ESTIMATORS}
         for _ in range(args.samples):
             for name, times in ESTIMATORS.items():
-                seconds = loop_probes.in_place_filter_seconds(hardware, shape, 7, times)
+                seconds = in_place_probes.in_place_filter_seconds(hardware, shape, 7, times)
                 samples[name].append(seconds * 1e12)
         print(f"{text}w, ps per filter element read in place:")
         for name, values in samples.items():

@@ -1,6 +1,6 @@
 """Probes through the loop nests: what a micro-kernel call, a packed input
-element, a packed filter element, and a filter or input element read in
-place cost as a layer runs them.
+element, a packed filter element, and the depthwise nests' calls and
+transposes cost as a layer runs them (reads in place: :mod:`.in_place_probes`).
 
 Each times whole plans (:func:`cso.measure.plan_program`, one thread,
 interleaved rounds) on small synthetic layers, and divides a difference of
@@ -11,18 +11,15 @@ time of exactly what it multiplies.
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 
 from .. import pack_filters, plan_conv2d
-from ..analysis import counts, tiles
 from ..analysis.pricing import workers_read_every_panel
 from ..analysis.shape_tables import kernel_shape_key
 from ..analysis.retile import with_tiles
 from ..executor import available_threads, pack_panels_up_front
 from ..geometry import make_geometry
-from ..measure import best_times, fast_quarter_times, plan_program
+from ..measure import best_times, plan_program
 from ..packing.filters import aligned_empty
 from ..packing.transpose import pack_filter_tiles_in_turn, vector_token
 from .timing import slope_and_intercept
@@ -48,11 +45,8 @@ NARROW_PACK_LAYERS = {
     "strided": ((1, 256, 14, 14), (256, 256, 3, 3), 2, 1),
     "pointwise_strided": ((1, 512, 14, 14), (512, 512, 1, 1), 2, 0),
 }
+# Filters read in place on a 3x3 layer (:mod:`.in_place_probes`).
 FILTER_LAYER = ((1, 256, 14, 14), (256, 256, 3, 3), 1, 1)
-# Filters read in place on a 1x1 layer: rows 4 KiB apart (1024 channels),
-# ResNet-50's `l3 1x1 1024->256 @14`.  On an AMD EPYC (Zen 3) a read cost
-# the 6 x 16 kernel 26-45 ps there against 4 on FILTER_LAYER.
-POINTWISE_IN_PLACE_LAYER = ((1, 1024, 14, 14), (256, 1024, 1, 1), 1, 0)
 # Every micro-kernel shape is timed on this layer, inside the loop nest.  At
 # 14x14 the shapes' padding differs most (196 windows in tiles of 14 to 48),
 # which the rate per padded multiply-add takes out.
@@ -72,11 +66,6 @@ PACK_FILTER_LAYER = ((1, 512, 14, 14), (512, 512, 3, 3), 1, 1)
 # 0.18-0.19 ns an element on a Xeon against 0.10 from the L2, and the model
 # kept 1x1 @7 layers on 8x32w, 1.14-1.22x slower than 48x7f packing in the nest.
 TILE_PACK_LAYER = ((1, 256, 14, 14), (512, 256, 1, 1), 1, 0)
-# Input read in place: channel rows 784 bytes apart.  A read costs more as
-# a tile's rows outgrow the L1 (each brings whole lines for Nwin elements,
-# again on every reuse): on an AMD EPYC (Zen 3) the shapes' median read
-# 10-15 ps with 256 channels, 62-90 with 1024, 70-111 with 2048 of 7x7.
-IN_PLACE_INPUT_LAYER = POINTWISE_IN_PLACE_LAYER
 # A depthwise layer for the lane nest, its operands in L2 (0.8 MB in, 0.8
 # out): 1x1 for the transposes, 3x3 for the kernel they are told apart from.
 LANE_LAYER = (1, 64, 56, 56)
@@ -87,7 +76,9 @@ ROW_LAYER = (1, 512, 7, 7)
 MIN_SECONDS = 0.3
 
 
-def _operands(layer, seed=0):
+def layer_operands(layer, seed=0):
+    """Seeded float32 input and filters of ``layer`` (``(input shape, filter
+    shape, stride, padding)``)."""
     x_shape, w_shape, _, _ = layer
     rng = np.random.default_rng(seed)
     return (
@@ -96,43 +87,58 @@ def _operands(layer, seed=0):
     )
 
 
-def _plan(layer, hardware, **forced):
+def layer_plan(layer, hardware, **forced):
+    """``layer``'s one-thread plan on ``hardware``, with the ``forced``
+    choices of :func:`cso.plan_conv2d`."""
     x_shape, w_shape, stride, padding = layer
     return plan_conv2d(
         x_shape, w_shape, stride=stride, padding=padding, threads=1, hardware=hardware, **forced
     )
 
 
-def kernel_call_seconds(hardware, rounds=5) -> float:
-    """The slope of :data:`CALL_LAYER`'s time against its micro-kernel calls,
-    its channel tile halved down to one (the same multiply-adds, more calls
-    of shorter depth)."""
-    x, w = _operands(CALL_LAYER)
-    plan = _plan(CALL_LAYER, hardware)
+def kernel_call_times(hardware, rounds=5) -> tuple:
+    """``(calls, seconds)``: :data:`CALL_LAYER`'s micro-kernel calls and
+    best time with its channel tile halved down to one (the same
+    multiply-adds, more calls of shorter depth), timed in interleaved rounds."""
+    x, w = layer_operands(CALL_LAYER)
+    plan = layer_plan(CALL_LAYER, hardware)
     channels = plan.geometry.channels_per_group
     tiles_tried = sorted({max(1, channels >> k) for k in range(5)}, reverse=True)
     plans = [with_tiles(plan, channel_tile=nc) for nc in tiles_tried]
     programs = {index: plan_program(p, x, w) for index, p in enumerate(plans)}
     best = best_times(programs, rounds, MIN_SECONDS)
     calls = [p.cost_of(p.schedule).kernel_calls for p in plans]
-    return max(0.0, slope_and_intercept(calls, [best[i] for i in range(len(plans))])[0])
+    return calls, [best[i] for i in range(len(plans))]
 
 
-def input_pack_seconds(hardware, layer, rounds=5):
-    """``(t_no_kernel - t_skeleton) / packed input elements`` of ``layer``
+def kernel_call_seconds(samples) -> float:
+    """The slope of time against micro-kernel calls, from samples of
+    :func:`kernel_call_times` taken at several moments: each channel tile's
+    quickest time, as the input packing's (:func:`input_pack_seconds`).
+
+    Fitted to one sample at a time the slope read 26-49 ns in five
+    calibrations on a shared AMD EPYC (Zen 3), and moved 5-11 of ResNet-50's
+    and VGG-16's 70 plans between two of them."""
+    calls = samples[0][0]
+    quickest = [min(sample[1][i] for sample in samples) for i in range(len(calls))]
+    return max(0.0, slope_and_intercept(calls, quickest)[0])
+
+
+def input_pack_times(hardware, layer, rounds=5):
+    """``(t_no_kernel, t_skeleton, packed input elements)`` of ``layer``
     (one of :data:`PACK_LAYERS`; the elements counted as the model counts
     them, each panel row in whole vectors,
-    :func:`cso.analysis.counts.packed_input_elements`): the plan's loop nest with its micro-kernel
-    a no-op, against the same nest that does not pack either
-    (:data:`cso.measure.VARIANTS`); None when the plan packs nothing (it
-    reads the input in place on this machine).
+    :func:`cso.analysis.counts.packed_input_elements`): the best rounds of
+    the plan's loop nest with its micro-kernel a no-op and of the same nest
+    that does not pack either (:data:`cso.measure.VARIANTS`); None when the
+    plan packs nothing (it reads the input in place on this machine).
 
     Without the kernels the packing is most of what is timed: the whole
     layer less the nest that never packs differed by a few percent of the
     layer, and two calibrations of one machine measured 56 and 100 units.
     """
-    x, w = _operands(layer)
-    plan = _plan(layer, hardware)
+    x, w = layer_operands(layer)
+    plan = layer_plan(layer, hardware)
     packed = plan.cost_of(plan.schedule).packed_input_elements
     if not packed:
         return None
@@ -141,7 +147,23 @@ def input_pack_seconds(hardware, layer, rounds=5):
         "neither": plan_program(plan, x, w, variant="skeleton"),
     }
     best = best_times(programs, rounds, MIN_SECONDS)
-    return max(0.0, best["packing"] - best["neither"]) / packed
+    return best["packing"], best["neither"], packed
+
+
+def input_pack_seconds(samples) -> float:
+    """Per packed element, from samples of :func:`input_pack_times` taken
+    at several moments: the quickest packing less the quickest skeleton.
+
+    The packing runs at one of two paces on a shared machine, as its other
+    tenants come and go: on an AMD EPYC (Zen 3) four processes, three
+    samples each a few seconds apart, read the shifted kind at 219-222 ps
+    or at 342-419, switching within a process, and one calibration whose
+    samples all fell in the slow pace read every kind 1.7x the next's
+    (a median of six), which moved 21 of ResNet-50's and VGG-16's 70 plans.
+    """
+    packing = min(sample[0] for sample in samples)
+    neither = min(sample[1] for sample in samples)
+    return max(0.0, packing - neither) / samples[0][2]
 
 
 def output_columns(layer) -> int:
@@ -155,8 +177,8 @@ def filter_pack_seconds(hardware, rounds=5) -> float:
     """:data:`PACK_FILTER_LAYER`'s filters packed up front for a
     filter-vectorised plan, as a call that does not pack them in its loop
     nest does (every panel, on this thread), per element."""
-    _, w = _operands(PACK_FILTER_LAYER)
-    plan = _plan(PACK_FILTER_LAYER, hardware, vector_operand="filters")
+    _, w = layer_operands(PACK_FILTER_LAYER)
+    plan = layer_plan(PACK_FILTER_LAYER, hardware, vector_operand="filters")
     elements = plan.cost_of(plan.schedule).packed_filter_elements
     best = best_times({"pack": lambda: pack_panels_up_front(w, plan)}, rounds, MIN_SECONDS)
     return best["pack"] / max(1, elements)
@@ -167,8 +189,8 @@ def filter_tile_pack_seconds(hardware, rounds=5) -> float:
     tile's buffer, channel tile by channel tile, as a loop nest that packs
     them just before use does (:func:`~cso.analysis.tiles.packs_filters_in_nest`),
     per element: a filter-vectorised plan's tiles and order."""
-    _, w = _operands(TILE_PACK_LAYER)
-    plan = _plan(TILE_PACK_LAYER, hardware, vector_operand="filters")
+    _, w = layer_operands(TILE_PACK_LAYER)
+    plan = layer_plan(TILE_PACK_LAYER, hardware, vector_operand="filters")
     g = plan.geometry
     elements = plan.cost_of(plan.schedule).packed_filter_elements
     area = g.kernel_height * g.kernel_width
@@ -194,7 +216,7 @@ def filter_pack_shared_seconds(hardware, rounds=5) -> float:
     threads = min(hardware.cores, available_threads())
     if threads < 2:
         return 0.0
-    x, w = _operands(PACK_FILTER_LAYER)
+    x, w = layer_operands(PACK_FILTER_LAYER)
     x_shape, w_shape, stride, padding = PACK_FILTER_LAYER
     for schedule in (None, "IS"):
         plan = plan_conv2d(
@@ -205,63 +227,12 @@ def filter_pack_shared_seconds(hardware, rounds=5) -> float:
             break
     else:
         return 0.0
-    extra = _call_over_packed(plan, PACK_FILTER_LAYER, x, w, rounds)
+    extra = call_over_packed(plan, PACK_FILTER_LAYER, x, w, rounds)
     elements = plan.cost_of(plan.schedule).packed_filter_elements
     return max(0.0, threads * extra) / max(1, elements)
 
 
-def in_place_shapes(hardware) -> list:
-    """The offered window-vectorised shapes ``(Nf, Nwin)`` whose filter rows,
-    as :data:`FILTER_LAYER` lays them out, overflow no L1 set (their reads
-    in place conflict in none: conflicts are priced apart), or the smallest.
-
-    Not "``Nf`` at most the L1's ways": the 16 x 16 kernel (16 rows, a
-    12-way L1) was then never measured and took the median's cost, where
-    its reads in place cost it a third of its speed on a Xeon."""
-    shapes = tiles.register_blocks(hardware.vector_bytes, hardware.vector_registers, 4)
-    _, (_, channels, kernel_height, kernel_width), _, _ = FILTER_LAYER
-    sets = hardware.l1_bytes // (hardware.line_bytes * hardware.l1_ways)
-    fitting = [
-        shape
-        for shape in shapes
-        if counts.rows_per_l1_set(
-            shape[0], channels * kernel_height * kernel_width * 4, hardware.line_bytes, sets
-        )
-        <= hardware.l1_ways
-    ]
-    return fitting or [min(shapes)]
-
-
-def in_place_filter_seconds(
-    hardware, shape, rounds=5, times=fast_quarter_times, layer=FILTER_LAYER
-) -> float:
-    """Per filter element: ``layer`` (:data:`FILTER_LAYER` or
-    :data:`POINTWISE_IN_PLACE_LAYER`) through a window-vectorised
-    plan of ``shape`` (``(Nf, Nwin)``, :func:`in_place_shapes`), reading its
-    filters in place, less the same plan reading them packed ahead (0 when
-    it is not slower).
-
-    No threshold: the difference is 0-4% of the layer, and on a shared
-    Xeon eight measurements of the 8 x 48 kernel's gave 1-9 units (8 x 32:
-    6-13); zeroing those under 2% of the layer made the median jump
-    between 0 and 7 units from one calibration to the next, and with it
-    29 of ResNet-50's and VGG-16's 70 per-call plans.  The two plans' times
-    are their fastest quarters' means (``times``,
-    :func:`cso.measure.fast_quarter_times`), whose difference moves less
-    than the best rounds' (:func:`cso.measure.best_times`;
-    ``experiments/difference_estimators.py``).  The caller takes a median
-    of several."""
-    x, w = _operands(layer)
-    nf, nwin = shape
-    plan = _plan(
-        layer, hardware, vector_operand="windows", windows_per_tile=nwin, filters_per_tile=nf
-    )
-    extra = _call_over_packed(plan, layer, x, w, rounds, times)
-    reads = plan.cost_of(plan.schedule).in_place_filter_reads
-    return max(0.0, extra) / max(1, reads)
-
-
-def _call_over_packed(plan, layer, x, w, rounds, times=best_times) -> float:
+def call_over_packed(plan, layer, x, w, rounds, times=best_times) -> float:
     """``plan``'s time per call less its time on filters packed ahead, the
     two timed in interleaved rounds (``times``: the best of each, or
     :func:`cso.measure.fast_quarter_times`)."""
@@ -281,11 +252,11 @@ def loop_shape_seconds(hardware, shapes, rounds=5, layer=SHAPE_LAYER) -> dict:
     each of ``shapes`` (``(Nf, Nwin, operand)``) forced and its filters
     packed ahead (no filter packing, no in-place reads), the plans timed
     whole in interleaved rounds, each over its padded multiply-adds."""
-    x, w = _operands(layer)
+    x, w = layer_operands(layer)
     x_shape, _, stride, padding = layer
     programs, macs = {}, {}
     for nf, nwin, operand in shapes:
-        plan = _plan(
+        plan = layer_plan(
             layer,
             hardware,
             filters_per_tile=nf,
@@ -369,33 +340,3 @@ def unpacked_nest_seconds(hardware, algorithm: str, rounds=5) -> tuple:
         (macs[3] - macs[1]) / 2,
         (loads[3] - loads[1]) / 2,
     )
-
-
-def in_place_input_seconds(hardware, shape, rounds=5, times=fast_quarter_times) -> float:
-    """Per input element read: :data:`IN_PLACE_INPUT_LAYER` through a plan
-    of ``shape`` (``(Nf, Nwin, operand)``) on filters packed ahead that
-    reads its input in place, less the same plan reading packed panels,
-    both without their packing (the ``no-pack`` variant: the panels hold
-    what earlier calls left, the reads are what is timed), over the reads
-    in place the model counts
-    (:func:`~cso.analysis.counts.in_place_input_reads`); 0 when reading in
-    place is not slower, or this machine's plan packs the layer's input.
-    The packing itself is ``input_pack_seconds``' pointwise kind."""
-    x, w = _operands(IN_PLACE_INPUT_LAYER)
-    x_shape, _, stride, padding = IN_PLACE_INPUT_LAYER
-    nf, nwin, operand = shape
-    plan = _plan(
-        IN_PLACE_INPUT_LAYER, hardware, filters_per_tile=nf, windows_per_tile=nwin,
-        vector_operand=operand, filters_prepacked=True,
-    )  # fmt: skip
-    reads = plan.cost_of(plan.schedule).in_place_input_reads
-    if not plan.input_in_place or not reads:
-        return 0.0
-    packed = dataclasses.replace(plan, input_in_place=False, pack_channels_outer=True)
-    panels = pack_filters(w, x_shape, stride=stride, padding=padding, plan=plan)
-    programs = {
-        "in place": plan_program(plan, x, w, variant="no-pack", prepacked=panels),
-        "packed": plan_program(packed, x, w, variant="no-pack", prepacked=panels),
-    }
-    timed = times(programs, rounds, MIN_SECONDS)
-    return max(0.0, timed["in place"] - timed["packed"]) / reads

@@ -15,7 +15,7 @@ from ..analysis.rates import width_name
 from ..analysis.tiles import conflict_probe_shape
 from ..analysis.shape_tables import kernel_shape_key
 from ..microkernels.peak import fma_peak_gflops
-from . import kernel_probes, loop_probes, memory_probes
+from . import in_place_probes, kernel_probes, loop_probes, memory_probes
 from .timing import precise_enough
 
 
@@ -60,7 +60,7 @@ def calibration_steps(hardware, quick: bool):
 
     def in_place_pass(last: bool):
         # Per shape, the median of nine differences, each a few percent of
-        # its layer (loop_probes.in_place_filter_seconds), taken in three
+        # its layer (in_place_probes.in_place_filter_seconds), taken in three
         # passes spread over the calibration: the figures drift with the
         # machine's state over minutes, not with sampling (medians of 25
         # moved as much as medians of 9: 14x32w 5.8-10 units over three
@@ -72,13 +72,13 @@ def calibration_steps(hardware, quick: bool):
         # last pass then samples a shape on until its median is precise enough
         # (precise_enough): the nine are too few for the 8 x 48 kernel's.
         def run():
-            for nf, nwin in loop_probes.in_place_shapes(hardware):
+            for nf, nwin in in_place_probes.in_place_shapes(hardware):
                 samples = in_place_samples.setdefault(kernel_shape_key(nf, nwin, "windows"), [])
                 for _ in range(1 if quick else 3):
-                    seconds = loop_probes.in_place_filter_seconds(hardware, (nf, nwin), rounds)
+                    seconds = in_place_probes.in_place_filter_seconds(hardware, (nf, nwin), rounds)
                     samples.append(seconds)
                 while last and not quick and not precise_enough(samples):
-                    seconds = loop_probes.in_place_filter_seconds(hardware, (nf, nwin), rounds)
+                    seconds = in_place_probes.in_place_filter_seconds(hardware, (nf, nwin), rounds)
                     samples.append(seconds)
                 # And on a 1x1 layer, whose rows lie 4 KiB apart: a difference
                 # several times the 3x3 layer's, so the passes' samples serve.
@@ -87,9 +87,10 @@ def calibration_steps(hardware, quick: bool):
                 )
                 for _ in range(1 if quick else 3):
                     samples.append(
-                        loop_probes.in_place_filter_seconds(
-                            hardware, (nf, nwin), rounds, layer=loop_probes.POINTWISE_IN_PLACE_LAYER
-                        )
+                        in_place_probes.in_place_filter_seconds(
+                            hardware, (nf, nwin), rounds,
+                            layer=in_place_probes.POINTWISE_IN_PLACE_LAYER,
+                        )  # fmt: skip
                     )
             if last:
                 state["in_place"] = {key: median(v) for key, v in in_place_samples.items()}
@@ -150,12 +151,44 @@ def calibration_steps(hardware, quick: bool):
 
         return run
 
+    # The filters' packing times, plain times per element, and the kernel
+    # calls' times: each the quickest of samples spread over the passes, as
+    # the bandwidths' best.  Taken at
+    # once, the tile-by-tile packing read 1.40 and 2.23 units in two
+    # calibrations a minute apart on a shared EPYC (Zen 3), and moved 6 of
+    # ResNet-50's and VGG-16's 70 plans.
+    filter_pack_probes = {
+        "filter_pack_seconds": lambda: loop_probes.filter_pack_seconds(hardware, rounds),
+        "filter_tile_pack_seconds": lambda: loop_probes.filter_tile_pack_seconds(
+            hardware, rounds
+        ),
+    }
+    filter_pack_samples = {field: [] for field in filter_pack_probes}
+    call_samples = []
+
+    def filter_pack_pass():
+        for field, probe in filter_pack_probes.items():
+            filter_pack_samples[field].append(probe())
+        call_samples.append(loop_probes.kernel_call_times(hardware, rounds))
+
+    def kernel_call_seconds():
+        call_samples.append(loop_probes.kernel_call_times(hardware, rounds))
+        return loop_probes.kernel_call_seconds(call_samples)
+
+    def quickest_filter_pack(field):
+        def run():
+            filter_pack_samples[field].append(filter_pack_probes[field]())
+            return min(filter_pack_samples[field])
+
+        return run
+
     def kernel_flops():
         return median(resident_medians)
 
     def early_pass(index: int) -> list:
         """The earlier pass ``index`` (in-place reads, the rates from L1, the
-        loop-nest timings and input packing) as steps (none when quick)."""
+        bandwidths, filter packing, the loop-nest timings and input
+        packing) as steps (none when quick)."""
         if index >= in_place_passes:
             return []
         description = "filter elements read in place, per window-vectorised shape"
@@ -164,14 +197,16 @@ def calibration_steps(hardware, quick: bool):
             (None, description, in_place_pass(False)),
             (None, f"micro-kernel rates from L1 ({index + 1}/{in_place_passes})", resident_pass),
             (None, f"read bandwidths ({index}/{in_place_passes})", bandwidth_pass),
+            (None, f"filter packing and kernel calls ({index}/{in_place_passes})",
+             filter_pack_pass),
             (None, f"micro-kernels in the loop nest and input packing ({index}/{in_place_passes})",
              loop_and_packing_pass(False)),
         ]  # fmt: skip
 
-    # The figures below are medians of samples taken in the passes spread
-    # over the calibration (one pass when quick), not all at once: on a
-    # shared EPYC (Zen 3) one calibration's input packing read 1.5-1.75x
-    # the others' (a busy minute of the memory), and its plans matched the
+    # The figures below come from samples taken in the passes spread over
+    # the calibration (one pass when quick), not all at once: on a shared
+    # EPYC (Zen 3) one calibration's input packing read 1.5-1.75x the
+    # others' (a busy minute of the memory), and its plans matched the
     # others' on 87-90% of ResNet-50's and VGG-16's layers.
     loop_layers = {
         "loop_shapes": loop_probes.SHAPE_LAYER,
@@ -204,8 +239,9 @@ def calibration_steps(hardware, quick: bool):
                 )
             for name, layer in pack_layers.items():
                 for _ in range(1 if quick else 2):
-                    seconds = loop_probes.input_pack_seconds(hardware, layer, rounds)
-                    pack_samples[name].append(seconds)
+                    pack_samples[name].append(
+                        loop_probes.input_pack_times(hardware, layer, rounds)
+                    )
             if not last:
                 return None
             # Each shape's quickest pass (as with the rates from L1): the passes
@@ -215,10 +251,11 @@ def calibration_steps(hardware, quick: bool):
             # and VGG-16's 70 plans between two calibrations' medians.
             for name, runs in loop_runs.items():
                 state[name] = {key: min(run[key] for run in runs) for key in runs[0]}
-            # A layer that packs nothing here is left out (its kind keeps the
-            # median's weight).
+            # Each kind's quickest packing over the passes, as the shapes'
+            # (loop_probes.input_pack_seconds).  A layer that packs nothing
+            # here is left out (its kind keeps the median's weight).
             measured = {
-                name: median(values)
+                name: loop_probes.input_pack_seconds(values)
                 for name, values in pack_samples.items()
                 if not any(value is None for value in values)
             }
@@ -288,28 +325,29 @@ def calibration_steps(hardware, quick: bool):
          lambda: state["rows"][3]),
         ("plane_call_seconds", "depthwise plane-kernel call in its loop nest",
          lambda: loop_probes.unpacked_call_seconds(hardware, "depthwise_planes", rounds)),
-        ("kernel_call_seconds", "micro-kernel call in the loop nest",
-         lambda: loop_probes.kernel_call_seconds(hardware, rounds)),
+        ("kernel_call_seconds", "micro-kernel call in the loop nest (quickest of the passes)",
+         kernel_call_seconds),
         (None, "micro-kernels in the loop nest (a 3x3 and a 1x1 layer, per padded multiply-add) "
                "and input elements packed into panels, per kind of packing and output width "
                f"({', '.join(pack_layers)}) ({in_place_passes}/{in_place_passes})",
          loop_and_packing_pass(True)),
         ("input_pack_seconds", "input element packed into panels (median over the kinds)",
          lambda: median(state["input_pack"].values())),
-        ("filter_pack_seconds", "filter element packed",
-         lambda: loop_probes.filter_pack_seconds(hardware, rounds)),
+        ("filter_pack_seconds", "filter element packed (quickest of the passes)",
+         quickest_filter_pack("filter_pack_seconds")),
         ("filter_pack_shared_seconds",
          f"filter element packed for {hardware.cores} workers that each read every panel",
          lambda: loop_probes.filter_pack_shared_seconds(hardware, rounds)),
-        ("filter_tile_pack_seconds", "filter element packed tile by tile in the loop nest",
-         lambda: loop_probes.filter_tile_pack_seconds(hardware, rounds)),
+        ("filter_tile_pack_seconds",
+         "filter element packed tile by tile in the loop nest (quickest of the passes)",
+         quickest_filter_pack("filter_tile_pack_seconds")),
         (None, f"filter elements read in place, per window-vectorised shape ({in_place_passes}/"
                f"{in_place_passes})", in_place_pass(True)),
         ("in_place_filter_seconds", "filter element read in place (median over the shapes)",
          lambda: median(state["in_place"].values())),
         ("in_place_input_seconds", "input element read in place on a 1x1 layer of small planes "
          "(median over the shapes)", lambda: median(
-             loop_probes.in_place_input_seconds(hardware, shape, rounds) for shape in shapes)),
+             in_place_probes.in_place_input_seconds(hardware, shape, rounds) for shape in shapes)),
         ("kernel_flops", "micro-kernel rate from L1 (median over the shapes and the passes)",
          kernel_flops),
     ], state  # fmt: skip
