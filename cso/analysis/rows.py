@@ -232,19 +232,21 @@ def row_kernel_loads(
     ``sw > 1``, its shuffles, counted alike (each takes a load port or the
     shuffle port, whose rate the FMAs beside them do not set), then its
     weight broadcasts ``W`` and the masks it reads, which every call loads
-    again.  ``W = R*S`` when the weights fit in the registers beside the
-    ``B`` chains of FMAs and three loaded vectors, else ``B * U * R*S``:
-    each FMA then reads its weight from memory.  A one-row call has ``I =
-    R``."""
+    again.  The kernel broadcasts a load group's weights as it starts the
+    group, in every vector column: ``W = U * R*S`` when a group's (``R``
+    times its taps) fit in the registers beside the ``B`` chains of FMAs
+    and three loaded vectors, else ``B * U * R*S``: each FMA then reads its
+    weight from memory.  A one-row call has ``I = R``."""
     g = geometry
-    groups = len(load_groups(g.kernel_width, g.dilation_w, g.stride_w))
+    groups = load_groups(g.kernel_width, g.dilation_w, g.stride_w)
     shuffles = g.kernel_width if g.stride_w > 1 else 0
-    data = vectors * served_rows(g, rows_per_call) * (groups * g.stride_w + shuffles)
+    data = vectors * served_rows(g, rows_per_call) * (len(groups) * g.stride_w + shuffles)
     taps = g.kernel_height * g.kernel_width
-    weights = taps if taps + rows_per_call + 3 <= vector_registers else (
+    live_weights = g.kernel_height * max(len(group) for group in groups.values())
+    weights = vectors * taps if live_weights + rows_per_call + 3 <= vector_registers else (
         rows_per_call * vectors * taps
     )
-    return data + weights + vectors * (1 + groups * g.stride_w)
+    return data + weights + vectors * (1 + len(groups) * g.stride_w)
 
 
 def row_block_options(geometry: ConvGeometry, vector_registers: int, lanes: int) -> list:
