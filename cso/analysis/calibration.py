@@ -163,10 +163,42 @@ def _nest_call_cost(seconds: float, rates: MeasuredRates) -> float:
     return weight_of(seconds, rates.fma_flops) if seconds else tap_call_cost(rates)
 
 
+def row_job_seconds(rates: MeasuredRates) -> float:
+    """``t_job = (I_n - I_w) / (1/n_n - 1/n_w)``: a plane's own time in the
+    row nest, from the call intercepts ``I`` on planes of ``n`` calls each
+    (``row_call_seconds`` on 7x7 planes, one call; ``row_wide_call_seconds``
+    on 112x112 planes, 112), each ``I = t_call + t_job / n``; 0 where the
+    wide planes were not measured, or the intercepts do not fall with
+    ``n``."""
+    narrow, wide = rates.row_calls_per_plane, rates.row_wide_calls_per_plane
+    if not (rates.row_wide_call_seconds and narrow and wide and wide > narrow):
+        return 0.0
+    spread = 1.0 / narrow - 1.0 / wide
+    return max(0.0, (rates.row_call_seconds - rates.row_wide_call_seconds) / spread)
+
+
+def row_job_cost(rates: MeasuredRates) -> float:
+    """``t_job / u`` (:func:`row_job_seconds`), per plane the row nest runs.
+
+    Without it a call was priced at the 7x7 planes' intercept, which holds
+    their plane's work: on an AMD EPYC (Zen 3) 51-72 ns against 18-19 on
+    112x112 planes and 37 on 14x14, and the model took the tap family for
+    ResNet-50-like 3x3 layers of 32 channels @112 and 384-576 @14, which
+    ran 1.36-1.56x and 1.4x slower there than the row plans."""
+    return weight_of(row_job_seconds(rates), rates.fma_flops)
+
+
 def row_call_cost(rates: MeasuredRates) -> float:
-    """``t_row / u``, per row-kernel call in its loop nest; in records made
-    before it was measured, the tap kernel's call cost (:func:`tap_call_cost`)."""
-    return _nest_call_cost(rates.row_call_seconds, rates)
+    """``(I_w - t_job / n_w) / u``, per row-kernel call in its loop nest, its
+    plane's work (:func:`row_job_cost`) apart; ``I_n / u`` (the 7x7 planes'
+    intercept, plane and call together) in records without the wide planes;
+    in records made before either was measured, the tap kernel's call cost
+    (:func:`tap_call_cost`)."""
+    job = row_job_seconds(rates)
+    if not job:
+        return _nest_call_cost(rates.row_call_seconds, rates)
+    call = rates.row_wide_call_seconds - job / rates.row_wide_calls_per_plane
+    return weight_of(max(0.0, call), rates.fma_flops)
 
 
 def plane_call_cost(rates: MeasuredRates) -> float:
@@ -243,6 +275,7 @@ FORMULAS = {
     "tap_load_cost": tap_load_cost,
     "lane_transpose_cost": lane_transpose_cost,
     "row_call_cost": row_call_cost,
+    "row_job_cost": row_job_cost,
     "plane_call_cost": plane_call_cost,
     "unpacked_load_cost": unpacked_load_cost,
 }

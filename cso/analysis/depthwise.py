@@ -224,6 +224,7 @@ def job_traffic(
     input_pack_cost=None,
     call_cost=None,
     load_cost=None,
+    job_cost=0.0,
 ) -> Traffic:
     """One job of a tap-kernel family's nest (tap or lane), modelled from its counts.
 
@@ -232,8 +233,9 @@ def job_traffic(
     input packing (at ``input_pack_cost`` if given); ``calls`` kernel calls
     (at ``call_cost`` each if given) of ``macs`` multiply-adds and ``loads``
     vector loads in all (at ``load_cost`` each if given and not 0), priced by
-    :func:`tap_kernel_cost` (not the outer-product kernel's weights).  The
-    cost is scaled by the busiest thread's share of the jobs.
+    :func:`tap_kernel_cost` (not the outer-product kernel's weights), and
+    the job's own ``job_cost``.  The cost is scaled by the busiest thread's
+    share of the jobs.
     """
     level = counts.level_of(
         job_bytes * jobs,
@@ -259,7 +261,7 @@ def job_traffic(
         shared=threads > 1,
         input_pack_cost=input_pack_cost,
     )
-    weighted += tap_kernel_cost(
+    weighted += job_cost + tap_kernel_cost(
         hardware.weights, element_bytes, calls, macs, loads, hardware.vector_bytes, call_cost,
         load_cost,
     )

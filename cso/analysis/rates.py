@@ -102,6 +102,13 @@ class MeasuredRates:
         (the tap kernel's call time stands in).
     plane_call_seconds : float
         The same for the plane nest (3x1 filters padded to keep ``Q == W``).
+    row_wide_call_seconds : float
+        ``row_call_seconds``' intercept on a layer of 112x112 planes.  0 in
+        records made before it was measured (``row_call_seconds`` then
+        prices a call whatever its plane).
+    row_calls_per_plane, row_wide_calls_per_plane : float
+        The row-kernel calls a plane of each of the two layers takes by
+        their plans (one, and 112).
     row_column_seconds, row_column_macs, row_column_loads : float
         What one more column of taps adds to a row-kernel call in its loop
         nest, from the same two layers: ``(t_3 - t_1) / 2`` a call, and the
@@ -199,6 +206,9 @@ class MeasuredRates:
     row_column_seconds: float = 0.0
     row_column_macs: float = 0.0
     row_column_loads: float = 0.0
+    row_wide_call_seconds: float = 0.0
+    row_calls_per_plane: float = 0.0
+    row_wide_calls_per_plane: float = 0.0
     filter_pack_shared_seconds: float = 0.0
     filter_tile_pack_seconds: float = 0.0
     in_place_input_seconds: float = 0.0

@@ -276,7 +276,8 @@ def row_traffic(
     row and rows computed twice included) and :func:`row_kernel_loads`
     loads, priced by :func:`~cso.analysis.depthwise.tap_kernel_cost`
     (``tap_load_cost`` a load, as the one-row tap kernel's unaligned loads),
-    each call at ``row_call_cost``, measured in the row nest itself.
+    each call at ``row_call_cost`` and the plane at ``row_job_cost``,
+    measured in the row nest itself.
     Scaled by the busiest thread's share of the ``N * K`` jobs.
     """
     g = geometry
@@ -298,6 +299,7 @@ def row_traffic(
         loads=calls * row_kernel_loads(g, vectors, rows_per_call, hardware.vector_registers),
         packed_elements=0,
         call_cost=hardware.weights.row_call_cost,
+        job_cost=hardware.weights.row_job_cost,
         # Measured at stride 1; a stride-2 call's loads come with shuffles the
         # probe did not time, so the tap kernel's rate stands in there.
         load_cost=hardware.weights.unpacked_load_cost if g.stride_w == 1 else None,

@@ -159,7 +159,14 @@ class CostWeights:
         214-240 GFLOP/s per core); in the tap kernel's own probe loop, whose
         operands are constants, a call cost almost nothing (31 units), and
         priced so the row plans of 7-wide planes ran 1.3-1.6x slower than
-        the lane plans the model ranked behind them.
+        the lane plans the model ranked behind them.  Calibrated with the
+        wide planes too, it is a call's own cost, the plane's work apart
+        (``row_job_cost``).
+    row_job_cost : float
+        Fixed cost of one plane (job) of the row nest beyond its calls,
+        told apart from ``row_call_cost`` by timing the nest on planes of
+        one call and of 112 (:func:`cso.analysis.calibration.row_job_cost`).
+        0 by default, where ``row_call_cost`` holds it.
     plane_call_cost : float
         The same for the plane nest (:mod:`cso.analysis.planes`), measured
         the same way through it; the default its figure on that Xeon.
@@ -286,6 +293,7 @@ class CostWeights:
     tap_load_cost: float = 100.0
     lane_transpose_cost: float = 80.0
     row_call_cost: float = 9600.0
+    row_job_cost: float = 0.0
     plane_call_cost: float = 5700.0
     unpacked_load_cost: float = 0.0
     l3_shared_cost: float = 6.0

@@ -31,18 +31,16 @@ from .timing import (  # noqa: F401  (the in-place sampling rule, public here)
 # The probes whose figure is a difference or a slope, or shared with the
 # machine's other tenants (filter packing writes megabytes: two calibrations
 # measured 78 and 140 units from one timing each): measured several times,
-# the median kept.  (The bandwidths and the kernels' rates from L1 keep the
-# best of samples spread over the calibration instead: steps.py.)
+# the median kept.  (The bandwidths, the kernels' rates from L1, the filters'
+# packing and the kernel calls keep the best of samples spread over the
+# calibration instead: steps.py.)
 REPEATED = frozenset(
     (
         "l1_spill_seconds_per_byte",
         "l2_line_reload_seconds",
         "tlb_miss_seconds",
         "transposed_store_seconds",
-        "kernel_call_seconds",
-        "filter_pack_seconds",
         "filter_pack_shared_seconds",
-        "filter_tile_pack_seconds",
         "lane_transpose_seconds",
         "plane_call_seconds",
         "in_place_input_seconds",

@@ -71,6 +71,10 @@ TILE_PACK_LAYER = ((1, 256, 14, 14), (512, 256, 1, 1), 1, 0)
 LANE_LAYER = (1, 64, 56, 56)
 # A depthwise layer for the row and plane nests: 7x7 planes, one kernel call each.
 ROW_LAYER = (1, 512, 7, 7)
+# And for the row nest, one of wide planes: 112 calls a plane (28 blocks of
+# 4 rows, 4 calls a row), so that a plane's own work is a small part of a
+# call's intercept there, and most of it on ROW_LAYER's.
+WIDE_ROW_LAYER = (1, 16, 112, 112)
 # Each comparison runs at least this long: a few rounds of a millisecond
 # program are at the mercy of the first calls' page faults.
 MIN_SECONDS = 0.3
@@ -305,26 +309,28 @@ def unpacked_call_seconds(hardware, algorithm: str, rounds=5) -> float:
     return unpacked_nest_seconds(hardware, algorithm, rounds)[0]
 
 
-def unpacked_nest_seconds(hardware, algorithm: str, rounds=5) -> tuple:
-    """``(call, column, column_macs, column_loads)``: :data:`ROW_LAYER`
-    through the nest of ``algorithm`` (``"depthwise_rows"`` or
-    ``"depthwise_planes"``: the nests that read the planes as given) with
-    3x1 and with 3x3 filters (timed in interleaved rounds), each time a call
-    (one call a plane): the intercept ``(3 t_1 - t_3) / 2``, the slope
-    ``(t_3 - t_1) / 2`` a column of taps, and the multiply-adds and vector
-    loads a column adds to a call by the plans' own counts.
+def unpacked_nest_seconds(hardware, algorithm: str, rounds=5, layer=ROW_LAYER) -> tuple:
+    """``(call, column, column_macs, column_loads, calls_per_plane)``:
+    ``layer`` (:data:`ROW_LAYER` or :data:`WIDE_ROW_LAYER`) through the nest
+    of ``algorithm`` (``"depthwise_rows"`` or ``"depthwise_planes"``: the
+    nests that read the planes as given) with 3x1 and with 3x3 filters
+    (timed in interleaved rounds), each time a call: the intercept ``(3 t_1
+    - t_3) / 2``, the slope ``(t_3 - t_1) / 2`` a column of taps, the
+    multiply-adds and vector loads a column adds to a call by the plans' own
+    counts, and the calls a plane takes (one on :data:`ROW_LAYER`).
 
     The two differ only in their column taps, whose FMAs and loads grow
     linearly with them, so the intercept at no column is what a call costs
-    whatever its taps: the nest's and the call's fixed work."""
-    channels = ROW_LAYER[1]
+    whatever its taps: the nest's and the call's fixed work, the plane's
+    own (its job's indices, its blocks' window rows) shared among its calls."""
+    channels = layer[1]
     rng = np.random.default_rng(0)
-    x = rng.standard_normal(ROW_LAYER, dtype=np.float32)
+    x = rng.standard_normal(layer, dtype=np.float32)
     programs, calls, macs, loads = {}, {}, {}, {}
     for width in (1, 3):
         w = rng.standard_normal((channels, 1, 3, width), dtype=np.float32)
         plan = plan_conv2d(
-            ROW_LAYER, w.shape, padding=(1, width // 2), groups=channels, threads=1,
+            layer, w.shape, padding=(1, width // 2), groups=channels, threads=1,
             hardware=hardware, algorithm=algorithm,
         )  # fmt: skip
         programs[width] = plan_program(plan, x, w)
@@ -339,4 +345,5 @@ def unpacked_nest_seconds(hardware, algorithm: str, rounds=5) -> tuple:
         max(0.0, (three - one) / 2),
         (macs[3] - macs[1]) / 2,
         (loads[3] - loads[1]) / 2,
+        calls[3] / channels,
     )

@@ -46,12 +46,19 @@ def calibration_steps(hardware, quick: bool):
         return state["taps"]
 
     def row_nest():
-        # An intercept and a slope, as the taps': the median of several, each apart.
-        fits = [
-            loop_probes.unpacked_nest_seconds(hardware, "depthwise_rows", rounds)
-            for _ in range(1 if quick else 5)
-        ]
-        state["rows"] = tuple(median(fit[i] for fit in fits) for i in range(4))
+        # An intercept and a slope, as the taps': the median of several, each
+        # apart; and the intercept on wide planes, whose calls share a plane's
+        # own work (calibration.row_job_cost tells the two apart).
+        narrow, wide = [], []
+        for _ in range(1 if quick else 5):
+            narrow.append(loop_probes.unpacked_nest_seconds(hardware, "depthwise_rows", rounds))
+            wide.append(
+                loop_probes.unpacked_nest_seconds(
+                    hardware, "depthwise_rows", rounds, layer=loop_probes.WIDE_ROW_LAYER
+                )
+            )
+        state["rows"] = tuple(median(fit[i] for fit in narrow) for i in range(5))
+        state["wide_rows"] = tuple(median(fit[i] for fit in wide) for i in range(5))
         return state["rows"]
 
     in_place_passes = 1 if quick else 3
@@ -171,13 +178,18 @@ def calibration_steps(hardware, quick: bool):
             filter_pack_samples[field].append(probe())
         call_samples.append(loop_probes.kernel_call_times(hardware, rounds))
 
+    # And a few more samples at the step itself (the passes' are one each).
+    final_samples = 1 if quick else 3
+
     def kernel_call_seconds():
-        call_samples.append(loop_probes.kernel_call_times(hardware, rounds))
+        for _ in range(final_samples):
+            call_samples.append(loop_probes.kernel_call_times(hardware, rounds))
         return loop_probes.kernel_call_seconds(call_samples)
 
     def quickest_filter_pack(field):
         def run():
-            filter_pack_samples[field].append(filter_pack_probes[field]())
+            for _ in range(final_samples):
+                filter_pack_samples[field].append(filter_pack_probes[field]())
             return min(filter_pack_samples[field])
 
         return run
@@ -323,6 +335,11 @@ def calibration_steps(hardware, quick: bool):
          lambda: state["rows"][2]),
         ("row_column_loads", "vector loads a column of taps adds to a row-kernel call",
          lambda: state["rows"][3]),
+        ("row_calls_per_plane", "row-kernel calls a 7x7 plane takes", lambda: state["rows"][4]),
+        ("row_wide_call_seconds", "depthwise row-kernel call in its loop nest, 112x112 planes",
+         lambda: state["wide_rows"][0]),
+        ("row_wide_calls_per_plane", "row-kernel calls a 112x112 plane takes",
+         lambda: state["wide_rows"][4]),
         ("plane_call_seconds", "depthwise plane-kernel call in its loop nest",
          lambda: loop_probes.unpacked_call_seconds(hardware, "depthwise_planes", rounds)),
         ("kernel_call_seconds", "micro-kernel call in the loop nest (quickest of the passes)",

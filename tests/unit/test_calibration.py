@@ -43,8 +43,14 @@ RATES = dict(
     row_column_seconds=1.2e-8,
     row_column_macs=168.0,
     row_column_loads=40.0,
+    row_wide_call_seconds=1.5e-8,
+    row_calls_per_plane=1.0,
+    row_wide_calls_per_plane=2.0,
 )
 UNIT = 5e-12
+# A call's intercept is t_call + t_job / n on planes of n calls: 20 ns with
+# one call a plane, 15 ns with two: 10 ns a plane and 10 a call.
+ROW_JOB = (2e-8 - 1.5e-8) / (1.0 - 1.0 / 2)
 
 
 def test_each_weight_is_its_formula_of_the_rates():
@@ -71,7 +77,8 @@ def test_each_weight_is_its_formula_of_the_rates():
         "tap_call_cost": 7.5e-9 / UNIT,  # 1500
         "tap_load_cost": 4e-10 / UNIT,  # 80 per input vector loaded
         "lane_transpose_cost": 3.5e-10 / UNIT,  # 70 per element transposed
-        "row_call_cost": 2e-8 / UNIT,  # 4000 per row-kernel call in its nest
+        "row_call_cost": (1.5e-8 - ROW_JOB / 2) / UNIT,  # 2000 per row-kernel call
+        "row_job_cost": ROW_JOB / UNIT,  # 2000 per plane of the row nest
         "plane_call_cost": 1.5e-8 / UNIT,  # 3000 per plane-kernel call in its nest
         # A column of taps adds 2400 units to a row call: 168 multiply-adds at the
         # mac_cost of 5.0 take 840, the other 1560 over its 40 loads is 39 a load.
@@ -595,6 +602,34 @@ def test_records_without_the_in_nest_filter_packing_price_it_as_up_front():
     assert derive_weights(MeasuredRates(**older)).filter_tile_pack_cost == pytest.approx(
         1.5e-9 / UNIT
     )
+
+
+def test_records_without_the_wide_planes_price_the_row_nest_by_its_calls_alone():
+    older = dict(RATES)
+    del older["row_wide_call_seconds"], older["row_wide_calls_per_plane"]
+    weights = derive_weights(MeasuredRates(**older))
+    assert weights.row_call_cost == pytest.approx(2e-8 / UNIT)
+    assert weights.row_job_cost == 0.0
+    # Intercepts that do not fall as a plane's calls grow leave no plane cost.
+    rising = derive_weights(MeasuredRates(**dict(RATES, row_wide_call_seconds=3e-8)))
+    assert rising.row_job_cost == 0.0 and rising.row_call_cost == pytest.approx(2e-8 / UNIT)
+
+
+def test_a_planes_own_cost_is_priced_once_a_plane_of_the_row_nest():
+    from dataclasses import replace
+
+    from conftest import AVX512_CORE
+
+    from cso.analysis import rows
+    from cso.geometry import make_geometry
+
+    g = make_geometry((1, 32, 56, 56), (32, 1, 3, 3), padding=1, groups=32)
+    hardware = replace(AVX512_CORE, weights=replace(AVX512_CORE.weights, row_job_cost=0.0))
+    with_job = replace(hardware, weights=replace(hardware.weights, row_job_cost=5000.0))
+    for block in (1, 4):
+        base = rows.row_traffic(g, hardware, 4, 1, block)
+        priced = rows.row_traffic(g, with_job, 4, 1, block)
+        assert priced.cost == pytest.approx(base.cost + 5000.0)  # one plane a job
 
 
 def test_records_without_the_nest_call_times_price_calls_as_the_tap_kernel_does():
