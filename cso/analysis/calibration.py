@@ -163,6 +163,20 @@ def _nest_call_cost(seconds: float, rates: MeasuredRates) -> float:
     return weight_of(seconds, rates.fma_flops) if seconds else tap_call_cost(rates)
 
 
+def tap_nest_call_cost(rates: MeasuredRates) -> float:
+    """``t_tap_nest / u``, per call of the tap nest (its intercept on wide
+    planes, whose calls share a plane's work and packing 266 ways); 0 where
+    not measured (the tap kernel's :func:`tap_call_cost` then prices the
+    calls).
+
+    The tap kernel's own probe calls it over constant operands, 0.36 ns a
+    call on an AMD EPYC (Zen 3); in its nest a call cost 12.5-18 ns there
+    (25-26 on 28x28 planes, 51-60 on 7x7), and priced at the probe's figure
+    the tap plans of MobileNetV2's and EfficientNet-B0's layers, and of
+    ConvBench's, were taken where row plans ran 1.3-1.6x faster."""
+    return weight_of(rates.tap_nest_call_seconds, rates.fma_flops)
+
+
 def row_job_seconds(rates: MeasuredRates) -> float:
     """``t_job = (I_n - I_w) / (1/n_n - 1/n_w)``: a plane's own time in the
     row nest, from the call intercepts ``I`` on planes of ``n`` calls each
@@ -276,6 +290,7 @@ FORMULAS = {
     "lane_transpose_cost": lane_transpose_cost,
     "row_call_cost": row_call_cost,
     "row_job_cost": row_job_cost,
+    "tap_nest_call_cost": tap_nest_call_cost,
     "plane_call_cost": plane_call_cost,
     "unpacked_load_cost": unpacked_load_cost,
 }

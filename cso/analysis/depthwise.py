@@ -207,6 +207,8 @@ def depthwise_traffic(
         # one thread, Xeon): the tap block kernel runs at about half the rate
         # tap_kernel_cost gives it (139 cycles against 61 a 3x3 call of 14 rows).
         packed_elements=g.channels_per_group * packed_channel_elements(g, segment, lanes),
+        # Its calls as measured in the tap nest, where calibrated.
+        call_cost=hardware.weights.tap_nest_call_cost or None,
     )
 
 

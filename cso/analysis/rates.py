@@ -109,6 +109,11 @@ class MeasuredRates:
     row_calls_per_plane, row_wide_calls_per_plane : float
         The row-kernel calls a plane of each of the two layers takes by
         their plans (one, and 112).
+    tap_nest_call_seconds : float
+        The tap nest's call intercept, as ``row_wide_call_seconds`` (a 3x1
+        and a 3x3 depthwise layer of 112x112 planes, 266 calls a plane,
+        through the tap nest).  0 in records made before it was measured
+        (the tap kernel's own ``tap_call_seconds`` then prices its calls).
     row_column_seconds, row_column_macs, row_column_loads : float
         What one more column of taps adds to a row-kernel call in its loop
         nest, from the same two layers: ``(t_3 - t_1) / 2`` a call, and the
@@ -209,6 +214,7 @@ class MeasuredRates:
     row_wide_call_seconds: float = 0.0
     row_calls_per_plane: float = 0.0
     row_wide_calls_per_plane: float = 0.0
+    tap_nest_call_seconds: float = 0.0
     filter_pack_shared_seconds: float = 0.0
     filter_tile_pack_seconds: float = 0.0
     in_place_input_seconds: float = 0.0

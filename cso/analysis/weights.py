@@ -162,6 +162,11 @@ class CostWeights:
         the lane plans the model ranked behind them.  Calibrated with the
         wide planes too, it is a call's own cost, the plane's work apart
         (``row_job_cost``).
+    tap_nest_call_cost : float
+        Fixed cost of one call of the tap kernel inside the tap nest
+        (:func:`cso.analysis.calibration.tap_nest_call_cost`): what prices
+        the tap family's calls where measured.  0 by default, where the tap
+        kernel's own ``tap_call_cost`` does.
     row_job_cost : float
         Fixed cost of one plane (job) of the row nest beyond its calls,
         told apart from ``row_call_cost`` by timing the nest on planes of
@@ -294,6 +299,7 @@ class CostWeights:
     lane_transpose_cost: float = 80.0
     row_call_cost: float = 9600.0
     row_job_cost: float = 0.0
+    tap_nest_call_cost: float = 0.0
     plane_call_cost: float = 5700.0
     unpacked_load_cost: float = 0.0
     l3_shared_cost: float = 6.0

@@ -75,6 +75,8 @@ ROW_LAYER = (1, 512, 7, 7)
 # 4 rows, 4 calls a row), so that a plane's own work is a small part of a
 # call's intercept there, and most of it on ROW_LAYER's.
 WIDE_ROW_LAYER = (1, 16, 112, 112)
+# The same wide planes through the tap nest: 266 calls a plane (rows of 6).
+WIDE_TAP_LAYER = WIDE_ROW_LAYER
 # Each comparison runs at least this long: a few rounds of a millisecond
 # program are at the mercy of the first calls' page faults.
 MIN_SECONDS = 0.3
@@ -313,7 +315,8 @@ def unpacked_nest_seconds(hardware, algorithm: str, rounds=5, layer=ROW_LAYER) -
     """``(call, column, column_macs, column_loads, calls_per_plane)``:
     ``layer`` (:data:`ROW_LAYER` or :data:`WIDE_ROW_LAYER`) through the nest
     of ``algorithm`` (``"depthwise_rows"`` or ``"depthwise_planes"``: the
-    nests that read the planes as given) with 3x1 and with 3x3 filters
+    nests that read the planes as given, or ``"depthwise"``, the tap nest,
+    which packs them) with 3x1 and with 3x3 filters
     (timed in interleaved rounds), each time a call: the intercept ``(3 t_1
     - t_3) / 2``, the slope ``(t_3 - t_1) / 2`` a column of taps, the
     multiply-adds and vector loads a column adds to a call by the plans' own

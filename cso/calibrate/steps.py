@@ -335,6 +335,9 @@ def calibration_steps(hardware, quick: bool):
          lambda: state["rows"][2]),
         ("row_column_loads", "vector loads a column of taps adds to a row-kernel call",
          lambda: state["rows"][3]),
+        ("tap_nest_call_seconds", "depthwise tap-kernel call in its loop nest, 112x112 planes",
+         lambda: loop_probes.unpacked_nest_seconds(
+             hardware, "depthwise", rounds, layer=loop_probes.WIDE_TAP_LAYER)[0]),
         ("row_calls_per_plane", "row-kernel calls a 7x7 plane takes", lambda: state["rows"][4]),
         ("row_wide_call_seconds", "depthwise row-kernel call in its loop nest, 112x112 planes",
          lambda: state["wide_rows"][0]),

@@ -46,6 +46,7 @@ RATES = dict(
     row_wide_call_seconds=1.5e-8,
     row_calls_per_plane=1.0,
     row_wide_calls_per_plane=2.0,
+    tap_nest_call_seconds=1e-8,
 )
 UNIT = 5e-12
 # A call's intercept is t_call + t_job / n on planes of n calls: 20 ns with
@@ -79,6 +80,7 @@ def test_each_weight_is_its_formula_of_the_rates():
         "lane_transpose_cost": 3.5e-10 / UNIT,  # 70 per element transposed
         "row_call_cost": (1.5e-8 - ROW_JOB / 2) / UNIT,  # 2000 per row-kernel call
         "row_job_cost": ROW_JOB / UNIT,  # 2000 per plane of the row nest
+        "tap_nest_call_cost": 1e-8 / UNIT,  # 2000 per tap-kernel call in its nest
         "plane_call_cost": 1.5e-8 / UNIT,  # 3000 per plane-kernel call in its nest
         # A column of taps adds 2400 units to a row call: 168 multiply-adds at the
         # mac_cost of 5.0 take 840, the other 1560 over its 40 loads is 39 a load.
@@ -630,6 +632,28 @@ def test_a_planes_own_cost_is_priced_once_a_plane_of_the_row_nest():
         base = rows.row_traffic(g, hardware, 4, 1, block)
         priced = rows.row_traffic(g, with_job, 4, 1, block)
         assert priced.cost == pytest.approx(base.cost + 5000.0)  # one plane a job
+
+
+def test_the_tap_family_prices_its_calls_as_measured_in_its_nest():
+    from dataclasses import replace
+
+    from conftest import AVX512_CORE
+
+    from cso.analysis.depthwise import depthwise_traffic
+    from cso.geometry import make_geometry
+
+    g = make_geometry((1, 32, 56, 56), (32, 1, 3, 3), padding=1, groups=32)
+    weights = replace(AVX512_CORE.weights, tap_call_cost=100.0, tap_nest_call_cost=0.0)
+    unmeasured = replace(AVX512_CORE, weights=weights)
+    measured = replace(unmeasured, weights=replace(weights, tap_nest_call_cost=2100.0))
+    before = depthwise_traffic(g, unmeasured, 4, 16, 1, rows_per_call=4)
+    after = depthwise_traffic(g, measured, 4, 16, 1, rows_per_call=4)
+    assert after.kernel_calls == before.kernel_calls > 0
+    assert after.cost == pytest.approx(before.cost + 2000.0 * before.kernel_calls)
+    # Records without it keep the kernel's own call cost.
+    older = dict(RATES)
+    del older["tap_nest_call_seconds"]
+    assert derive_weights(MeasuredRates(**older)).tap_nest_call_cost == 0.0
 
 
 def test_records_without_the_nest_call_times_price_calls_as_the_tap_kernel_does():
