@@ -313,7 +313,8 @@ def unpacked_call_seconds(hardware, algorithm: str, rounds=5) -> float:
 
 def unpacked_nest_seconds(hardware, algorithm: str, rounds=5, layer=ROW_LAYER) -> tuple:
     """``(call, column, column_macs, column_loads, calls_per_plane)``:
-    ``layer`` (:data:`ROW_LAYER` or :data:`WIDE_ROW_LAYER`) through the nest
+    ``layer`` (:data:`ROW_LAYER`, :data:`WIDE_ROW_LAYER` or
+    :data:`WIDE_TAP_LAYER`) through the nest
     of ``algorithm`` (``"depthwise_rows"`` or ``"depthwise_planes"``: the
     nests that read the planes as given, or ``"depthwise"``, the tap nest,
     which packs them) with 3x1 and with 3x3 filters

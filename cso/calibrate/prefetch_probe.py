@@ -15,6 +15,7 @@ import numpy as np
 
 from .. import plan_conv2d
 from ..measure import paired_ratios, plan_program, round_times
+from .loop_probes import MIN_SECONDS
 
 # ResNet-50's `conv1`, `l1 3x3 64 @56` and `l2 1x1 256->128 @56`, whose
 # panels stream from L2 through the most kernel calls: on a Xeon its layers
@@ -26,7 +27,6 @@ PREFETCH_LAYERS = (
     ((1, 64, 56, 56), (64, 64, 3, 3), 1, 1),
     ((1, 256, 56, 56), (128, 256, 1, 1), 1, 0),
 )
-MIN_SECONDS = 0.3
 
 
 def prefetch_speedup(hardware, rounds=7) -> float:

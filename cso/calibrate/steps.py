@@ -151,19 +151,24 @@ def calibration_steps(hardware, quick: bool):
         for field, probe in bandwidth_probes.items():
             bandwidth_samples[field].append(probe())
 
-    def best_bandwidth(field):
+    def kept(samples, probe, keep, count=1):
+        """A step that adds ``count`` samples of ``probe`` to those the
+        passes took and reports ``keep`` of them all."""
+
         def run():
-            bandwidth_samples[field].append(bandwidth_probes[field]())
-            return max(bandwidth_samples[field])
+            samples.extend(probe() for _ in range(count))
+            return keep(samples)
 
         return run
 
+    def best_bandwidth(field):
+        return kept(bandwidth_samples[field], bandwidth_probes[field], max)
+
     # The filters' packing times, plain times per element, and the kernel
     # calls' times: each the quickest of samples spread over the passes, as
-    # the bandwidths' best.  Taken at
-    # once, the tile-by-tile packing read 1.40 and 2.23 units in two
-    # calibrations a minute apart on a shared EPYC (Zen 3), and moved 6 of
-    # ResNet-50's and VGG-16's 70 plans.
+    # the bandwidths' best.  Taken at once, the tile-by-tile packing read
+    # 1.40 and 2.23 units in two calibrations a minute apart on a shared EPYC
+    # (Zen 3), and moved 6 of ResNet-50's and VGG-16's 70 plans.
     filter_pack_probes = {
         "filter_pack_seconds": lambda: loop_probes.filter_pack_seconds(hardware, rounds),
         "filter_tile_pack_seconds": lambda: loop_probes.filter_tile_pack_seconds(
@@ -171,28 +176,25 @@ def calibration_steps(hardware, quick: bool):
         ),
     }
     filter_pack_samples = {field: [] for field in filter_pack_probes}
+
+    def call_probe():
+        return loop_probes.kernel_call_times(hardware, rounds)
+
     call_samples = []
 
     def filter_pack_pass():
         for field, probe in filter_pack_probes.items():
             filter_pack_samples[field].append(probe())
-        call_samples.append(loop_probes.kernel_call_times(hardware, rounds))
+        call_samples.append(call_probe())
 
     # And a few more samples at the step itself (the passes' are one each).
     final_samples = 1 if quick else 3
-
-    def kernel_call_seconds():
-        for _ in range(final_samples):
-            call_samples.append(loop_probes.kernel_call_times(hardware, rounds))
-        return loop_probes.kernel_call_seconds(call_samples)
+    kernel_call_seconds = kept(
+        call_samples, call_probe, loop_probes.kernel_call_seconds, final_samples
+    )
 
     def quickest_filter_pack(field):
-        def run():
-            for _ in range(final_samples):
-                filter_pack_samples[field].append(filter_pack_probes[field]())
-            return min(filter_pack_samples[field])
-
-        return run
+        return kept(filter_pack_samples[field], filter_pack_probes[field], min, final_samples)
 
     def kernel_flops():
         return median(resident_medians)

@@ -101,8 +101,6 @@ def prefetches_rows(row_elements: int, element_bytes: int, line_bytes: int = 64)
     return row_elements * element_bytes >= line_bytes
 
 
-
-
 def build_outer_product_kernel(
     filters_per_tile: int,
     windows_per_tile: int,
