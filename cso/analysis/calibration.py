@@ -240,6 +240,25 @@ def unpacked_load_cost(rates: MeasuredRates) -> float:
     return max(0.0, (added - rates.row_column_macs * mac_cost(rates)) / rates.row_column_loads)
 
 
+def plane_load_cost(rates: MeasuredRates) -> float:
+    """``(t_column / u - macs_column * c_mac) / loads_column`` of the plane
+    nest's column of taps: per vector load of the plane kernel, as
+    :func:`unpacked_load_cost` is the row kernel's.  0 where not measured
+    (the row kernel's then stands in: :func:`~cso.analysis.planes.plane_traffic`).
+
+    Why apart: the plane kernel's loads are masked loads of bit-set masks
+    (a mask read beside each) where the row kernel's are whole loads and an
+    and.  On an AMD EPYC (Zen 5, AVX-512), one thread, with the row
+    kernel's rate for both, the model took the plane plans for
+    EfficientNet-B0's ``dw 5x5 1152 @7`` and ``dw 3x3 1152 @7``, which ran
+    2.75x and 1.46x slower than the lane plans (88.7 and 32.2 us against
+    32.2 and 22.1)."""
+    if not (rates.plane_column_seconds and rates.plane_column_loads):
+        return 0.0
+    added = weight_of(rates.plane_column_seconds, rates.fma_flops)
+    return max(0.0, (added - rates.plane_column_macs * mac_cost(rates)) / rates.plane_column_loads)
+
+
 def lane_transpose_cost(rates: MeasuredRates) -> float:
     """``t_lane / u``, per element the lane nest transposes; in records made
     before it was measured, the shifted input packing's cost (a pass of
@@ -293,6 +312,7 @@ FORMULAS = {
     "tap_nest_call_cost": tap_nest_call_cost,
     "plane_call_cost": plane_call_cost,
     "unpacked_load_cost": unpacked_load_cost,
+    "plane_load_cost": plane_load_cost,
 }
 # The weights derive_weights measures; the rest keep their defaults.
 CALIBRATED_WEIGHTS = tuple(FORMULAS)

@@ -211,11 +211,10 @@ def plane_traffic(
     ``R*S`` taps and its output plane) from the level the whole call's
     operands fit in; nothing packed; the :func:`call_schedule`'s calls of
     ``per_call * VL * R*S`` multiply-adds and :func:`plane_kernel_loads`
-    loads, priced by :func:`~cso.analysis.depthwise.tap_kernel_cost`
-    (one load per FMA, unaligned, as in the one-row tap kernel whose rate
-    ``tap_load_cost`` is), each call at ``plane_call_cost``, measured in the
-    plane nest itself.  Scaled by the busiest thread's share of the ``N *
-    K`` jobs.
+    loads, priced by :func:`~cso.analysis.depthwise.tap_kernel_cost` at
+    ``plane_load_cost`` a load (``unpacked_load_cost`` where not measured),
+    each call at ``plane_call_cost``, both measured in the plane nest itself.
+    Scaled by the busiest thread's share of the ``N * K`` jobs.
     """
     g = geometry
     s = element_bytes
@@ -236,7 +235,8 @@ def plane_traffic(
         loads=plane_kernel_loads(len(calls), checked_calls, per_call, taps, g.kernel_width),
         packed_elements=0,
         call_cost=hardware.weights.plane_call_cost,
-        load_cost=hardware.weights.unpacked_load_cost,
+        # Its own loads' rate where measured, else the row kernel's.
+        load_cost=hardware.weights.plane_load_cost or hardware.weights.unpacked_load_cost,
     )
 
 

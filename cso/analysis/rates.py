@@ -102,6 +102,11 @@ class MeasuredRates:
         (the tap kernel's call time stands in).
     plane_call_seconds : float
         The same for the plane nest (3x1 filters padded to keep ``Q == W``).
+    plane_column_seconds, plane_column_macs, plane_column_loads : float
+        What one more column of taps adds to a plane-kernel call in its
+        loop nest, from the same two layers, as ``row_column_seconds`` and
+        its counts for the row nest.  0 in records made before they were
+        measured (the row kernel's load rate then stands in).
     row_wide_call_seconds : float
         ``row_call_seconds``' intercept on a layer of 112x112 planes.  0 in
         records made before it was measured (``row_call_seconds`` then
@@ -208,6 +213,9 @@ class MeasuredRates:
     lane_transpose_seconds: float = 0.0
     row_call_seconds: float = 0.0
     plane_call_seconds: float = 0.0
+    plane_column_seconds: float = 0.0
+    plane_column_macs: float = 0.0
+    plane_column_loads: float = 0.0
     row_column_seconds: float = 0.0
     row_column_macs: float = 0.0
     row_column_loads: float = 0.0

@@ -182,6 +182,12 @@ class CostWeights:
         at stride 1, and used there.  0 (the default, and records made before
         it was measured), and at stride 2, whose loads come with shuffles:
         the tap kernel's ``tap_load_cost`` less an FMA stands in.
+    plane_load_cost : float
+        The same for the plane kernel's loads (masked by bit-set masks, a
+        mask read beside each), measured in the plane nest
+        (:func:`cso.analysis.calibration.plane_load_cost`).  0 (the default,
+        and records made before it was measured): ``unpacked_load_cost``
+        stands in.
     lane_transpose_cost : float
         Cost of one element the lane nest transposes (the depthwise_lanes
         algorithm's input planes into pixel vectors, its outputs back,
@@ -302,6 +308,7 @@ class CostWeights:
     tap_nest_call_cost: float = 0.0
     plane_call_cost: float = 5700.0
     unpacked_load_cost: float = 0.0
+    plane_load_cost: float = 0.0
     l3_shared_cost: float = 6.0
     dram_shared_cost: float = 20.0
     l1_conflict_cost: float = 128.0

@@ -42,7 +42,6 @@ REPEATED = frozenset(
         "transposed_store_seconds",
         "filter_pack_shared_seconds",
         "lane_transpose_seconds",
-        "plane_call_seconds",
         "tap_nest_call_seconds",
         "in_place_input_seconds",
     )

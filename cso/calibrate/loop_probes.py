@@ -306,11 +306,6 @@ def lane_transpose_seconds(hardware, rounds=5) -> float:
     return max(0.0, best[1] - one_tap) / elements
 
 
-def unpacked_call_seconds(hardware, algorithm: str, rounds=5) -> float:
-    """``(3 t_1 - t_3) / 2``: :func:`unpacked_nest_seconds`' intercept."""
-    return unpacked_nest_seconds(hardware, algorithm, rounds)[0]
-
-
 def unpacked_nest_seconds(hardware, algorithm: str, rounds=5, layer=ROW_LAYER) -> tuple:
     """``(call, column, column_macs, column_loads, calls_per_plane)``:
     ``layer`` (:data:`ROW_LAYER`, :data:`WIDE_ROW_LAYER` or

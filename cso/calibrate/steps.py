@@ -61,6 +61,16 @@ def calibration_steps(hardware, quick: bool):
         state["wide_rows"] = tuple(median(fit[i] for fit in wide) for i in range(5))
         return state["rows"]
 
+    def plane_nest():
+        # The plane nest's intercept and slope, each the median of several
+        # fits, as the row nest's.
+        fits = [
+            loop_probes.unpacked_nest_seconds(hardware, "depthwise_planes", rounds)
+            for _ in range(1 if quick else 5)
+        ]
+        state["planes"] = tuple(median(fit[i] for fit in fits) for i in range(4))
+        return state["planes"]
+
     in_place_passes = 1 if quick else 3
     in_place_samples = {}
     pointwise_in_place_samples = {}
@@ -345,8 +355,15 @@ def calibration_steps(hardware, quick: bool):
          lambda: state["wide_rows"][0]),
         ("row_wide_calls_per_plane", "row-kernel calls a 112x112 plane takes",
          lambda: state["wide_rows"][4]),
+        (None, "depthwise plane kernel in its loop nest, against its column taps", plane_nest),
         ("plane_call_seconds", "depthwise plane-kernel call in its loop nest",
-         lambda: loop_probes.unpacked_call_seconds(hardware, "depthwise_planes", rounds)),
+         lambda: state["planes"][0]),
+        ("plane_column_seconds", "depthwise plane-kernel column of taps in its loop nest",
+         lambda: state["planes"][1]),
+        ("plane_column_macs", "multiply-adds a column of taps adds to a plane-kernel call",
+         lambda: state["planes"][2]),
+        ("plane_column_loads", "vector loads a column of taps adds to a plane-kernel call",
+         lambda: state["planes"][3]),
         ("kernel_call_seconds", "micro-kernel call in the loop nest (quickest of the passes)",
          kernel_call_seconds),
         (None, "micro-kernels in the loop nest (a 3x3 and a 1x1 layer, per padded multiply-add) "

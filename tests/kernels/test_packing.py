@@ -298,7 +298,7 @@ def test_transpose_block_writes_exactly_its_block(dtype, lanes):
 
 
 @pytest.mark.parametrize("lanes", WIDTHS)
-@pytest.mark.parametrize("filters_per_tile", [8, 14, 32])
+@pytest.mark.parametrize("filters_per_tile", [8, 14, 32, 48])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_filter_panels_of_kernel_sized_tiles(filters_per_tile, dtype, lanes):
     # Reductions and tiles that are not multiples of the vector blocks.

@@ -43,6 +43,9 @@ RATES = dict(
     row_column_seconds=1.2e-8,
     row_column_macs=168.0,
     row_column_loads=40.0,
+    plane_column_seconds=1.6e-8,
+    plane_column_macs=80.0,
+    plane_column_loads=56.0,
     row_wide_call_seconds=1.5e-8,
     row_calls_per_plane=1.0,
     row_wide_calls_per_plane=2.0,
@@ -85,6 +88,9 @@ def test_each_weight_is_its_formula_of_the_rates():
         # A column of taps adds 2400 units to a row call: 168 multiply-adds at the
         # mac_cost of 5.0 take 840, the other 1560 over its 40 loads is 39 a load.
         "unpacked_load_cost": (1.2e-8 / UNIT - 168 * 5.0) / 40,
+        # The plane nest's column: 3200 units, 80 multiply-adds take 400, the
+        # other 2800 over its 56 loads is 50 a load.
+        "plane_load_cost": (1.6e-8 / UNIT - 80 * 5.0) / 56,
     }
     assert set(expected) == set(calibration.CALIBRATED_WEIGHTS)
     for name, value in expected.items():
@@ -93,6 +99,30 @@ def test_each_weight_is_its_formula_of_the_rates():
     assert weights.sweep_fraction == DEFAULT_WEIGHTS.sweep_fraction
     assert weights.stream_overlap == DEFAULT_WEIGHTS.stream_overlap
     assert weights.origin == "calibrated" and DEFAULT_WEIGHTS.origin == "defaults"
+
+
+def test_plane_loads_fall_back_to_the_row_kernels_where_not_measured():
+    from dataclasses import replace
+
+    from cso.analysis.planes import plane_traffic
+    from cso.geometry import make_geometry
+
+    geometry = make_geometry((1, 64, 7, 7), (64, 1, 5, 5), padding=2, groups=64)
+    older = dict(RATES, plane_column_seconds=0.0, plane_column_macs=0.0, plane_column_loads=0.0)
+    assert derive_weights(MeasuredRates(**older)).plane_load_cost == 0.0
+    weights = derive_weights(MeasuredRates(**RATES))
+    assert weights.plane_load_cost != weights.unpacked_load_cost
+
+    def cost(**changed):
+        hardware = replace(cso.detect_hardware(), weights=replace(weights, **changed))
+        return plane_traffic(geometry, hardware, 4, 1).cost
+
+    own = weights.plane_load_cost
+    # The plane kernel's loads are priced at its own rate, whatever the row kernel's ...
+    assert cost() == pytest.approx(cost(unpacked_load_cost=2 * own + 1.0))
+    # ... and at the row kernel's where its own was not measured (0).
+    assert cost() == pytest.approx(cost(plane_load_cost=0.0, unpacked_load_cost=own))
+    assert cost(plane_load_cost=0.0) != pytest.approx(cost())
 
 
 def test_unpacked_loads_fall_back_to_the_tap_kernel_where_not_measured():
