@@ -40,6 +40,14 @@ def _whole_block(e: KernelEmitter, count, valid):
     return b.and_(b.icmp_signed("==", count, lanes), b.icmp_signed("==", valid, lanes))
 
 
+def _real_offset(e: KernelEmitter, real, offset):
+    """``offset`` for a real channel, 0 (the block's first) for a missing
+    one: its access is masked off entirely, but a masked access whose
+    address lies past the array's end took a fault assist on an AMD EPYC
+    (Zen 5: filter tiles' missing rows, :mod:`cso.packing.transpose`)."""
+    return e.builder.select(real, offset, e.constant(0))
+
+
 @functools.lru_cache(maxsize=None)
 def build_lane_pack(dtype_name: str, vector_lanes: int):
     """Return a Numba intrinsic laying ``VL`` channel planes out as pixel vectors.
@@ -89,7 +97,8 @@ def build_lane_pack(dtype_name: str, vector_lanes: int):
                     rows = []
                     for channel, offset in enumerate(sources):
                         real = b.icmp_signed("<", e.constant(channel), valid_v)
-                        rows.append(e.load(src_base, offset, e.masked_by(pixels, real)))
+                        at = _real_offset(e, real, offset)
+                        rows.append(e.load(src_base, at, e.masked_by(pixels, real)))
                     pixel_vectors = transpose(b, rows)
                     done = b.append_basic_block("pack.done")
                     for i, value in enumerate(pixel_vectors):
@@ -163,18 +172,21 @@ def build_lane_unpack(dtype_name: str, vector_lanes: int):
                         e.store(value, dst_base, offset)
                 with otherwise:
                     in_run = e.lanes_below(count_v)
-                    masks = [
-                        e.masked_by(in_run, b.icmp_signed("<", e.constant(channel), valid_v))
-                        for channel in range(lanes)
+                    real = [
+                        b.icmp_signed("<", e.constant(channel), valid_v) for channel in range(lanes)
+                    ]
+                    masks = [e.masked_by(in_run, is_real) for is_real in real]
+                    edge_offsets = [
+                        _real_offset(e, is_real, offset) for is_real, offset in zip(real, offsets)
                     ]
                     results = emit_epilogue(
                         b,
                         channels(),
-                        lambda index: e.load(res_base, offsets[index], masks[index]),
+                        lambda index: e.load(res_base, edge_offsets[index], masks[index]),
                         activation_v,
                         has_residual_v,
                     )
-                    for value, offset, mask in zip(results, offsets, masks):
+                    for value, offset, mask in zip(results, edge_offsets, masks):
                         e.store(value, dst_base, offset, mask)
             return context.get_dummy_value()
 
