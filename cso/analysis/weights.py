@@ -176,8 +176,9 @@ class CostWeights:
         The same for the plane nest (:mod:`cso.analysis.planes`), measured
         the same way through it; the default its figure on that Xeon.
     unpacked_load_cost : float
-        Cost of one vector load of the row and plane kernels (unaligned,
-        whole, masked by an and) beyond the multiply-adds it feeds, measured
+        Cost of one vector load of the row kernel (unaligned, whole, masked
+        by an and; the plane kernel's too where ``plane_load_cost`` is 0)
+        beyond the multiply-adds it feeds, measured
         in the row nest (:func:`cso.analysis.calibration.unpacked_load_cost`)
         at stride 1, and used there.  0 (the default, and records made before
         it was measured), and at stride 2, whose loads come with shuffles:
