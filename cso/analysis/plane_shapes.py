@@ -76,14 +76,27 @@ def row_vectors_per_call(geometry: ConvGeometry, lanes: int) -> int:
 
 
 def max_block_rows(geometry: ConvGeometry, vector_registers: int, lanes: int) -> int:
-    """Output rows a row-kernel call may hold: ``min(P, regs // U)``, ``B *
-    U`` output vectors within the registers.
+    """Output rows a row-kernel call may hold: ``min(P, regs // max(U,
+    VECTORS_PER_CALL))``, ``B * U`` output vectors within the registers
+    and, in a call of fewer vectors a row, no more rows than a call of
+    :data:`VECTORS_PER_CALL` may hold.
+
+    Why the second bound: narrow planes' blocks of many rows ran slower,
+    not faster.  On an AMD EPYC (Zen 5, 32 registers, one thread) 3x3
+    layers of 14x14 planes (``U = 1``) took 3.8-4.2 ns an output row in
+    blocks of 6-8 rows and 5-7.4 in blocks of 11-14, the same in four
+    processes (the 14 rows the registers allowed: ``dw 3x3 384 @14`` 35 us
+    against 21 in blocks of 7, 5x5 ``480 @14`` 102 against 74); 16x16 and
+    28x28 planes alike in blocks of 13-16 rows; blocks of 9-10 fast in some
+    processes and slow in others.  On a Zen 3 (16 registers) 14-wide planes
+    (``U = 2``) ran as fast in blocks of 4-5 rows as of 7-8.
 
     The kernel finishes one vector column of its block before the next, so
     only ``B`` chains of FMAs are live at a time; the bound is the measured
     one.  On the Xeon (32 registers) 112- and 56-wide planes (``U = 4``) ran
     fastest in blocks of 4-8 rows and 1.2-1.4x slower in 14-16, while on
-    14-wide ones (``U = 1``) 14 rows ran fastest.  On a Zen 3 (16 registers,
+    14-wide ones (``U = 1``) 14 rows ran fastest (now held to 7 by the
+    bound above: not measured there again).  On a Zen 3 (16 registers,
     one thread, ``dw 3x3`` layers), blocks of 4 rows of 4 vectors ran 1.05-1.17x
     faster than blocks of 2 (``32 @112`` 198 against 209 us, ``144 @56`` 207
     against 230, ``192 @28`` 114 against 133) and 5-8 rows no faster; 14-wide
@@ -92,4 +105,4 @@ def max_block_rows(geometry: ConvGeometry, vector_registers: int, lanes: int) ->
     had held these blocks to 2 rows.)"""
     g = geometry
     vectors = row_vectors_per_call(g, lanes)
-    return min(g.out_height, max(1, vector_registers // vectors))
+    return min(g.out_height, max(1, vector_registers // max(vectors, VECTORS_PER_CALL)))

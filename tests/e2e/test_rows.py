@@ -116,13 +116,17 @@ def test_unmasked_inner_vectors_match_the_masked_kernel_bit_for_bit(rng, threads
 
 
 def test_a_row_plan_holds_no_more_rows_than_the_output_and_registers():
-    plan = cso.plan_conv2d(
-        (1, 8, 9, 14), (8, 1, 3, 3), padding=1, groups=8, algorithm="depthwise_rows",
-        hardware=AVX512_CORE,
-    )  # fmt: skip
-    assert 1 <= plan.rows_per_call <= 9
-    with pytest.raises(ValueError, match=r"rows_per_call \(10\) of a row plan must be in \[1, 9\]"):
-        dataclasses.replace(plan, rows_per_call=10)
+    # 6 output rows; then 20, of one vector a row: 32 registers hold 8 rows
+    # (a quarter of them, as a call of 4 vectors a row would).
+    for height, most in ((6, 6), (20, 8)):
+        plan = cso.plan_conv2d(
+            (1, 8, height, 14), (8, 1, 3, 3), padding=1, groups=8,
+            algorithm="depthwise_rows", hardware=AVX512_CORE,
+        )  # fmt: skip
+        assert 1 <= plan.rows_per_call <= most
+        message = rf"rows_per_call \({most + 1}\) of a row plan must be in \[1, {most}\]"
+        with pytest.raises(ValueError, match=message):
+            dataclasses.replace(plan, rows_per_call=most + 1)
     with pytest.raises(ValueError, match="rows_per_call"):
         dataclasses.replace(plan, rows_per_call=0)
 
