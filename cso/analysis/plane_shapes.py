@@ -89,7 +89,13 @@ def max_block_rows(geometry: ConvGeometry, vector_registers: int, lanes: int) ->
     against 21 in blocks of 7, 5x5 ``480 @14`` 102 against 74); 16x16 and
     28x28 planes alike in blocks of 13-16 rows; blocks of 9-10 fast in some
     processes and slow in others.  On a Zen 3 (16 registers) 14-wide planes
-    (``U = 2``) ran as fast in blocks of 4-5 rows as of 7-8.
+    (``U = 2``) ran as fast in blocks of 4-5 rows as of 7-8.  At vertical
+    stride ``sh`` the bound is on the input rows a block reads, ``(B-1)*sh
+    + 1`` no more than a stride-1 block's ``B``: on the Zen 5 ``dw 3x3/2``
+    layers of 96 channels @112 and 144 @56 ran 1.2-1.3x faster in blocks of
+    4 rows than of 7-8 (102-110 us against 129-134, 47-49 against 60-70),
+    though 192 @28 ran 1.2x slower in blocks of 4 than of 7 (23.4 us
+    against 19.4) and 5x5 ones 1.03-1.07x.
 
     The kernel finishes one vector column of its block before the next, so
     only ``B`` chains of FMAs are live at a time; the bound is the measured
@@ -105,4 +111,7 @@ def max_block_rows(geometry: ConvGeometry, vector_registers: int, lanes: int) ->
     had held these blocks to 2 rows.)"""
     g = geometry
     vectors = row_vectors_per_call(g, lanes)
-    return min(g.out_height, max(1, vector_registers // max(vectors, VECTORS_PER_CALL)))
+    rows = max(1, vector_registers // max(vectors, VECTORS_PER_CALL))
+    # At vertical stride sh a block reads sh input rows an output row: no
+    # more input rows than a stride-1 block of ``rows`` reads.
+    return min(g.out_height, (rows - 1) // g.stride_h + 1)
