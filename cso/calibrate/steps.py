@@ -71,6 +71,23 @@ def calibration_steps(hardware, quick: bool):
         state["planes"] = tuple(median(fit[i] for fit in fits) for i in range(4))
         return state["planes"]
 
+    def column_fit_steps(kernel: str, key: str) -> list:
+        """The steps reporting ``state[key]``, a depthwise nest's fit against
+        its column taps: ``<kernel>_call_seconds`` (the intercept) and the
+        column's seconds, multiply-adds and loads."""
+        return [
+            (f"{kernel}_call_seconds", f"depthwise {kernel}-kernel call in its loop nest",
+             lambda: state[key][0]),
+            (f"{kernel}_column_seconds",
+             f"depthwise {kernel}-kernel column of taps in its loop nest", lambda: state[key][1]),
+            (f"{kernel}_column_macs",
+             f"multiply-adds a column of taps adds to a {kernel}-kernel call",
+             lambda: state[key][2]),
+            (f"{kernel}_column_loads",
+             f"vector loads a column of taps adds to a {kernel}-kernel call",
+             lambda: state[key][3]),
+        ]  # fmt: skip
+
     in_place_passes = 1 if quick else 3
     in_place_samples = {}
     pointwise_in_place_samples = {}
@@ -339,14 +356,7 @@ def calibration_steps(hardware, quick: bool):
         ("lane_transpose_seconds", "element transposed by the depthwise lane nest",
          lambda: loop_probes.lane_transpose_seconds(hardware, rounds)),
         (None, "depthwise row kernel in its loop nest, against its column taps", row_nest),
-        ("row_call_seconds", "depthwise row-kernel call in its loop nest",
-         lambda: state["rows"][0]),
-        ("row_column_seconds", "depthwise row-kernel column of taps in its loop nest",
-         lambda: state["rows"][1]),
-        ("row_column_macs", "multiply-adds a column of taps adds to a row-kernel call",
-         lambda: state["rows"][2]),
-        ("row_column_loads", "vector loads a column of taps adds to a row-kernel call",
-         lambda: state["rows"][3]),
+        *column_fit_steps("row", "rows"),
         ("tap_nest_call_seconds", "depthwise tap-kernel call in its loop nest, 112x112 planes",
          lambda: loop_probes.unpacked_nest_seconds(
              hardware, "depthwise", rounds, layer=loop_probes.WIDE_TAP_LAYER)[0]),
@@ -356,14 +366,7 @@ def calibration_steps(hardware, quick: bool):
         ("row_wide_calls_per_plane", "row-kernel calls a 112x112 plane takes",
          lambda: state["wide_rows"][4]),
         (None, "depthwise plane kernel in its loop nest, against its column taps", plane_nest),
-        ("plane_call_seconds", "depthwise plane-kernel call in its loop nest",
-         lambda: state["planes"][0]),
-        ("plane_column_seconds", "depthwise plane-kernel column of taps in its loop nest",
-         lambda: state["planes"][1]),
-        ("plane_column_macs", "multiply-adds a column of taps adds to a plane-kernel call",
-         lambda: state["planes"][2]),
-        ("plane_column_loads", "vector loads a column of taps adds to a plane-kernel call",
-         lambda: state["planes"][3]),
+        *column_fit_steps("plane", "planes"),
         ("kernel_call_seconds", "micro-kernel call in the loop nest (quickest of the passes)",
          kernel_call_seconds),
         (None, "micro-kernels in the loop nest (a 3x3 and a 1x1 layer, per padded multiply-add) "
