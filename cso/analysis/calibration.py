@@ -221,9 +221,19 @@ def plane_call_cost(rates: MeasuredRates) -> float:
     return _nest_call_cost(rates.plane_call_seconds, rates)
 
 
+def _column_load_cost(rates: MeasuredRates, seconds: float, macs: float, loads: float) -> float:
+    """``(t_column / u - macs_column * c_mac) / loads_column``, 0 where the
+    column was not measured (``seconds`` or ``loads`` 0)."""
+    if not (seconds and loads):
+        return 0.0
+    added = weight_of(seconds, rates.fma_flops)
+    return max(0.0, (added - macs * mac_cost(rates)) / loads)
+
+
 def unpacked_load_cost(rates: MeasuredRates) -> float:
     """``(t_column / u - macs_column * c_mac) / loads_column``: per vector
-    load of the kernels that read the planes as given (row and plane), what
+    load of the row kernel (and of the plane kernel where
+    :func:`plane_load_cost` was not measured), what
     a column of taps adds to a row-kernel call in its nest beyond its
     multiply-adds (:func:`mac_cost`), over the loads it adds.  0 where not
     measured (records made before it was): the tap kernel's load rate then
@@ -234,10 +244,9 @@ def unpacked_load_cost(rates: MeasuredRates) -> float:
     whole loads, masked by an and, cost less than that (on a Zen 3 the model
     so priced row plans 1.3x dearer than lane plans they ran 1.27x faster
     than)."""
-    if not (rates.row_column_seconds and rates.row_column_loads):
-        return 0.0
-    added = weight_of(rates.row_column_seconds, rates.fma_flops)
-    return max(0.0, (added - rates.row_column_macs * mac_cost(rates)) / rates.row_column_loads)
+    return _column_load_cost(
+        rates, rates.row_column_seconds, rates.row_column_macs, rates.row_column_loads
+    )
 
 
 def plane_load_cost(rates: MeasuredRates) -> float:
@@ -253,10 +262,9 @@ def plane_load_cost(rates: MeasuredRates) -> float:
     EfficientNet-B0's ``dw 5x5 1152 @7`` and ``dw 3x3 1152 @7``, which ran
     2.75x and 1.46x slower than the lane plans (88.7 and 32.2 us against
     32.2 and 22.1)."""
-    if not (rates.plane_column_seconds and rates.plane_column_loads):
-        return 0.0
-    added = weight_of(rates.plane_column_seconds, rates.fma_flops)
-    return max(0.0, (added - rates.plane_column_macs * mac_cost(rates)) / rates.plane_column_loads)
+    return _column_load_cost(
+        rates, rates.plane_column_seconds, rates.plane_column_macs, rates.plane_column_loads
+    )
 
 
 def lane_transpose_cost(rates: MeasuredRates) -> float:

@@ -30,7 +30,7 @@ _UNITS = {
 
 
 # Each per-shape (or per-kind) table of the measured rates, as its rows are labelled.
-_TABLE_LABELS = {
+RATE_TABLE_LABELS = {
     "in_place_shape_seconds": "in place, ",
     "in_place_pointwise_shape_seconds": "in place, 1x1, ",
     "input_pack_kind_seconds": "packing, ",
@@ -111,8 +111,8 @@ def main(argv=None) -> int:
     record = calibration_store.calibration_record(rates, key, quick=args.quick, seconds=seconds)
     print(f"\nmeasured rates ({seconds:.1f} s)")
     for name, value in rates.to_dict().items():
-        if name in _TABLE_LABELS:
-            what = _TABLE_LABELS[name]
+        if name in RATE_TABLE_LABELS:
+            what = RATE_TABLE_LABELS[name]
             for shape, seconds in value.items():
                 print(f"  {'  ' + what + shape:<30} {_shown(name, seconds)}")
         elif name != "kernel_shape_flops":  # in the micro-kernels' table below

@@ -793,12 +793,11 @@ def test_the_prefetch_is_kept_unless_the_nests_ran_faster_without():
         rates(-0.5)
 
 
-
 def test_the_calibrate_command_labels_every_table_of_the_rates():
     # Each per-shape table prints row by row (a dict has no number format).
     from dataclasses import fields
 
-    from cso.calibrate.cli import _TABLE_LABELS
+    from cso.calibrate.cli import RATE_TABLE_LABELS
 
     tables = {f.name for f in fields(MeasuredRates) if f.type == "tuple"}
-    assert tables - {"kernel_shape_flops"} == set(_TABLE_LABELS)
+    assert tables - {"kernel_shape_flops"} == set(RATE_TABLE_LABELS)
