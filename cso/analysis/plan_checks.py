@@ -124,8 +124,12 @@ def _check_remade(g: ConvGeometry) -> None:
 
 # The families that read the planes as given: the word their errors use, and
 # the vectors a call of their kernel holds.
+def _plane_vectors_per_call(geometry, lanes: int, vector_registers: int) -> int:
+    return plane_shapes.vectors_per_call(geometry, lanes)
+
+
 _UNPACKED_FAMILIES = {
-    Algorithm.DEPTHWISE_PLANES: ("plane", plane_shapes.vectors_per_call),
+    Algorithm.DEPTHWISE_PLANES: ("plane", _plane_vectors_per_call),
     Algorithm.DEPTHWISE_ROWS: ("row", plane_shapes.row_vectors_per_call),
 }
 
@@ -164,7 +168,7 @@ def _check_kernel(plan) -> None:
     nf, nwin = plan.filters_per_tile, plan.windows_per_tile
     if plan.algorithm in _UNPACKED_FAMILIES:
         label, vectors_per_call = _UNPACKED_FAMILIES[plan.algorithm]
-        per_call = vectors_per_call(plan.geometry, lanes)
+        per_call = vectors_per_call(plan.geometry, lanes, hardware.vector_registers)
         if nf != 1 or nwin != per_call * lanes:
             raise ValueError(
                 f"a {label} plan computes 1 x {per_call * lanes} pixels a call ({per_call} "

@@ -17,6 +17,11 @@ from ..geometry import ConvGeometry, ceil_div
 # 8 and 12 up to 1.3x slower on 112x112 and 56x56 planes).
 VECTORS_PER_CALL = 4
 
+# A row-kernel call holds a whole output row (up to 8 vectors with 32
+# registers) where its blocks keep this many rows in the registers
+# (:func:`row_vectors_per_call`).
+WHOLE_ROW_BLOCK_ROWS = 4
+
 # Mask-table entries are int32 bit sets of the vector lanes.
 MAX_PLANE_LANES = 32
 
@@ -69,10 +74,27 @@ def is_row_depthwise(geometry: ConvGeometry) -> bool:
     return g.channels_per_group == 1 and g.groups > 1 and g.stride_w <= MAX_ROW_STRIDE
 
 
-def row_vectors_per_call(geometry: ConvGeometry, lanes: int) -> int:
-    """``min(VECTORS_PER_CALL, ceil(Q / VL))``: vectors of one output row a
-    row-kernel call holds."""
-    return min(VECTORS_PER_CALL, ceil_div(geometry.out_width, lanes))
+def row_vectors_per_call(geometry: ConvGeometry, lanes: int, vector_registers: int) -> int:
+    """``ceil(V / ceil(V / cap))`` for the ``V = ceil(Q / VL)`` vectors of an
+    output row and ``cap = max(VECTORS_PER_CALL, regs // WHOLE_ROW_BLOCK_ROWS)``:
+    a whole output row a call where the registers hold
+    :data:`WHOLE_ROW_BLOCK_ROWS` rows of it (:func:`max_block_rows`), else
+    the row split evenly among the fewest calls of at most ``cap`` vectors.
+
+    What a row split among calls costs is its last call, which starts at
+    ``Q - U*VL`` and computes the vectors before it again.  On an AMD EPYC
+    (Zen 5, 32 registers, one thread), ``dw 3x3 32 @112`` in calls of the
+    whole row (7 vectors, blocks of 4 rows) ran 1.15-1.25x faster than in two
+    calls of 4 (128 columns for 112; blocks of 8), medians over five
+    placements of the input in each of two processes; the 5x5 layer
+    1.00-1.15x.  With 16 registers the cap stays 4: planned for AVX2 on that
+    machine, whole rows of 7 vectors in blocks of 2 rows ran 1.05-1.35x
+    slower than calls of 4 in blocks of 4.  (On the Xeon, calls of 8 and 12
+    vectors that ran up to 1.3x slower than 4 on 112-wide planes computed
+    128 and 192 columns for 112.)"""
+    vectors = ceil_div(geometry.out_width, lanes)
+    cap = max(VECTORS_PER_CALL, vector_registers // WHOLE_ROW_BLOCK_ROWS)
+    return ceil_div(vectors, ceil_div(vectors, cap))
 
 
 def max_block_rows(geometry: ConvGeometry, vector_registers: int, lanes: int) -> int:
@@ -110,7 +132,7 @@ def max_block_rows(geometry: ConvGeometry, vector_registers: int, lanes: int) ->
     bound, half the registers, :func:`~cso.analysis.tap_rules.max_rows_per_call`,
     had held these blocks to 2 rows.)"""
     g = geometry
-    vectors = row_vectors_per_call(g, lanes)
+    vectors = row_vectors_per_call(g, lanes, vector_registers)
     rows = max(1, vector_registers // max(vectors, VECTORS_PER_CALL))
     # At vertical stride sh a block reads sh input rows an output row: no
     # more input rows than a stride-1 block of ``rows`` reads.

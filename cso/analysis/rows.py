@@ -193,11 +193,10 @@ def window_rows_on_plane(top: int, window_rows: int, height: int) -> tuple:
     return max(0, -top), min(window_rows, height - top)
 
 
-def row_offsets(geometry: ConvGeometry, lanes: int) -> np.ndarray:
+def row_offsets(geometry: ConvGeometry, lanes: int, vectors: int) -> np.ndarray:
     """What the row nest reads besides the operands, as one int32 array: the
     number of calls ``n`` a row takes, their ``q0`` (:func:`row_calls`), the
     :func:`mask_table` (from ``1 + n``), then the :func:`vector_mask_table`."""
-    vectors = row_vectors_per_call(geometry, lanes)
     starts = row_calls(geometry.out_width, vectors * lanes)
     head = np.array([len(starts)] + starts, dtype=np.int32)
     table = mask_table(geometry, lanes, vectors)
@@ -283,7 +282,7 @@ def row_traffic(
     g = geometry
     s = element_bytes
     lanes = max(1, hardware.vector_bytes // s)
-    vectors = row_vectors_per_call(g, lanes)
+    vectors = row_vectors_per_call(g, lanes, hardware.vector_registers)
     calls = len(block_starts(g.out_height, rows_per_call)) * len(
         row_calls(g.out_width, vectors * lanes)
     )
@@ -318,5 +317,5 @@ def plan_rows(geometry: ConvGeometry, dtype_name: str, hardware: Hardware, threa
     rows, traffic = first_within(options)
     return untiled_plan(
         geometry, dtype_name, hardware, threads, traffic, Algorithm.DEPTHWISE_ROWS,
-        row_vectors_per_call(geometry, lanes) * lanes, rows,
+        row_vectors_per_call(geometry, lanes, hardware.vector_registers) * lanes, rows,
     )  # fmt: skip

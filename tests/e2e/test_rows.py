@@ -181,11 +181,12 @@ def test_explain_tells_the_rows_story():
     )  # fmt: skip
     text = cso.explain(plan)
     assert "Algorithm: depthwise on the planes as given, a block of output rows" in text
-    # 20 output rows, 4 vectors a row: blocks of at most 32 registers / 4 = 8
-    # rows, spanning 8 input rows at stride 1; at stride 2, (B-1)*2 + 1: 7
-    # for 4 rows, 9 for 5.  Split evenly down the plane: 5 blocks of 4.
-    assert f"{plan.rows_per_call} output row(s) x 4 vector(s)" in text
-    assert plan.rows_per_call in (1, 4)
-    # Q = 75: calls of 4 vectors of 16 at q0 = 0 and 11 (the last overlapping).
-    assert "2 call(s) a row at q0 = [0, 11]" in text
+    # Q = 75: a whole row of 5 vectors of 16 a call (32 registers hold 4 rows
+    # of up to 8), at q0 = 0.
+    assert "1 call(s) a row at q0 = [0] (75 of 80 lanes used)" in text
+    # 20 output rows, 5 vectors a row: blocks of at most 32 registers / 5 = 6
+    # rows, spanning 6 input rows at stride 1; at stride 2, (B-1)*2 + 1: 5
+    # for 3 rows, 7 for 4.  Split evenly down the plane: 7 blocks of 3.
+    assert f"{plan.rows_per_call} output row(s) x 5 vector(s)" in text
+    assert plan.rows_per_call in (1, 3)
     assert "depthwise plan" in text and "depthwise_lanes plan" in text and "dense plan" in text

@@ -8,6 +8,9 @@ from hypothesis import strategies as st
 from cso.analysis import planes, rows
 from cso.geometry import make_geometry
 
+# The vector registers of the machines with these lanes (AVX2, AVX-512).
+REGISTERS = {8: 16, 16: 32}
+
 
 @st.composite
 def plane_geometries(draw):
@@ -114,7 +117,7 @@ def row_geometries(draw):
 def test_the_row_masks_match_brute_force(case):
     g, lanes = case
     assert rows.is_row_depthwise(g)
-    vectors = rows.row_vectors_per_call(g, lanes)
+    vectors = rows.row_vectors_per_call(g, lanes, REGISTERS[lanes])
     table = rows.mask_table(g, lanes, vectors).view(np.uint32).astype(np.int64)
     groups = rows.load_groups(g.kernel_width, g.dilation_w, g.stride_w)
     # Every tap is in one group, at its offset plus its phase.
@@ -173,7 +176,7 @@ def test_the_row_calls_cover_the_row(width, span):
 @given(row_geometries())
 def test_inner_vectors_are_unmasked_only_where_every_lane_is_inside(case):
     g, lanes = case
-    vectors = rows.row_vectors_per_call(g, lanes)
+    vectors = rows.row_vectors_per_call(g, lanes, REGISTERS[lanes])
     inside = vectors > 2
     groups = rows.load_groups(g.kernel_width, g.dilation_w, g.stride_w)
     for q0 in rows.row_calls(g.out_width, vectors * lanes):
@@ -187,6 +190,20 @@ def test_inner_vectors_are_unmasked_only_where_every_lane_is_inside(case):
     assert rows.full_interior_vectors(g, lanes, vectors) == inside
 
 
+def test_a_call_holds_a_whole_row_where_the_registers_keep_four_rows_of_it():
+    def per_call(width, lanes, registers):
+        g = make_geometry((1, 4, 9, width), (4, 1, 3, 3), padding=1, groups=4)
+        return rows.row_vectors_per_call(g, lanes, registers)
+
+    # 32 registers: up to 8 vectors a call (4 rows of 8), a wider row split evenly.
+    assert [per_call(w, 16, 32) for w in (14, 56, 112, 128, 129, 224)] == [1, 4, 7, 8, 5, 7]
+    # 16 registers: calls of 4 vectors at most, as before.
+    assert [per_call(w, 8, 16) for w in (14, 28, 56, 112)] == [2, 4, 4, 4]
+    # The blocks of a whole 112-wide row: 32 // 7 = 4 rows.
+    g = make_geometry((1, 4, 112, 112), (4, 1, 3, 3), padding=1, groups=4)
+    assert rows.max_block_rows(g, 32, 16) == 4
+
+
 def test_inner_vectors_by_hand():
     def full(width, kernel=3, stride=1, dilation=1, lanes=16):
         padding = dilation * (kernel - 1) // 2
@@ -194,7 +211,8 @@ def test_inner_vectors_by_hand():
             (1, 4, 9, width), (4, 1, kernel, kernel), stride=stride, padding=padding,
             dilation=dilation, groups=4,
         )  # fmt: skip
-        return rows.full_interior_vectors(g, lanes, rows.row_vectors_per_call(g, lanes))
+        vectors = rows.row_vectors_per_call(g, lanes, REGISTERS[lanes])
+        return rows.full_interior_vectors(g, lanes, vectors)
 
     # 56 outputs, one call of 4 vectors: vectors 1 and 2 read columns 15-48.
     assert full(56) and full(112) and full(112, stride=2)
@@ -208,7 +226,7 @@ def test_inner_vectors_by_hand():
 @given(row_geometries())
 def test_the_row_vector_masks_tail_and_zero_row_match_the_bit_sets(case):
     g, lanes = case
-    vectors = rows.row_vectors_per_call(g, lanes)
+    vectors = rows.row_vectors_per_call(g, lanes, REGISTERS[lanes])
     bit_sets = rows.mask_table(g, lanes, vectors).view(np.uint32).astype(np.int64)
     per_vector = rows.entries_per_call(g, vectors) // vectors
     bit_sets = bit_sets.reshape(-1, vectors, per_vector)
