@@ -71,9 +71,10 @@ TILE_PACK_LAYER = ((1, 256, 14, 14), (512, 256, 1, 1), 1, 0)
 LANE_LAYER = (1, 64, 56, 56)
 # A depthwise layer for the row and plane nests: 7x7 planes, one kernel call each.
 ROW_LAYER = (1, 512, 7, 7)
-# And for the row nest, one of wide planes: 112 calls a plane (28 blocks of
-# 4 rows, 4 calls a row), so that a plane's own work is a small part of a
-# call's intercept there, and most of it on ROW_LAYER's.
+# And for the row nest, one of wide planes: tens of calls a plane (28 blocks
+# of 4 rows: with 32 registers a whole row a call, with 16 four calls a
+# row), so that a plane's own work is a small part of a call's intercept
+# there, and most of it on ROW_LAYER's.
 WIDE_ROW_LAYER = (1, 16, 112, 112)
 # The same wide planes through the tap nest: 266 calls a plane (rows of 6).
 WIDE_TAP_LAYER = WIDE_ROW_LAYER
