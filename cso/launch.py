@@ -260,7 +260,7 @@ def _rows_launch(plan: Plan, module) -> Launch:
         workers=plan.threads,
         workspace_stride=stride,
     )
-    offsets = rows.row_offsets(g, plan.vector_lanes, plan.windows_per_tile // plan.vector_lanes)
+    offsets = rows.row_offsets(g, plan.vector_lanes, vectors)
     return Launch(module.convolve_rows, tuple(bounds), plan.threads * stride, offsets)
 
 
