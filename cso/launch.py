@@ -278,6 +278,9 @@ def loop_module_for(plan: Plan, patch: LoopPatch = None):
             g.kernel_height, g.kernel_width, g.dilation_h, g.dilation_w,
             plan.windows_per_tile // plan.vector_lanes, plan.dtype, plan.vector_lanes,
             tail_lanes=planes.tail_lanes(g, plan.vector_lanes), patch=patch,
+            whole_plane=(
+                planes.plane_key(g) if planes.whole_plane_call(g, plan.vector_lanes) else None
+            ),
         )  # fmt: skip
     if plan.algorithm == Algorithm.DEPTHWISE_ROWS:
         vectors = plan.windows_per_tile // plan.vector_lanes

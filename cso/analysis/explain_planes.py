@@ -45,6 +45,8 @@ def plane_story(plan, others, compulsory) -> list:
     calls = planes.call_schedule(checked, per_call)
     checked_calls = sum(1 for _, is_checked in calls if is_checked)
     vectors = planes.output_vectors(g, vl)
+    if planes.whole_plane_call(g, vl):
+        return _whole_plane_story(plan, others, compulsory)
     return [
         "Algorithm: depthwise on the planes as given (stride 1, output as wide as the input)",
         f"  plane tap kernel: {per_call} vector(s) of {vl} consecutive output pixels of one "
@@ -72,6 +74,42 @@ def plane_story(plan, others, compulsory) -> list:
         f"    for (v0, checked, columns) in the plane's {len(calls)} call(s)",
         f"      plane tap kernel: y[v0*{vl} : (v0+{per_call})*{vl}] = bias + sum of {taps} "
         "shifted, masked taps, epilogue applied",
+    ]
+
+
+def _whole_plane_story(plan, others, compulsory) -> list:
+    """:func:`plane_story` where one call computes a whole plane."""
+    g = plan.geometry
+    vl = plan.vector_lanes
+    traffic = plan.cost_of(plan.schedule)
+    taps = g.kernel_height * g.kernel_width
+    coverage = planes.tap_coverage(g, vl)
+    vectors = len(coverage)
+    used = sum(1 for row in coverage for covered in row if covered)
+    cut = sum(1 for row in coverage for covered in row if covered == 2)
+    return [
+        "Algorithm: depthwise on the planes as given (stride 1, output as wide as the input)",
+        f"  whole-plane tap kernel, built for {g.height}x{g.width} planes: all {vectors} "
+        f"output vector(s) of {vl} pixels of a plane in one call; "
+        f"{planes.grid_vectors(g, vl)} whole vectors loaded from the plane, each tap's "
+        "vector one shuffle of two of them, times the broadcast weight",
+        f"  {used} of {vectors * taps} (vector, tap) pairs on the plane ({cut} of them cut "
+        "by it: an and with the tap's mask vector; the others whole), each output "
+        "vector's taps one chain of FMAs, stored as it ends; masked loads and stores "
+        "only at the very start and end of the input, and where an epilogue is fused",
+        "  nothing packed: no pass over the input or output besides the kernel's own",
+        compulsory,
+        "",
+        "Choice",
+        f"  {Algorithm.DEPTHWISE_PLANES}: modelled cost {traffic.cost:.3g} per (filter, image)"
+        + "".join(f"; {label} {other.cost_of(other.schedule).cost:.3g}" for label, other in others),
+        f"  per plane: {traffic.kernel_calls} kernel call, {traffic.tap_loads} tap vectors "
+        f"and masks; busiest thread {traffic.imbalance:.3f}x an even share",
+        "",
+        "Loop nest",
+        f"  for (image, filter) in {g.batch} x {g.filters} jobs over {plan.threads} thread(s)",
+        f"    whole-plane tap kernel: y[0 : {g.out_height * g.out_width}] = bias + sum of "
+        f"{taps} shifted taps",
     ]
 
 

@@ -54,8 +54,35 @@ def output_vectors(geometry: ConvGeometry, lanes: int) -> int:
     return ceil_div(geometry.out_height * geometry.out_width, lanes)
 
 
+# A call computes a whole plane (:mod:`cso.microkernels.whole_plane_taps`,
+# every tap unrolled) where its output vectors times its taps are at most
+# this: 28x28 planes of 3x3 filters (49 x 9 = 441 at 16 lanes), not 56x56
+# ones (1764), whose plans' code would no longer fit the decoded-instruction
+# cache (on an AMD EPYC (Zen 5) the 28x28 layer ran 1.19x faster than its
+# row plan so, 14x14 ones 1.7-1.85x, 7x7 ones 2-2.6x faster than the lane
+# plans).
+MAX_WHOLE_PLANE_TAPS = 512
+# And at most this many output vectors (32x32 planes of 1x1 filters at 16
+# lanes): the masked kernel the nest runs at the input's ends unrolls them.
+MAX_PLANE_CALL_VECTORS = 64
+
+
+def whole_plane_call(geometry: ConvGeometry, lanes: int) -> bool:
+    """Whether one call computes a whole plane: ``V * R*S <=
+    MAX_WHOLE_PLANE_TAPS`` and ``V <= MAX_PLANE_CALL_VECTORS`` for the ``V =
+    ceil(P*Q / VL)`` vectors of a plane."""
+    g = geometry
+    vectors = output_vectors(g, lanes)
+    taps = g.kernel_height * g.kernel_width
+    return vectors <= MAX_PLANE_CALL_VECTORS and vectors * taps <= MAX_WHOLE_PLANE_TAPS
+
+
 def vectors_per_call(geometry: ConvGeometry, lanes: int) -> int:
-    """``min(VECTORS_PER_CALL, vectors of a plane)``."""
+    """All of a plane's output vectors where one call computes it
+    (:func:`whole_plane_call`), else ``min(VECTORS_PER_CALL, vectors of a
+    plane)``."""
+    if whole_plane_call(geometry, lanes):
+        return output_vectors(geometry, lanes)
     return min(VECTORS_PER_CALL, output_vectors(geometry, lanes))
 
 

@@ -17,6 +17,7 @@ import functools
 
 from ..geometry import ceil_div
 from .tap_rules import MAX_SEGMENT_VECTORS, max_lane_outputs, max_rows_per_call
+from .plane_shapes import MAX_PLANE_CALL_VECTORS
 
 
 @functools.lru_cache(maxsize=None)
@@ -383,7 +384,9 @@ def micro_kernel_shapes(vector_bytes: int, vector_registers: int, element_bytes:
     row segments of ``F`` filters a call (``F x v*VL`` for ``v`` up to
     :data:`MAX_SEGMENT_VECTORS` and ``F`` a power of two that the registers
     hold, :func:`max_rows_per_call`) and the lane tap kernel's runs of
-    pixels (``1 x n``, :func:`max_lane_outputs`)."""
+    pixels (``1 x n``, :func:`max_lane_outputs`), and the plane kernel's
+    calls (``1 x v*VL`` up to a whole plane's
+    :data:`~cso.analysis.plane_shapes.MAX_PLANE_CALL_VECTORS`)."""
     lanes = max(1, vector_bytes // element_bytes)
     segments = [
         (filters, vectors * lanes)
@@ -397,5 +400,6 @@ def micro_kernel_shapes(vector_bytes: int, vector_registers: int, element_bytes:
         + dot_product_blocks(vector_bytes, vector_registers, element_bytes)
         + segments
         + [(1, n) for n in range(1, max_lane_outputs(1, vector_registers) + 1)]
+        + [(1, v * lanes) for v in range(1, MAX_PLANE_CALL_VECTORS + 1)]
     )
     return list(dict.fromkeys(shapes))

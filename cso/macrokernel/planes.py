@@ -9,6 +9,10 @@ bound per specialisation
 Contracts relied on (:mod:`cso.microkernels.plane_taps` for the kernel's)
 -------------------------------------------------------------------------
 * ``x_flat``: the input ``[N][C][H][W]`` flattened, unpadded, read in place.
+* ``WHOLE_PLANE``: True where a call computes a whole plane
+  (:func:`cso.analysis.planes.whole_plane_call`): ``plane_tap_kernel_edges``
+  is then :mod:`cso.microkernels.whole_plane_taps`' kernel, which fuses no
+  epilogue, and every call is checked.
 * ``w_flat``: the filters ``[K][1][R][S]`` flattened (KCRS); filter ``k``
   reads input channel ``k // m``.
 * ``bias``: ``(K,)``, or a placeholder when ``has_bias`` is False.
@@ -24,7 +28,8 @@ Contracts relied on (:mod:`cso.microkernels.plane_taps` for the kernel's)
   lane-vector mask; the plane's last vector's tail stored apart in the
   plane's last call) where its loads' ``b.load_span`` elements lie in
   ``x_flat``, else ``plane_tap_kernel_checked`` (masked loads and stores):
-  only calls at the very start and end of the input.
+  only calls at the very start and end of the input, and a whole-plane
+  plan's calls with an epilogue.
 * ``workspace``: unused (nothing is packed).
 * ``bounds``: the :class:`~cso.macrokernel.bounds.PlaneBounds` fields as a
   plain tuple.  Worker ``i`` of ``b.workers`` takes jobs ``(image,
@@ -40,6 +45,7 @@ plane_tap_kernel = None
 plane_tap_kernel_edges = None
 plane_tap_kernel_checked = None
 LANES = None
+WHOLE_PLANE = None
 
 
 @njit(nogil=True, cache=True)
@@ -73,11 +79,18 @@ def convolve_planes(
     masks_at = 1 + 3 * calls
     shift = b.pad_top * b.width + b.pad_left
     inputs = x_flat.size
+    # A whole-plane kernel fuses no epilogue: the masked kernel runs a call that does.
+    whole_loads = not (WHOLE_PLANE and (has_residual or activation != 0))
     if worker < b.workers:  # this call's share of the work
-        for job in range(worker * jobs // b.workers, (worker + 1) * jobs // b.workers):
-            image = job // b.filters
-            k = job % b.filters
-            source = (image * b.channels + k // b.multiplier) * plane - shift
+        first = worker * jobs // b.workers
+        # The job's image, filter and input channel counted, not divided out:
+        # a division a job cost a 7x7 plane's call a fifth of its time (Zen 5).
+        image = first // b.filters
+        k = first % b.filters
+        channel = k // b.multiplier
+        phase = k % b.multiplier
+        for job in range(first, (worker + 1) * jobs // b.workers):
+            source = (image * b.channels + channel) * plane - shift
             target = job * outputs
             for call in range(calls):
                 v0 = offsets[1 + 3 * call]
@@ -90,7 +103,7 @@ def convolve_planes(
                         target + at, bias, k, has_bias, residual, target + at, activation,
                         has_residual,
                     )  # fmt: skip
-                elif source + at >= 0 and source + at + b.load_span <= inputs:
+                elif whole_loads and source + at >= 0 and source + at + b.load_span <= inputs:
                     plane_tap_kernel_edges(
                         x_flat, source + at, b.width, w_flat, k * b.taps,
                         offsets, masks_at + v0 * b.entries, vector_masks, call == calls - 1,
@@ -104,3 +117,12 @@ def convolve_planes(
                         target + at, bias, k, has_bias, residual, target + at, activation,
                         has_residual,
                     )  # fmt: skip
+            k += 1
+            phase += 1
+            if phase == b.multiplier:
+                phase = 0
+                channel += 1
+            if k == b.filters:
+                k = 0
+                channel = 0
+                image += 1

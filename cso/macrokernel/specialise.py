@@ -257,30 +257,45 @@ def lanes_module(
 def planes_module(
     kernel_height: int, kernel_width: int, dilation_h: int, dilation_w: int, vectors: int,
     dtype_name: str, vector_lanes: int, tail_lanes: int = 0, patch: LoopPatch = None,
+    whole_plane: tuple = None,
 ):  # fmt: skip
     """The plane loop nest (:mod:`.planes`) bound to the plane tap kernels of
     ``vectors`` output vectors for ``kernel_height x kernel_width`` filters
     at ``dilation_h, dilation_w``, of ``vector_lanes`` ``dtype_name`` lanes,
     unchecked, checked with whole loads (a plane's last vector storing
     ``tail_lanes``) and checked with masked ones
-    (:mod:`cso.microkernels.plane_taps`), memoised; ``patch``: a measurement
+    (:mod:`cso.microkernels.plane_taps`), memoised; where a call computes a
+    whole plane, ``whole_plane`` (:func:`cso.analysis.planes.plane_key`)
+    binds the whole-load one to the kernel built for those planes
+    (:mod:`cso.microkernels.whole_plane_taps`).  ``patch``: a measurement
     variant (:class:`LoopPatch`: its source rebinding the kernels), None for
     the real thing."""
     shape = tuple(int(n) for n in (kernel_height, kernel_width, dilation_h, dilation_w, vectors))
     arguments = ", ".join(str(n) for n in shape)
     kind = f"{dtype_name!r}, {int(vector_lanes)}"
     tail_lanes = int(tail_lanes)
+    unchecked = f"build_plane_tap_kernel({arguments}, False, {kind})"
+    if whole_plane is None:
+        edges = f"build_plane_tap_kernel({arguments}, True, {kind}, True, {tail_lanes})"
+    else:
+        # Its calls are all checked (analysis.planes.plane_offsets): the unchecked
+        # kernel is never run, and bound to the same one rather than built.
+        whole_plane = tuple(int(n) for n in whole_plane)
+        edges = unchecked = f"build_whole_plane_kernel({whole_plane!r}, {kind})"
     binding = (
         "from cso.microkernels.plane_taps import build_plane_tap_kernel\n"
-        f"plane_tap_kernel = build_plane_tap_kernel({arguments}, False, {kind})\n"
-        f"plane_tap_kernel_edges = build_plane_tap_kernel({arguments}, True, {kind}, True, "
-        f"{tail_lanes})\n"
+        "from cso.microkernels.whole_plane_taps import build_whole_plane_kernel\n"
+        f"plane_tap_kernel = {unchecked}\n"
+        f"plane_tap_kernel_edges = {edges}\n"
         f"plane_tap_kernel_checked = build_plane_tap_kernel({arguments}, True, {kind})\n"
         f"LANES = {int(vector_lanes)}\n"
+        f"WHOLE_PLANE = {whole_plane is not None}\n"
     )
     name = "cso_planes_r{}_s{}_dh{}_dw{}_u{}".format(*shape) + f"_{dtype_name}_l{int(vector_lanes)}"
     name += f"_t{tail_lanes}"
-    key = ("planes",) + shape + (str(dtype_name), int(vector_lanes), tail_lanes)
+    if whole_plane is not None:
+        name += "_plane" + "_".join(str(n) for n in whole_plane[4:])
+    key = ("planes",) + shape + (str(dtype_name), int(vector_lanes), tail_lanes, whole_plane)
     return _family_module(key, name, planes_source, binding, patch)
 
 

@@ -61,6 +61,7 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
+from ..analysis.plane_shapes import MAX_PLANE_CALL_VECTORS
 from .epilogue import emit_epilogue
 from .vector_ir import (
     check_shape_bounds,
@@ -111,7 +112,8 @@ def build_plane_tap_kernel(
     check_dtype_and_lanes(dtype_name, vector_lanes)
     check_shape_bounds(
         ("kernel_height", kernel_height, 64), ("kernel_width", kernel_width, 64),
-        ("dilation_h", dilation_h, 64), ("dilation_w", dilation_w, 64), ("vectors", vectors, 32),
+        ("dilation_h", dilation_h, 64), ("dilation_w", dilation_w, 64),
+        ("vectors", vectors, MAX_PLANE_CALL_VECTORS),
     )  # fmt: skip
     check_bit_set_lanes(vector_lanes)
     if not 0 <= tail_lanes < vector_lanes or (whole_edges and not checked) or (

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 import cso
 from cso.analysis.choices import Algorithm
+from cso.analysis.planes import vectors_per_call
 from cso.geometry import make_geometry
 
 
@@ -88,10 +89,12 @@ def test_the_plane_plan_refuses_what_it_cannot_run():
         cso.plan_conv2d((1, 8, 9, 9), (8, 1, 3, 3), groups=8, algorithm="depthwise_planes")
     with pytest.raises(ValueError, match="a plane plan needs a depthwise layer"):
         dense = cso.plan_conv2d((1, 8, 9, 9), (8, 8, 3, 3), padding=1, algorithm="dense")
+        # One call a plane: 6 vectors of 16 lanes (81 pixels), one window part.
+        per_call = vectors_per_call(dense.geometry, dense.vector_lanes) * dense.vector_lanes
         dataclasses.replace(
             dense, algorithm=Algorithm.DEPTHWISE_PLANES, filters_per_tile=1,
-            windows_per_tile=4 * dense.vector_lanes,
-        )
+            windows_per_tile=per_call, window_parts=1,
+        )  # fmt: skip
     planes = cso.plan_conv2d(
         (1, 8, 9, 9), (8, 1, 3, 3), padding=1, groups=8, algorithm="depthwise_planes"
     )
@@ -106,6 +109,14 @@ def test_explain_tells_the_planes_story():
     )  # fmt: skip
     text = cso.explain(plan)
     assert "Algorithm: depthwise on the planes as given" in text
-    # 400 pixels: 25 vectors of 16, in 7 calls of 4 (the last overlapping).
-    assert "25 output vector(s) a plane in 7 call(s)" in text
+    # 400 pixels: 25 vectors of 16 and 225 taps, one call a plane; vectors 0
+    # and 24 hold only the first and last rows' pixels: 3 taps off the plane each.
+    assert "built for 20x20 planes: all 25 output vector(s) of 16 pixels" in text
+    assert "219 of 225 (vector, tap) pairs on the plane" in text
     assert "depthwise plan" in text and "depthwise_lanes plan" in text and "dense plan" in text
+    # 56x56 planes are too large for one call: 196 vectors in calls of 4.
+    wide = cso.plan_conv2d(
+        (1, 32, 56, 56), (32, 1, 3, 3), padding=1, groups=32, algorithm="depthwise_planes",
+        hardware=AVX512_CORE,
+    )  # fmt: skip
+    assert "196 output vector(s) a plane in 49 call(s)" in cso.explain(wide)

@@ -260,6 +260,11 @@ def test_the_plane_offsets_point_each_call_at_its_vector_masks(case):
     bit_sets = table.reshape(-1, entries).view(np.uint32).astype(np.int64)
     per_call = planes.vectors_per_call(g, lanes)
     offsets = planes.plane_offsets(g, lanes)
+    whole = planes.whole_plane_call(g, lanes)
+    if whole:
+        # One call a plane, checked: the whole-plane kernel reads the edge table.
+        assert per_call == planes.output_vectors(g, lanes)
+        checked = np.ones_like(checked)
     calls = planes.call_schedule(checked, per_call)
     assert offsets[0] == len(calls)
     taps = g.kernel_height * g.kernel_width
@@ -282,4 +287,38 @@ def test_the_plane_offsets_point_each_call_at_its_vector_masks(case):
         assert calls[-1][1] and calls[-1][0] + per_call == planes.output_vectors(g, lanes)
     span = planes.load_span(g, lanes)
     reach = (per_call - 1) * lanes + lanes + (g.kernel_height - 1) * g.dilation_h * g.width
-    assert span == reach + (g.kernel_width - 1) * g.dilation_w
+    reach += (g.kernel_width - 1) * g.dilation_w
+    if whole:
+        # Whole vectors from the call's start, as far as any tap on the plane needs.
+        assert span == planes.grid_vectors(g, lanes) * lanes
+    else:
+        assert span == reach
+    # Every lane-vector mask starts a 64-byte line.
+    assert offsets.ctypes.data % (4 * planes.MASK_ALIGNMENT) == 0
+    aligned = min(lanes, planes.MASK_ALIGNMENT)
+    assert all(offsets[3 + 3 * j] % aligned == 0 for j in range(len(calls)))
+
+
+@settings(max_examples=60, deadline=None)
+@given(plane_geometries())
+def test_a_whole_plane_call_skips_masks_and_reaches_its_taps(case):
+    g, lanes = case
+    if not planes.whole_plane_call(g, lanes):
+        return
+    table, _ = planes.mask_table(g, lanes)
+    bit_sets = table.reshape(-1, planes.mask_entries(g)).view(np.uint32).astype(np.int64)
+    coverage = planes.tap_coverage(g, lanes)
+    grid = planes.grid_vectors(g, lanes)
+    for u, row in enumerate(coverage):
+        stored = bit_sets[u, 0]
+        for t, covered in enumerate(row):
+            on_plane = bit_sets[u, 1 + g.kernel_width + t] & stored
+            # 0: no stored lane on the plane; 1: every one; 2: some.
+            assert covered == (0 if on_plane == 0 else 1 if on_plane == stored else 2)
+            if covered:
+                r, s = divmod(t, g.kernel_width)
+                k, m = divmod(r * g.dilation_h * g.width + s * g.dilation_w, lanes)
+                assert u + k + (1 if m else 0) < grid
+    assert planes.whole_plane_loads(coverage) == sum(
+        (c > 0) + (c == 2) for row in coverage for c in row
+    )

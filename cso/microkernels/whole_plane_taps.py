@@ -1,0 +1,186 @@
+"""LLVM vector IR for stride-1 depthwise convolutions of small planes: a
+whole output plane a call, its taps made by shifting loaded vectors.
+
+Why shifts, not loads
+---------------------
+At stride 1 with ``Q == W`` (:mod:`.plane_taps`), tap ``(r, s)`` of output
+pixel ``f`` reads input pixel ``f + delta`` of the flattened plane, with
+``delta = r*dh*W + s*dw`` counted from the call's ``in_offset`` (the
+plane's start less ``pad_top*W + pad_left``).  Write ``delta = k*VL + m``
+(``0 <= m < VL``): the tap's vector for output vector ``u`` is then lanes
+``m .. m + VL`` of the two loaded vectors ``G[u + k], G[u + k + 1]``, where
+``G[j]`` is the whole vector at ``in_offset + j*VL``: one two-source shuffle
+(AVX-512's ``valignd``), and each ``G[j]`` is loaded once for every tap and
+output vector that needs it.  :mod:`.plane_taps` loads each tap's vector
+unaligned, ``R*S`` loads an output vector most of which split two cache
+lines; on an AMD EPYC (Zen 5), one thread, MobileNetV2's ``dw 3x3 960 @7``
+ran 2.0x faster so (same masks, whole plane a call, in a prototype nest).
+
+Why a whole plane, its geometry fixed
+-------------------------------------
+The kernel is generated for one plane's geometry (``H, W``, padding), so
+which lanes of which taps fall off the plane is known when it is built
+(:func:`cso.analysis.planes.mask_table`): a tap off the plane for every lane
+of a vector is not emitted, one on it for every lane needs no mask, and
+only the others are anded with their lane-vector mask (the edge table the
+nest passes, :func:`cso.analysis.planes.edge_table`).  With one call a
+plane nothing is found at run time but the plane's address.  Each output
+vector's ``R*S`` taps are one chain of FMAs, stored as soon as it ends,
+so that only one vector's sum is live: on the Zen 5,
+``dw 3x3 384 @14`` (13 vectors a plane) ran 1.46x faster with the masks and
+stores so than with every tap masked and the stores at the end (11.3
+against 16.6 us; 20.9 for the row plan).
+
+Contract
+--------
+The edge kernel's of :mod:`.plane_taps`, for ``U`` = all of a plane's
+output vectors in one call (``v0 = 0``, ``ends_plane`` ignored: the last
+vector always stores its first ``tail_lanes``)::
+
+    out[out_offset + u*VL + l] = bias + sum_{r < R, s < S}
+        filters[w_offset + r*S + s]
+        * (inputs[in_offset + u*VL + l + r*dh*W + s*dw]  where the tap's lane is on the plane,
+           else 0)
+
+with no epilogue: its arguments are ignored, and the nest runs the masked
+kernel of :mod:`.plane_taps` on a plane whose call fuses one (inlined in
+the nest beside it, an epilogue of the sums here wrote nothing: not
+understood, left so).  The loads reach ``G[j]`` for ``j`` up to
+:func:`cso.analysis.planes.grid_vectors` - 1: every element from
+``in_offset`` to ``in_offset + grid_vectors*VL`` must lie in the input (the
+nest checks; elsewhere it calls the masked kernel of :mod:`.plane_taps`).
+"""
+
+from __future__ import annotations
+
+import functools
+
+from llvmlite import ir
+from numba import types
+from numba.extending import intrinsic
+
+from ..analysis.planes import plane_geometry, tap_coverage
+from .vector_ir import (
+    I32,
+    KernelEmitter,
+    check_bit_set_lanes,
+    check_dtype_and_lanes,
+    check_float_arrays,
+    check_mask_table,
+    check_shape_bounds,
+    store_leading_lanes,
+)
+
+
+@functools.lru_cache(maxsize=None)
+def build_whole_plane_kernel(plane: tuple, dtype_name: str, vector_lanes: int):
+    """Return a Numba intrinsic computing one whole output plane of
+    the planes ``plane`` describes (stride 1, ``Q == W``:
+    :func:`~cso.analysis.plane_shapes.is_plane_depthwise`).
+
+    Parameters
+    ----------
+    plane : tuple
+        ``(R, S, dh, dw, H, W, pad_top, pad_bottom, pad_left, pad_right)``
+        (:func:`cso.analysis.planes.plane_key`): the kernel is built for them.
+    dtype_name : {"float32", "float64"}
+    vector_lanes : int
+        At most 32 (the nest's masks are int32 bit sets).
+
+    Returns
+    -------
+    intrinsic
+        With :func:`cso.microkernels.plane_taps.build_plane_tap_kernel`'s
+        arguments: ``kernel(inputs, in_offset, width, filters, w_offset,
+        masks, mask_offset, column_offset, ends_plane, out, out_offset, bias,
+        bias_index, has_bias, residual, residual_offset, activation,
+        has_residual)``; ``column_offset``: where the call's rows of the edge
+        table start in ``masks``.
+    """
+    g = plane_geometry(tuple(plane))
+    check_dtype_and_lanes(dtype_name, vector_lanes)
+    check_bit_set_lanes(vector_lanes)
+    check_shape_bounds(
+        ("kernel_height", g.kernel_height, 64), ("kernel_width", g.kernel_width, 64),
+        ("dilation_h", g.dilation_h, 64), ("dilation_w", g.dilation_w, 64),
+    )  # fmt: skip
+    if not (g.stride_h == g.stride_w == 1 and g.out_width == g.width):
+        raise ValueError(f"a whole-plane kernel needs stride 1 and Q == W, got {g}")
+    lanes = vector_lanes
+    taps = g.kernel_height * g.kernel_width
+    coverage = tap_coverage(g, lanes)  # [u][t]: 0 off the plane, 1 all on it, 2 some lanes
+    vectors = len(coverage)
+    tail_lanes = (g.out_height * g.out_width) % lanes
+    shifts = [
+        divmod(r * g.dilation_h * g.width + s * g.dilation_w, lanes)
+        for r in range(g.kernel_height)
+        for s in range(g.kernel_width)
+    ]
+
+    @intrinsic
+    def whole_plane_kernel(
+        typingctx, inputs, in_offset, width, filters, w_offset, masks, mask_offset,
+        column_offset, ends_plane, out, out_offset, bias, bias_index, has_bias, residual,
+        residual_offset, activation, has_residual,
+    ):  # fmt: skip
+        check_float_arrays(
+            dtype_name, inputs=inputs, filters=filters, out=out, bias=bias, residual=residual
+        )
+        check_mask_table(masks)
+        intp = types.intp
+        sig = types.void(
+            inputs, intp, intp, filters, intp, masks, intp, intp, types.boolean, out, intp,
+            bias, intp, types.boolean, residual, intp, intp, types.boolean,
+        )  # fmt: skip
+
+        def codegen(context, builder, signature, args):
+            (in_a, in_off, _width, w_a, w_off, m_a, _m_off, col_off, _ends, out_a, out_off,
+             bias_a, bias_i, has_bias_v, _res_a, _res_off, _activation,
+             _has_residual) = args  # fmt: skip
+            e = KernelEmitter(context, builder, signature, dtype_name, lanes)
+            b = builder
+            inputs_base = e.base(0, in_a, in_off)
+            filters_base = e.base(3, w_a, w_off)
+            edges_base = e.base(5, m_a, col_off)
+            out_base = e.base(9, out_a, out_off)
+            bias_base = e.base(11, bias_a, bias_i)
+            zero = ir.Constant(e.vector.element, 0.0)
+            start = e.broadcast(b.select(has_bias_v, b.load(bias_base), zero))
+            weights = [
+                e.broadcast(b.load(b.gep(filters_base, [e.constant(t)]))) for t in range(taps)
+            ]
+
+            def output_vector(u, grid):
+                """Output vector ``u``'s chain of FMAs over the taps on the plane."""
+                total = start
+                for t, (k, m) in enumerate(shifts):
+                    if coverage[u][t] == 0:
+                        continue
+                    for j in (u + k, u + k + 1) if m else (u + k,):
+                        if j not in grid:
+                            grid[j] = e.load(inputs_base, e.constant(j * lanes))
+                    value = grid[u + k]
+                    if m:
+                        picks = ir.Constant(ir.VectorType(I32, lanes), list(range(m, m + lanes)))
+                        value = b.shuffle_vector(value, grid[u + k + 1], picks)
+                    if coverage[u][t] == 2:
+                        mask = e.lane_vector_mask(edges_base, (u * taps + t) * lanes)
+                        value = e.zeroed_outside(value, mask)
+                    total = b.call(e.fma, [value, weights[t], total])
+                return total
+
+            def store(u, value):
+                if u == vectors - 1 and tail_lanes:
+                    address = b.gep(out_base, [e.constant(u * lanes)])
+                    store_leading_lanes(b, value, address, tail_lanes, e.element_bytes)
+                else:
+                    e.store(value, out_base, e.constant(u * lanes))
+
+            grid = {}
+            for u in range(vectors):
+                store(u, output_vector(u, grid))
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return whole_plane_kernel
