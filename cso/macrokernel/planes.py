@@ -92,7 +92,21 @@ def convolve_planes(
         for job in range(first, (worker + 1) * jobs // b.workers):
             source = (image * b.channels + channel) * plane - shift
             target = job * outputs
-            for call in range(calls):
+            if WHOLE_PLANE:
+                # One call, from the plane's start: no table of calls to read.
+                if whole_loads and source >= 0 and source + b.load_span <= inputs:
+                    plane_tap_kernel_edges(
+                        x_flat, source, b.width, w_flat, k * b.taps, offsets, masks_at,
+                        offsets[3], True, y_flat, target, bias, k, has_bias, residual, target,
+                        activation, has_residual,
+                    )  # fmt: skip
+                else:
+                    plane_tap_kernel_checked(
+                        x_flat, source, b.width, w_flat, k * b.taps, offsets, masks_at,
+                        offsets[3], False, y_flat, target, bias, k, has_bias, residual, target,
+                        activation, has_residual,
+                    )  # fmt: skip
+            for call in range(0 if WHOLE_PLANE else calls):
                 v0 = offsets[1 + 3 * call]
                 at = v0 * LANES
                 vector_masks = offsets[3 + 3 * call]
