@@ -223,10 +223,10 @@ def _planes_launch(plan: Plan, module) -> Launch:
         pad_left=g.pad_left,
         taps=g.kernel_height * g.kernel_width,
         entries=planes.mask_entries(g),
-        load_span=planes.load_span(g, plan.vector_lanes),
+        load_span=planes.load_span(g, plan.vector_lanes, plan.hardware.vector_registers),
         workers=plan.threads,
     )
-    offsets = planes.plane_offsets(g, plan.vector_lanes)
+    offsets = planes.plane_offsets(g, plan.vector_lanes, plan.hardware.vector_registers)
     return Launch(module.convolve_planes, tuple(bounds), 0, offsets)
 
 
@@ -279,7 +279,9 @@ def loop_module_for(plan: Plan, patch: LoopPatch = None):
             plan.windows_per_tile // plan.vector_lanes, plan.dtype, plan.vector_lanes,
             tail_lanes=planes.tail_lanes(g, plan.vector_lanes), patch=patch,
             whole_plane=(
-                planes.plane_key(g) if planes.whole_plane_call(g, plan.vector_lanes) else None
+                planes.plane_key(g)
+                if planes.whole_plane_call(g, plan.vector_lanes, plan.hardware.vector_registers)
+                else None
             ),
         )  # fmt: skip
     if plan.algorithm == Algorithm.DEPTHWISE_ROWS:

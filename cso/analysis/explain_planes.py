@@ -45,7 +45,7 @@ def plane_story(plan, others, compulsory) -> list:
     calls = planes.call_schedule(checked, per_call)
     checked_calls = sum(1 for _, is_checked in calls if is_checked)
     vectors = planes.output_vectors(g, vl)
-    if planes.whole_plane_call(g, vl):
+    if planes.whole_plane_call(g, vl, plan.hardware.vector_registers):
         return _whole_plane_story(plan, others, compulsory)
     return [
         "Algorithm: depthwise on the planes as given (stride 1, output as wide as the input)",

@@ -122,16 +122,10 @@ def _check_remade(g: ConvGeometry) -> None:
         raise ValueError(f"geometry is inconsistent: {g}")
 
 
-def _plane_vectors_per_call(geometry, lanes: int, vector_registers: int) -> int:
-    """:func:`~cso.analysis.plane_shapes.vectors_per_call`, which needs no
-    register count, called as the row family's rule is."""
-    return plane_shapes.vectors_per_call(geometry, lanes)
-
-
 # The families that read the planes as given: the word their errors use, and
 # the vectors a call of their kernel holds (of the geometry, lanes and registers).
 _UNPACKED_FAMILIES = {
-    Algorithm.DEPTHWISE_PLANES: ("plane", _plane_vectors_per_call),
+    Algorithm.DEPTHWISE_PLANES: ("plane", plane_shapes.vectors_per_call),
     Algorithm.DEPTHWISE_ROWS: ("row", plane_shapes.row_vectors_per_call),
 }
 

@@ -214,21 +214,21 @@ def grid_vectors(geometry: ConvGeometry, lanes: int) -> int:
     return reach + 1
 
 
-def load_span(geometry: ConvGeometry, lanes: int) -> int:
+def load_span(geometry: ConvGeometry, lanes: int, vector_registers: int) -> int:
     """Elements a call's whole loads reach from its first: ``grid_vectors *
     VL`` where a call computes a whole plane (:func:`grid_vectors`), else
     ``U*VL + (R-1)*dh*W + (S-1)*dw``."""
     g = geometry
-    if whole_plane_call(g, lanes):
+    if whole_plane_call(g, lanes, vector_registers):
         return grid_vectors(g, lanes) * lanes
     return (
-        vectors_per_call(g, lanes) * lanes
+        vectors_per_call(g, lanes, vector_registers) * lanes
         + (g.kernel_height - 1) * g.dilation_h * g.width
         + (g.kernel_width - 1) * g.dilation_w
     )
 
 
-def plane_offsets(geometry: ConvGeometry, lanes: int) -> np.ndarray:
+def plane_offsets(geometry: ConvGeometry, lanes: int, vector_registers: int) -> np.ndarray:
     """What the plane nest reads besides the operands, as one int32 array:
     the number of calls ``n``; ``n`` triples ``(v0, checked, vector_masks)``,
     the first two :func:`call_schedule`'s and ``vector_masks`` where the
@@ -237,10 +237,10 @@ def plane_offsets(geometry: ConvGeometry, lanes: int) -> np.ndarray:
     :func:`mask_table` (from ``1 + 3n``); the :func:`column_table`; then each
     checked call's ``U`` rows of the :func:`edge_table`."""
     table, checked = mask_table(geometry, lanes)
-    if whole_plane_call(geometry, lanes):
+    if whole_plane_call(geometry, lanes, vector_registers):
         # The whole-plane kernel reads the edge table: its call is checked.
         checked = np.ones_like(checked)
-    per_call = vectors_per_call(geometry, lanes)
+    per_call = vectors_per_call(geometry, lanes, vector_registers)
     calls = call_schedule(checked, per_call)
     period = column_period(geometry, lanes)
     columns = column_table(geometry, lanes, per_call).ravel()
@@ -308,14 +308,15 @@ def plane_traffic(
     s = element_bytes
     lanes = max(1, hardware.vector_bytes // s)
     taps = g.kernel_height * g.kernel_width
-    if whole_plane_call(g, lanes):
+    registers = hardware.vector_registers
+    if whole_plane_call(g, lanes, registers):
         coverage = tap_coverage(g, lanes)
         calls = 1
         macs = sum(1 for row in coverage for covered in row if covered) * lanes
         loads = whole_plane_loads(coverage)
         load_cost = hardware.weights.plane_load_cost or hardware.weights.unpacked_load_cost
     else:
-        per_call = vectors_per_call(g, lanes)
+        per_call = vectors_per_call(g, lanes, registers)
         _, checked = mask_table(g, lanes)
         schedule = call_schedule(checked, per_call)
         checked_calls = sum(1 for _, is_checked in schedule if is_checked)
@@ -368,5 +369,5 @@ def plan_planes(geometry: ConvGeometry, dtype_name: str, hardware: Hardware, thr
     traffic = plane_traffic(geometry, hardware, element_bytes, threads)
     return untiled_plan(
         geometry, dtype_name, hardware, threads, traffic, Algorithm.DEPTHWISE_PLANES,
-        vectors_per_call(geometry, lanes) * lanes,
+        vectors_per_call(geometry, lanes, hardware.vector_registers) * lanes,
     )  # fmt: skip

@@ -90,7 +90,9 @@ def test_the_plane_plan_refuses_what_it_cannot_run():
     with pytest.raises(ValueError, match="a plane plan needs a depthwise layer"):
         dense = cso.plan_conv2d((1, 8, 9, 9), (8, 8, 3, 3), padding=1, algorithm="dense")
         # One call a plane: 6 vectors of 16 lanes (81 pixels), one window part.
-        per_call = vectors_per_call(dense.geometry, dense.vector_lanes) * dense.vector_lanes
+        registers = dense.hardware.vector_registers
+        per_call = vectors_per_call(dense.geometry, dense.vector_lanes, registers)
+        per_call *= dense.vector_lanes
         dataclasses.replace(
             dense, algorithm=Algorithm.DEPTHWISE_PLANES, filters_per_tile=1,
             windows_per_tile=per_call, window_parts=1,

@@ -107,14 +107,18 @@ def test_plane_loads_fall_back_to_the_row_kernels_where_not_measured():
     from cso.analysis.planes import plane_traffic
     from cso.geometry import make_geometry
 
-    geometry = make_geometry((1, 64, 7, 7), (64, 1, 5, 5), padding=2, groups=64)
+    from conftest import AVX512_CORE
+
+    # A 7x7 plane of 3x3 filters: one whole-plane call (32 registers hold its
+    # weights), the kernel whose loads the calibration's plane probe measures.
+    geometry = make_geometry((1, 64, 7, 7), (64, 1, 3, 3), padding=1, groups=64)
     older = dict(RATES, plane_column_seconds=0.0, plane_column_macs=0.0, plane_column_loads=0.0)
     assert derive_weights(MeasuredRates(**older)).plane_load_cost == 0.0
     weights = derive_weights(MeasuredRates(**RATES))
     assert weights.plane_load_cost != weights.unpacked_load_cost
 
     def cost(**changed):
-        hardware = replace(cso.detect_hardware(), weights=replace(weights, **changed))
+        hardware = replace(AVX512_CORE, weights=replace(weights, **changed))
         return plane_traffic(geometry, hardware, 4, 1).cost
 
     own = weights.plane_load_cost
@@ -123,6 +127,13 @@ def test_plane_loads_fall_back_to_the_row_kernels_where_not_measured():
     # ... and at the row kernel's where its own was not measured (0).
     assert cost() == pytest.approx(cost(plane_load_cost=0.0, unpacked_load_cost=own))
     assert cost(plane_load_cost=0.0) != pytest.approx(cost())
+    # Planes too large for one call take the row kernel's rate: their kernel
+    # loads each tap unaligned, unlike the probe's.
+    wide = make_geometry((1, 64, 56, 56), (64, 1, 3, 3), padding=1, groups=64)
+    hardware = replace(AVX512_CORE, weights=weights)
+    priced = plane_traffic(wide, hardware, 4, 1).cost
+    hardware = replace(AVX512_CORE, weights=replace(weights, plane_load_cost=2 * own + 1.0))
+    assert plane_traffic(wide, hardware, 4, 1).cost == pytest.approx(priced)
 
 
 def test_unpacked_loads_fall_back_to_the_tap_kernel_where_not_measured():

@@ -258,9 +258,10 @@ def test_the_plane_offsets_point_each_call_at_its_vector_masks(case):
     table, checked = planes.mask_table(g, lanes)
     entries = planes.mask_entries(g)
     bit_sets = table.reshape(-1, entries).view(np.uint32).astype(np.int64)
-    per_call = planes.vectors_per_call(g, lanes)
-    offsets = planes.plane_offsets(g, lanes)
-    whole = planes.whole_plane_call(g, lanes)
+    registers = REGISTERS[lanes]
+    per_call = planes.vectors_per_call(g, lanes, registers)
+    offsets = planes.plane_offsets(g, lanes, registers)
+    whole = planes.whole_plane_call(g, lanes, registers)
     if whole:
         # One call a plane, checked: the whole-plane kernel reads the edge table.
         assert per_call == planes.output_vectors(g, lanes)
@@ -285,7 +286,7 @@ def test_the_plane_offsets_point_each_call_at_its_vector_masks(case):
     assert tail == (g.out_height * g.out_width) % lanes
     if tail:
         assert calls[-1][1] and calls[-1][0] + per_call == planes.output_vectors(g, lanes)
-    span = planes.load_span(g, lanes)
+    span = planes.load_span(g, lanes, registers)
     reach = (per_call - 1) * lanes + lanes + (g.kernel_height - 1) * g.dilation_h * g.width
     reach += (g.kernel_width - 1) * g.dilation_w
     if whole:
@@ -303,7 +304,7 @@ def test_the_plane_offsets_point_each_call_at_its_vector_masks(case):
 @given(plane_geometries())
 def test_a_whole_plane_call_skips_masks_and_reaches_its_taps(case):
     g, lanes = case
-    if not planes.whole_plane_call(g, lanes):
+    if not planes.whole_plane_call(g, lanes, REGISTERS[lanes]):
         return
     table, _ = planes.mask_table(g, lanes)
     bit_sets = table.reshape(-1, planes.mask_entries(g)).view(np.uint32).astype(np.int64)
