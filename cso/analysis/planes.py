@@ -26,6 +26,15 @@ on large planes.  On a Xeon (Sapphire Rapids), one thread, MobileNetV2's
 ``dw 3x3 32 @112``, ``144 @56`` and ``192 @28`` ran 1.3-1.7x faster than
 their tap plans; 5x5 layers, two thirds of whose loads the lane kernel
 saves, ran 0.55-0.68x as fast as their lane plans.  The model weighs them.
+
+Small planes take one call each (:func:`whole_plane_call`: every output
+vector's taps unrolled, the weights held in registers), by a kernel built
+for the plane's geometry (:mod:`cso.microkernels.whole_plane_taps`): each
+input vector of the plane is loaded whole once and each tap's vector is a
+shuffle of two of them; which taps a vector skips, takes whole or masks is
+known when it is built (:func:`tap_coverage`).  On an AMD EPYC (Zen 5), one
+thread, MobileNetV2's and EfficientNet-B0's 3x3 layers of 7x7, 14x14 and
+28x28 planes ran 1.0-1.5x faster so than the lane and row plans.
 """
 
 from __future__ import annotations
