@@ -305,7 +305,10 @@ def plane_traffic(
     operands fit in; nothing packed; the :func:`call_schedule`'s calls of
     ``per_call * VL * R*S`` multiply-adds and :func:`plane_kernel_loads`
     loads, priced by :func:`~cso.analysis.depthwise.tap_kernel_cost` at
-    the row kernel's ``unpacked_load_cost`` a load; each call at
+    the one-row tap kernel's rate (``tap_load_cost`` less an FMA: the plane
+    kernel too issues one unaligned load beside each FMA; priced at the row
+    kernel's rate, the model took such plans for EfficientNet-B0's ``dw 5x5
+    1152 @7``, 2.1x slower than its lane plan on a Zen 5); each call at
     ``plane_call_cost``.  Where one call computes the plane
     (:func:`whole_plane_call`), one call of :func:`whole_plane_loads` and a
     multiply-add a lane of each tap on the plane, at ``plane_load_cost`` (the
@@ -332,7 +335,9 @@ def plane_traffic(
         calls = len(schedule)
         macs = calls * per_call * lanes * taps
         loads = plane_kernel_loads(calls, checked_calls, per_call, taps, g.kernel_width)
-        load_cost = hardware.weights.unpacked_load_cost
+        # One unaligned load beside each FMA, as the one-row tap kernel issues:
+        # its pair's measured rate (0 asks tap_kernel_cost for it).
+        load_cost = 0.0
     return job_traffic(
         hardware,
         s,

@@ -127,13 +127,16 @@ def test_plane_loads_fall_back_to_the_row_kernels_where_not_measured():
     # ... and at the row kernel's where its own was not measured (0).
     assert cost() == pytest.approx(cost(plane_load_cost=0.0, unpacked_load_cost=own))
     assert cost(plane_load_cost=0.0) != pytest.approx(cost())
-    # Planes too large for one call take the row kernel's rate: their kernel
-    # loads each tap unaligned, unlike the probe's.
+    # Planes too large for one call take the one-row tap kernel's rate, not
+    # the probe's: their kernel loads each tap unaligned beside its FMA.
     wide = make_geometry((1, 64, 56, 56), (64, 1, 3, 3), padding=1, groups=64)
     hardware = replace(AVX512_CORE, weights=weights)
     priced = plane_traffic(wide, hardware, 4, 1).cost
     hardware = replace(AVX512_CORE, weights=replace(weights, plane_load_cost=2 * own + 1.0))
     assert plane_traffic(wide, hardware, 4, 1).cost == pytest.approx(priced)
+    dearer = replace(weights, tap_load_cost=weights.tap_load_cost + 100.0)
+    hardware = replace(AVX512_CORE, weights=dearer)
+    assert plane_traffic(wide, hardware, 4, 1).cost > priced
 
 
 def test_unpacked_loads_fall_back_to_the_tap_kernel_where_not_measured():
