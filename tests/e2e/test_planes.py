@@ -89,7 +89,7 @@ def test_the_plane_plan_refuses_what_it_cannot_run():
         cso.plan_conv2d((1, 8, 9, 9), (8, 1, 3, 3), groups=8, algorithm="depthwise_planes")
     with pytest.raises(ValueError, match="a plane plan needs a depthwise layer"):
         dense = cso.plan_conv2d((1, 8, 9, 9), (8, 8, 3, 3), padding=1, algorithm="dense")
-        # One call a plane: 6 vectors of 16 lanes (81 pixels), one window part.
+        # The plane plan's calls of this machine's vectors, one window part.
         registers = dense.hardware.vector_registers
         per_call = vectors_per_call(dense.geometry, dense.vector_lanes, registers)
         per_call *= dense.vector_lanes
