@@ -11,8 +11,8 @@ Contracts relied on (:mod:`cso.microkernels.plane_taps` for the kernel's)
 * ``x_flat``: the input ``[N][C][H][W]`` flattened, unpadded, read in place.
 * ``WHOLE_PLANE``: True where a call computes a whole plane
   (:func:`cso.analysis.planes.whole_plane_call`): ``plane_tap_kernel_edges``
-  is then :mod:`cso.microkernels.whole_plane_taps`' kernel, which fuses no
-  epilogue, and every call is checked.
+  is then :mod:`cso.microkernels.whole_plane_taps`' kernel, called once a
+  job from the plane's start.
 * ``w_flat``: the filters ``[K][1][R][S]`` flattened (KCRS); filter ``k``
   reads input channel ``k // m``.
 * ``bias``: ``(K,)``, or a placeholder when ``has_bias`` is False.
@@ -28,8 +28,7 @@ Contracts relied on (:mod:`cso.microkernels.plane_taps` for the kernel's)
   lane-vector mask; the plane's last vector's tail stored apart in the
   plane's last call) where its loads' ``b.load_span`` elements lie in
   ``x_flat``, else ``plane_tap_kernel_checked`` (masked loads and stores):
-  only calls at the very start and end of the input, and a whole-plane
-  plan's calls with an epilogue.
+  only calls at the very start and end of the input.
 * ``workspace``: unused (nothing is packed).
 * ``bounds``: the :class:`~cso.macrokernel.bounds.PlaneBounds` fields as a
   plain tuple.  Worker ``i`` of ``b.workers`` takes jobs ``(image,
@@ -79,8 +78,6 @@ def convolve_planes(
     masks_at = 1 + 3 * calls
     shift = b.pad_top * b.width + b.pad_left
     inputs = x_flat.size
-    # A whole-plane kernel fuses no epilogue: the masked kernel runs a call that does.
-    whole_loads = not (WHOLE_PLANE and (has_residual or activation != 0))
     if worker < b.workers:  # this call's share of the work
         first = worker * jobs // b.workers
         # The job's image, filter and input channel counted, not divided out:
@@ -94,7 +91,7 @@ def convolve_planes(
             target = job * outputs
             if WHOLE_PLANE:
                 # One call, from the plane's start: no table of calls to read.
-                if whole_loads and source >= 0 and source + b.load_span <= inputs:
+                if source >= 0 and source + b.load_span <= inputs:
                     plane_tap_kernel_edges(
                         x_flat, source, b.width, w_flat, k * b.taps, offsets, masks_at,
                         offsets[3], True, y_flat, target, bias, k, has_bias, residual, target,
@@ -117,7 +114,7 @@ def convolve_planes(
                         target + at, bias, k, has_bias, residual, target + at, activation,
                         has_residual,
                     )  # fmt: skip
-                elif whole_loads and source + at >= 0 and source + at + b.load_span <= inputs:
+                elif source + at >= 0 and source + at + b.load_span <= inputs:
                     plane_tap_kernel_edges(
                         x_flat, source + at, b.width, w_flat, k * b.taps,
                         offsets, masks_at + v0 * b.entries, vector_masks, call == calls - 1,

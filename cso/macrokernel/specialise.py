@@ -33,7 +33,11 @@ from typing import NamedTuple
 import numba
 
 from ..analysis import choices as choices_source
+from ..analysis import hardware as hardware_source
+from ..analysis import plane_shapes as plane_shapes_source
+from ..analysis import planes as plane_analysis_source
 from ..analysis import rows as row_analysis_source
+from ..analysis import tap_layout as tap_layout_source
 from ..analysis.choices import VectorOperand
 from ..analysis.hardware import KERNEL_PREFETCH_DISTANCE
 from ..cachedir import cache_directory, write_text_atomically
@@ -49,6 +53,7 @@ from ..microkernels import row_taps as row_taps_source
 from ..microkernels import taps as taps_source
 from ..microkernels import tile_stores as tile_stores_source
 from ..microkernels import vector_ir as vector_ir_source
+from ..microkernels import whole_plane_taps as whole_plane_taps_source
 from ..packing import depthwise as depthwise_packing_source
 from ..packing import filters as filters_source
 from ..packing import inputs as inputs_source
@@ -90,9 +95,14 @@ HASHED_SOURCES = (
     lane_transposes_source,
     planes_source,
     plane_taps_source,
+    whole_plane_taps_source,
+    plane_analysis_source,
+    plane_shapes_source,
     rows_source,
     row_taps_source,
     row_analysis_source,
+    tap_layout_source,
+    hardware_source,
     epilogue_source,
     vector_ir_source,
     activations_source,

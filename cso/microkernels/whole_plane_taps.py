@@ -42,10 +42,8 @@ vector always stores its first ``tail_lanes``)::
         * (inputs[in_offset + u*VL + l + r*dh*W + s*dw]  where the tap's lane is on the plane,
            else 0)
 
-with no epilogue: its arguments are ignored, and the nest runs the masked
-kernel of :mod:`.plane_taps` on a plane whose call fuses one (inlined in
-the nest beside it, an epilogue of the sums here wrote nothing: not
-understood, left so).  The loads reach ``G[j]`` for ``j`` up to
+then the fused epilogue (:mod:`.epilogue`): where a call fuses one, the
+sums are all kept until it is applied.  The loads reach ``G[j]`` for ``j`` up to
 :func:`cso.analysis.planes.grid_vectors` - 1: every element from
 ``in_offset`` to ``in_offset + grid_vectors*VL`` must lie in the input (the
 nest checks; elsewhere it calls the masked kernel of :mod:`.plane_taps`).
@@ -60,6 +58,7 @@ from numba import types
 from numba.extending import intrinsic
 
 from ..analysis.planes import plane_geometry, tap_coverage
+from .epilogue import emit_epilogue
 from .vector_ir import (
     I32,
     KernelEmitter,
@@ -135,8 +134,8 @@ def build_whole_plane_kernel(plane: tuple, dtype_name: str, vector_lanes: int):
 
         def codegen(context, builder, signature, args):
             (in_a, in_off, _width, w_a, w_off, m_a, _m_off, col_off, _ends, out_a, out_off,
-             bias_a, bias_i, has_bias_v, _res_a, _res_off, _activation,
-             _has_residual) = args  # fmt: skip
+             bias_a, bias_i, has_bias_v, res_a, res_off, activation_v,
+             has_residual_v) = args  # fmt: skip
             e = KernelEmitter(context, builder, signature, dtype_name, lanes)
             b = builder
             inputs_base = e.base(0, in_a, in_off)
@@ -144,6 +143,7 @@ def build_whole_plane_kernel(plane: tuple, dtype_name: str, vector_lanes: int):
             edges_base = e.base(5, m_a, col_off)
             out_base = e.base(9, out_a, out_off)
             bias_base = e.base(11, bias_a, bias_i)
+            residual_base = e.base(14, res_a, res_off)
             zero = ir.Constant(e.vector.element, 0.0)
             start = e.broadcast(b.select(has_bias_v, b.load(bias_base), zero))
             weights = [
@@ -169,6 +169,13 @@ def build_whole_plane_kernel(plane: tuple, dtype_name: str, vector_lanes: int):
                     total = b.call(e.fma, [value, weights[t], total])
                 return total
 
+            def residual_of(u):
+                mask = None
+                if u == vectors - 1 and tail_lanes:
+                    bits = [1] * tail_lanes + [0] * (lanes - tail_lanes)
+                    mask = ir.Constant(ir.VectorType(ir.IntType(1), lanes), bits)
+                return e.load(residual_base, e.constant(u * lanes), mask)
+
             def store(u, value):
                 if u == vectors - 1 and tail_lanes:
                     address = b.gep(out_base, [e.constant(u * lanes)])
@@ -176,9 +183,22 @@ def build_whole_plane_kernel(plane: tuple, dtype_name: str, vector_lanes: int):
                 else:
                     e.store(value, out_base, e.constant(u * lanes))
 
-            grid = {}
-            for u in range(vectors):
-                store(u, output_vector(u, grid))
+            plain = b.and_(
+                b.not_(has_residual_v),
+                b.icmp_signed("==", activation_v, ir.Constant(activation_v.type, 0)),
+            )
+            with b.if_else(plain) as (no_epilogue, epilogue):
+                with no_epilogue:
+                    grid = {}
+                    for u in range(vectors):
+                        store(u, output_vector(u, grid))
+                with epilogue:
+                    grid = {}
+                    sums = [output_vector(u, grid) for u in range(vectors)]
+                    for u, value in enumerate(
+                        emit_epilogue(b, sums, residual_of, activation_v, has_residual_v)
+                    ):
+                        store(u, value)
             return context.get_dummy_value()
 
         return sig, codegen

@@ -2,7 +2,9 @@
 
 import dataclasses
 import functools
+import inspect
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -247,6 +249,16 @@ def test_the_hash_covers_every_kernel_source_a_hashed_source_imports():
     }
     assert not missing
     assert {"cso.microkernels.tile_stores", "cso.microkernels.dot_products"} <= hashed
+    # And every other cso module a kernel source reads (the analysis a kernel is
+    # generated from), and every kernel a specialisation's binding names.
+    read = {
+        imported
+        for module in specialise.HASHED_SOURCES
+        if module.__name__.startswith(kernel_packages)
+        for imported in _cso_imports(module)
+    }
+    bound = set(re.findall(r"cso\.(?:microkernels|packing)\.\w+", inspect.getsource(specialise)))
+    assert not (read | bound) - hashed - {"cso.cachedir", "cso.geometry"}
 
 
 def test_the_parallel_loop_refuses_arrays_of_two_dtypes():
