@@ -42,8 +42,8 @@ vector always stores its first ``tail_lanes``)::
         * (inputs[in_offset + u*VL + l + r*dh*W + s*dw]  where the tap's lane is on the plane,
            else 0)
 
-then the fused epilogue (:mod:`.epilogue`): where a call fuses one, the
-sums are all kept until it is applied.  The loads reach ``G[j]`` for ``j`` up to
+then the fused epilogue (:mod:`.epilogue`), applied to
+:data:`EPILOGUE_VECTORS` output vectors at a time.  The loads reach ``G[j]`` for ``j`` up to
 :func:`cso.analysis.planes.grid_vectors` - 1: every element from
 ``in_offset`` to ``in_offset + grid_vectors*VL`` must lie in the input (the
 nest checks; elsewhere it calls the masked kernel of :mod:`.plane_taps`).
@@ -69,6 +69,10 @@ from .vector_ir import (
     check_shape_bounds,
     store_leading_lanes,
 )
+
+
+# Output vectors a fused epilogue is applied to at once.
+EPILOGUE_VECTORS = 4
 
 
 @functools.lru_cache(maxsize=None)
@@ -193,12 +197,18 @@ def build_whole_plane_kernel(plane: tuple, dtype_name: str, vector_lanes: int):
                     for u in range(vectors):
                         store(u, output_vector(u, grid))
                 with epilogue:
+                    # A few vectors' sums at a time through the epilogue: all of a
+                    # plane's kept until the end spilled (28x28 planes 1.5x slower).
                     grid = {}
-                    sums = [output_vector(u, grid) for u in range(vectors)]
-                    for u, value in enumerate(
-                        emit_epilogue(b, sums, residual_of, activation_v, has_residual_v)
-                    ):
-                        store(u, value)
+                    for first in range(0, vectors, EPILOGUE_VECTORS):
+                        chunk = range(first, min(vectors, first + EPILOGUE_VECTORS))
+                        sums = [output_vector(u, grid) for u in chunk]
+                        finished = emit_epilogue(
+                            b, sums, lambda i: residual_of(first + i), activation_v,
+                            has_residual_v,
+                        )  # fmt: skip
+                        for u, value in zip(chunk, finished):
+                            store(u, value)
             return context.get_dummy_value()
 
         return sig, codegen
