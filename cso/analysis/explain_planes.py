@@ -63,8 +63,7 @@ def plane_story(plan, others, compulsory) -> list:
         compulsory,
         "",
         "Choice",
-        f"  {Algorithm.DEPTHWISE_PLANES}: modelled cost {traffic.cost:.3g} per (filter, image)"
-        + "".join(f"; {label} {other.cost_of(other.schedule).cost:.3g}" for label, other in others),
+        _costs_line(traffic, others),
         f"  per plane: {traffic.kernel_calls} kernel calls, {traffic.tap_loads} loads (masks "
         f"included); busiest thread {traffic.imbalance:.3f}x an even "
         "share",
@@ -75,6 +74,14 @@ def plane_story(plan, others, compulsory) -> list:
         f"      plane tap kernel: y[v0*{vl} : (v0+{per_call})*{vl}] = bias + sum of {taps} "
         "shifted, masked taps, epilogue applied",
     ]
+
+
+def _costs_line(traffic, others) -> str:
+    """The plane plan's modelled cost beside those it was weighed against."""
+    return (
+        f"  {Algorithm.DEPTHWISE_PLANES}: modelled cost {traffic.cost:.3g} per (filter, image)"
+        + "".join(f"; {label} {other.cost_of(other.schedule).cost:.3g}" for label, other in others)
+    )
 
 
 def _whole_plane_story(plan, others, compulsory) -> list:
@@ -102,8 +109,7 @@ def _whole_plane_story(plan, others, compulsory) -> list:
         compulsory,
         "",
         "Choice",
-        f"  {Algorithm.DEPTHWISE_PLANES}: modelled cost {traffic.cost:.3g} per (filter, image)"
-        + "".join(f"; {label} {other.cost_of(other.schedule).cost:.3g}" for label, other in others),
+        _costs_line(traffic, others),
         f"  per plane: {traffic.kernel_calls} kernel call, {traffic.tap_loads} tap vectors "
         f"and masks; busiest thread {traffic.imbalance:.3f}x an even share",
         "",

@@ -96,8 +96,6 @@ def vectors_per_call(geometry: ConvGeometry, lanes: int, vector_registers: int) 
     return min(VECTORS_PER_CALL, output_vectors(geometry, lanes))
 
 
-
-
 # The row kernel's largest horizontal stride: a stride-t row of outputs is
 # every t-th element of t loaded vectors, and one two-source shuffle picks
 # them from two.

@@ -59,6 +59,7 @@ from .plane_shapes import (  # noqa: F401 (re-exported)
     whole_plane_call,
 )
 
+
 def mask_entries(geometry: ConvGeometry) -> int:
     """Entries of the mask table a vector: ``1 + S + R*S``."""
     return 1 + geometry.kernel_width + geometry.kernel_height * geometry.kernel_width

@@ -74,6 +74,20 @@ from .vector_ir import (
 )
 
 
+def plane_kernel_signature(dtype_name: str, inputs, filters, masks, out, bias, residual):
+    """At typing: check a plane kernel's arrays (this module's and
+    :mod:`.whole_plane_taps`', one contract) and return its signature."""
+    check_float_arrays(
+        dtype_name, inputs=inputs, filters=filters, out=out, bias=bias, residual=residual
+    )
+    check_mask_table(masks)
+    intp = types.intp
+    return types.void(
+        inputs, intp, intp, filters, intp, masks, intp, intp, types.boolean, out, intp,
+        bias, intp, types.boolean, residual, intp, intp, types.boolean,
+    )  # fmt: skip
+
+
 @functools.lru_cache(maxsize=None)
 def build_plane_tap_kernel(
     kernel_height: int, kernel_width: int, dilation_h: int, dilation_w: int, vectors: int,
@@ -116,8 +130,10 @@ def build_plane_tap_kernel(
         ("vectors", vectors, MAX_PLANE_CALL_VECTORS),
     )  # fmt: skip
     check_bit_set_lanes(vector_lanes)
-    if not 0 <= tail_lanes < vector_lanes or (whole_edges and not checked) or (
-        tail_lanes and not whole_edges
+    if (
+        not 0 <= tail_lanes < vector_lanes
+        or (whole_edges and not checked)
+        or (tail_lanes and not whole_edges)
     ):
         raise ValueError(
             "whole_edges and tail_lanes need checked, tail_lanes below vector_lanes "
@@ -132,16 +148,7 @@ def build_plane_tap_kernel(
         column_offset, ends_plane, out, out_offset, bias, bias_index, has_bias, residual,
         residual_offset, activation, has_residual,
     ):  # fmt: skip
-        check_float_arrays(
-            dtype_name, inputs=inputs, filters=filters, out=out, bias=bias, residual=residual
-        )
-        check_mask_table(masks)
-        intp = types.intp
-        sig = types.void(
-            inputs, intp, intp, filters, intp, masks, intp, intp, types.boolean, out, intp,
-            bias, intp,
-            types.boolean, residual, intp, intp, types.boolean,
-        )  # fmt: skip
+        sig = plane_kernel_signature(dtype_name, inputs, filters, masks, out, bias, residual)
 
         def codegen(context, builder, signature, args):
             (in_a, in_off, width_v, w_a, w_off, m_a, m_off, col_off, ends_plane_v, out_a,
@@ -167,8 +174,7 @@ def build_plane_tap_kernel(
             row_shifts = [b.mul(e.constant(r * dilation_h), width_v) for r in range(kernel_height)]
             if checked:
                 weights = [
-                    e.broadcast(b.load(b.gep(filters_base, [e.constant(t)])))
-                    for t in range(taps)
+                    e.broadcast(b.load(b.gep(filters_base, [e.constant(t)]))) for t in range(taps)
                 ]
                 for r in range(kernel_height):
                     for s in range(kernel_width):

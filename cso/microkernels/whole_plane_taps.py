@@ -54,18 +54,16 @@ from __future__ import annotations
 import functools
 
 from llvmlite import ir
-from numba import types
 from numba.extending import intrinsic
 
 from ..analysis.planes import plane_geometry, tap_coverage
 from .epilogue import emit_epilogue
+from .plane_taps import plane_kernel_signature
 from .vector_ir import (
     I32,
     KernelEmitter,
     check_bit_set_lanes,
     check_dtype_and_lanes,
-    check_float_arrays,
-    check_mask_table,
     check_shape_bounds,
     store_leading_lanes,
 )
@@ -126,15 +124,7 @@ def build_whole_plane_kernel(plane: tuple, dtype_name: str, vector_lanes: int):
         column_offset, ends_plane, out, out_offset, bias, bias_index, has_bias, residual,
         residual_offset, activation, has_residual,
     ):  # fmt: skip
-        check_float_arrays(
-            dtype_name, inputs=inputs, filters=filters, out=out, bias=bias, residual=residual
-        )
-        check_mask_table(masks)
-        intp = types.intp
-        sig = types.void(
-            inputs, intp, intp, filters, intp, masks, intp, intp, types.boolean, out, intp,
-            bias, intp, types.boolean, residual, intp, intp, types.boolean,
-        )  # fmt: skip
+        sig = plane_kernel_signature(dtype_name, inputs, filters, masks, out, bias, residual)
 
         def codegen(context, builder, signature, args):
             (in_a, in_off, _width, w_a, w_off, m_a, _m_off, col_off, _ends, out_a, out_off,
