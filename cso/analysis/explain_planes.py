@@ -102,9 +102,9 @@ def _whole_plane_story(plan, others, compulsory) -> list:
         "vector one shuffle of two of them, times the broadcast weight",
         f"  {used} of {vectors * taps} (vector, tap) pairs on the plane ({cut} of them cut "
         "by it: an and with the tap's mask vector; the others whole), each output "
-        "vector's taps one chain of FMAs, stored as it ends (with a fused epilogue, "
-        "kept until it is applied); masked loads and stores only at the very start and "
-        "end of the input",
+        "vector's taps one chain of FMAs, stored as it ends (a fused epilogue applied "
+        "to a few vectors at a time); masked loads and stores only at the very start "
+        "and end of the input",
         "  nothing packed: no pass over the input or output besides the kernel's own",
         compulsory,
         "",
