@@ -149,10 +149,14 @@ def row_story(plan, others, compulsory) -> list:
         f"  {len(blocks)} block(s) of {block} row(s) a plane"
         + (" (the last overlapping the one before)" if g.out_height % block else ""),
         f"  {len(starts)} call(s) a row at q0 = {starts}"
-        + (" (the last overlapping the one before)" if len(starts) > 1 and
-           g.out_width % (per_call * vl) else "")
-        + (f" ({g.out_width} of {per_call * vl} lanes used)" if g.out_width < per_call * vl
-           else ""),
+        + (
+            " (the last overlapping the one before)"
+            if len(starts) > 1 and g.out_width % (per_call * vl)
+            else ""
+        )
+        + (
+            f" ({g.out_width} of {per_call * vl} lanes used)" if g.out_width < per_call * vl else ""
+        ),
         "  nothing packed: no pass over the input or output besides the kernel's own",
         compulsory,
         "",
