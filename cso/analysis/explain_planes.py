@@ -93,16 +93,17 @@ def _whole_plane_story(plan, others, compulsory) -> list:
     coverage = planes.tap_coverage(g, vl)
     vectors = len(coverage)
     used = sum(1 for row in coverage for covered in row if covered)
-    cut = sum(1 for row in coverage for covered in row if covered == 2)
+    masked = planes.whole_plane_loads(g, vl) - used
     return [
         "Algorithm: depthwise on the planes as given (stride 1, output as wide as the input)",
         f"  whole-plane tap kernel, built for {g.height}x{g.width} planes: all {vectors} "
         f"output vector(s) of {vl} pixels of a plane in one call; "
         f"{planes.grid_vectors(g, vl)} whole vectors loaded from the plane, each tap's "
         "vector one shuffle of two of them, times the broadcast weight",
-        f"  {used} of {vectors * taps} (vector, tap) pairs on the plane ({cut} of them cut "
-        "by it: an and with the tap's mask vector; the others whole), each output "
-        "vector's taps one chain of FMAs, stored as it ends (a fused epilogue applied "
+        f"  {used} of {vectors * taps} (vector, tap) pairs on the plane; {masked} loaded "
+        "vector(s) anded once for each column shift with a constant mask (what lies off "
+        "the plane, or a tap reaches only by wrapping round a row), no tap masked; each "
+        "output vector's taps one chain of FMAs, stored as it ends (a fused epilogue applied "
         "to a few vectors at a time); masked loads and stores only at the very start "
         "and end of the input",
         "  nothing packed: no pass over the input or output besides the kernel's own",
@@ -111,7 +112,7 @@ def _whole_plane_story(plan, others, compulsory) -> list:
         "Choice",
         _costs_line(traffic, others),
         f"  per plane: {traffic.kernel_calls} kernel call, {traffic.tap_loads} tap vectors "
-        f"and masks; busiest thread {traffic.imbalance:.3f}x an even share",
+        f"and masked loaded vectors; busiest thread {traffic.imbalance:.3f}x an even share",
         "",
         "Loop nest",
         f"  for (image, filter) in {g.batch} x {g.filters} jobs over {plan.threads} thread(s)",

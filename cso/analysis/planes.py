@@ -208,6 +208,31 @@ def tap_coverage(geometry: ConvGeometry, lanes: int) -> list:
     return [tuple(int(c) for c in row) for row in coverage]
 
 
+def grid_masks(geometry: ConvGeometry, lanes: int) -> dict:
+    """``{d: keep}`` for each column shift ``d = s*dw - pad_left`` of the
+    filter's taps: ``keep[j][l]``, whether lane ``l`` of the whole vector
+    ``j`` a whole-plane call loads (plane element ``e = j*VL + l - pad_top*W
+    - pad_left``) may feed a tap of that shift: ``0 <= e < H*W`` and its
+    column ``c = e mod W`` not one a shifted read only reaches by wrapping
+    round a row (``c < d`` for ``d > 0``, ``c >= W + d`` for ``d < 0``).
+
+    A tap's vector shuffled from vectors so masked is zero wherever
+    :func:`mask_table` clears the tap's lane, so no tap needs a mask of its
+    own: a read leaves its output row only by wrapping into such a column,
+    and leaves the plane only outside ``[0, H*W)``."""
+    g = geometry
+    count = grid_vectors(g, lanes)
+    element = np.arange(count * lanes).reshape(count, lanes) - (g.pad_top * g.width + g.pad_left)
+    inside = (element >= 0) & (element < g.height * g.width)
+    column = element % g.width
+    masks = {}
+    for s in range(g.kernel_width):
+        d = s * g.dilation_w - g.pad_left
+        wraps = column < d if d > 0 else column >= g.width + d
+        masks[d] = inside & ~wraps
+    return masks
+
+
 def grid_vectors(geometry: ConvGeometry, lanes: int) -> int:
     """The whole vectors a whole-plane call loads from its ``in_offset``:
     ``1 + max(u + k + [m > 0])`` over the output vectors ``u`` and the taps
@@ -326,7 +351,7 @@ def plane_traffic(
         coverage = tap_coverage(g, lanes)
         calls = 1
         macs = sum(1 for row in coverage for covered in row if covered) * lanes
-        loads = whole_plane_loads(coverage)
+        loads = whole_plane_loads(g, lanes)
         load_cost = hardware.weights.plane_load_cost or hardware.weights.unpacked_load_cost
     else:
         per_call = vectors_per_call(g, lanes, registers)
@@ -354,14 +379,27 @@ def plane_traffic(
     )
 
 
-def whole_plane_loads(coverage: list) -> int:
-    """``sum(taps on the plane) + sum(taps cut by it)`` over a plane's
-    output vectors (:func:`tap_coverage`): a whole-plane call's tap vectors
-    (each a shuffle of loaded vectors, or one of them) and the masks it
-    ands some of them with."""
-    return sum(1 for row in coverage for covered in row if covered) + sum(
-        1 for row in coverage for covered in row if covered == 2
-    )
+def whole_plane_loads(geometry: ConvGeometry, lanes: int) -> int:
+    """``taps + masked``: a whole-plane call's tap vectors (one for each
+    output vector and tap on the plane, :func:`tap_coverage`: a shuffle of
+    loaded vectors, or one of them), and the loaded vectors it ands with a
+    column shift's mask (:func:`grid_masks`: those a tap of that shift reads
+    whose mask clears some lanes, once each)."""
+    g = geometry
+    keep = grid_masks(g, lanes)
+    taps, masked = 0, set()
+    for u, row in enumerate(tap_coverage(g, lanes)):
+        for t, covered in enumerate(row):
+            if not covered:
+                continue
+            taps += 1
+            r, s = divmod(t, g.kernel_width)
+            k, m = divmod(r * g.dilation_h * g.width + s * g.dilation_w, lanes)
+            d = s * g.dilation_w - g.pad_left
+            for j in (u + k, u + k + 1) if m else (u + k,):
+                if keep[d][j].any() and not keep[d][j].all():
+                    masked.add((j, d))
+    return taps + len(masked)
 
 
 def plane_kernel_loads(

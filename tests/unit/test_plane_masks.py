@@ -320,6 +320,20 @@ def test_a_whole_plane_call_skips_masks_and_reaches_its_taps(case):
                 r, s = divmod(t, g.kernel_width)
                 k, m = divmod(r * g.dilation_h * g.width + s * g.dilation_w, lanes)
                 assert u + k + (1 if m else 0) < grid
-    assert planes.whole_plane_loads(coverage) == sum(
-        (c > 0) + (c == 2) for row in coverage for c in row
-    )
+    # The loaded vectors' masks clear exactly the lanes each tap may not read.
+    keep = planes.grid_masks(g, lanes)
+    for u, row in enumerate(coverage):
+        for t, covered in enumerate(row):
+            if not covered:
+                continue  # not emitted (no stored lane on the plane, checked above)
+            r, s = divmod(t, g.kernel_width)
+            delta = r * g.dilation_h * g.width + s * g.dilation_w
+            d = s * g.dilation_w - g.pad_left
+            for lane in range(lanes):
+                if not bit_sets[u, 0] >> lane & 1:
+                    continue  # not stored
+                source = u * lanes + lane + delta  # grid element, from the call's start
+                kept = bool(keep[d][source // lanes][source % lanes])
+                assert kept == bool(bit_sets[u, 1 + g.kernel_width + t] >> lane & 1)
+    used = sum(1 for row in coverage for c in row if c)
+    assert planes.whole_plane_loads(g, lanes) >= used
