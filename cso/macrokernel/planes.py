@@ -81,7 +81,8 @@ def convolve_planes(
     if worker < b.workers:  # this call's share of the work
         first = worker * jobs // b.workers
         # The job's image, filter and input channel counted, not divided out:
-        # a division a job cost a 7x7 plane's call a fifth of its time (Zen 5).
+        # on an AMD EPYC (Zen 5), one thread, side by side, `dw 3x3 960 @7` ran
+        # 1.14x faster so (11.1 against 12.7 us a call) and `384 @14` 1.06x.
         image = first // b.filters
         k = first % b.filters
         channel = k // b.multiplier
