@@ -74,8 +74,9 @@ def whole_plane_call(geometry: ConvGeometry, lanes: int, vector_registers: int) 
     kernel's broadcast weights stay in registers beside the sum and the
     loaded vectors a tap reads.  On an AMD EPYC (Zen 5), one thread, 5x5
     whole-plane kernels (25 weights in 32 registers) spilled and ran
-    1.3-1.5x slower than the lane plans, and 1.15-1.2x with each weight
-    loaded where used; 3x3 ones (9 weights) 1.4-1.5x faster.  With 16
+    1.3-1.5x slower than the lane plans, and with each weight loaded where
+    used 0.92x as long on 7x7 planes but 1.07-1.11x on 14x14 ones; 3x3 ones
+    (9 weights) 1.4-1.5x faster.  With 16
     registers (AVX2) 3x3 filters are not offered: not measured."""
     g = geometry
     vectors = output_vectors(g, lanes)
