@@ -27,6 +27,7 @@ from .macrokernel.specialise import (
     rows_module,
 )
 from .macrokernel.workers import ParallelNest, serial_nest
+from .packing.filters import aligned_empty
 from .workspace import worker_stride
 
 
@@ -226,7 +227,10 @@ def _planes_launch(plan: Plan, module) -> Launch:
         load_span=planes.load_span(g, plan.vector_lanes, plan.hardware.vector_registers),
         workers=plan.threads,
     )
-    offsets = planes.plane_offsets(g, plan.vector_lanes, plan.hardware.vector_registers)
+    table = planes.plane_offsets(g, plan.vector_lanes, plan.hardware.vector_registers)
+    # On a 64-byte boundary: the table's lane-vector masks each fill a cache line.
+    offsets = aligned_empty(table.size, np.int32)
+    offsets[:] = table
     return Launch(module.convolve_planes, tuple(bounds), 0, offsets)
 
 

@@ -122,3 +122,11 @@ def test_explain_tells_the_planes_story():
         hardware=AVX512_CORE,
     )  # fmt: skip
     assert "196 output vector(s) a plane in 49 call(s)" in cso.explain(wide)
+
+
+def test_the_plane_launch_puts_its_masks_on_cache_lines():
+    plan = cso.plan_conv2d((1, 8, 14, 14), (8, 1, 3, 3), padding=1, groups=8,
+                           algorithm="depthwise_planes")  # fmt: skip
+    offsets = cso.launch.launch_for(plan, False).offsets
+    assert offsets.ctypes.data % 64 == 0
+    assert offsets[3] % 16 == 0  # the whole-plane call's masks, in int32 elements

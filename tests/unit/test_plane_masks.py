@@ -294,8 +294,8 @@ def test_the_plane_offsets_point_each_call_at_its_vector_masks(case):
         assert span == planes.grid_vectors(g, lanes) * lanes
     else:
         assert span == reach
-    # Every lane-vector mask starts a 64-byte line.
-    assert offsets.ctypes.data % (4 * planes.MASK_ALIGNMENT) == 0
+    # Every lane-vector mask starts a 64-byte line (once the launch puts the
+    # table on one: tests/e2e/test_planes.py).
     aligned = min(lanes, planes.MASK_ALIGNMENT)
     assert all(offsets[3 + 3 * j] % aligned == 0 for j in range(len(calls)))
 
