@@ -303,9 +303,11 @@ def plane_offsets(geometry: ConvGeometry, lanes: int, vector_registers: int) -> 
 
 # Where the lane-vector masks start in the nest's offsets, in int32 elements:
 # each mask vector then lies in one cache line (the launch puts the array
-# itself on a 64-byte boundary).  On an AMD EPYC (Zen 5), one
-# thread, `dw 3x3 960 @7` ran 1.3x faster with its edge table 64-byte aligned
-# than 4 bytes off.
+# itself on a 64-byte boundary).  On an AMD EPYC (Zen 5), one thread, when
+# the whole-plane kernel still read its masks from the edge table, `dw 3x3
+# 960 @7` ran 1.34x slower with the table 4 bytes off a 16-byte boundary (a
+# prototype nest), and `384 @14` 16.2 us with it aligned against 18.7; the
+# table's calls read their masks so still.
 MASK_ALIGNMENT = 16
 
 
