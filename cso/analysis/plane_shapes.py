@@ -57,10 +57,11 @@ def output_vectors(geometry: ConvGeometry, lanes: int) -> int:
 # A call computes a whole plane (:mod:`cso.microkernels.whole_plane_taps`,
 # every tap unrolled) where its output vectors times its taps are at most
 # this: 28x28 planes of 3x3 filters (49 x 9 = 441 at 16 lanes), not 56x56
-# ones (1764), whose plans' code would no longer fit the decoded-instruction
-# cache (on an AMD EPYC (Zen 5) the 28x28 layer ran 1.19x faster than its
-# row plan so, 14x14 ones 1.7-1.85x, 7x7 ones 2-2.6x faster than the lane
-# plans).
+# ones (1764), whose code would outgrow the decoded-instruction cache (not
+# measured).  On an AMD EPYC (Zen 5), one thread, through `cso.conv2d`
+# (`depthwise_families.py`), MobileNetV2's 3x3 layers ran so 1.11x faster
+# than the row plan on 28x28 planes, 1.37-1.42x than the lane and row plans
+# on 14x14 ones and 1.44x than the lane plan on 7x7 ones.
 MAX_WHOLE_PLANE_TAPS = 512
 # And at most this many output vectors (32x32 planes of 1x1 filters at 16
 # lanes): the masked kernel the nest runs at the input's ends unrolls them.
@@ -74,9 +75,9 @@ def whole_plane_call(geometry: ConvGeometry, lanes: int, vector_registers: int) 
     kernel's broadcast weights stay in registers beside the sum and the
     loaded vectors a tap reads.  On an AMD EPYC (Zen 5), one thread, 5x5
     whole-plane kernels (25 weights in 32 registers) spilled and ran
-    1.3-1.5x slower than the lane plans, and with each weight loaded where
+    1.3-1.6x slower than the lane plans, and with each weight loaded where
     used 0.92x as long on 7x7 planes but 1.07-1.11x on 14x14 ones; 3x3 ones
-    (9 weights) 1.4-1.5x faster.  With 16
+    (9 weights) 1.1-1.45x faster.  With 16
     registers (AVX2) 3x3 filters are not offered: not measured."""
     g = geometry
     vectors = output_vectors(g, lanes)

@@ -33,8 +33,9 @@ On the Zen 5, ``dw 3x3 384 @14`` (13 vectors a plane) ran 1.46x faster
 with taps skipped and the stores so than with every tap masked and the
 stores at the end (11.3 against 16.6 us in a prototype nest; 20.9 for the
 row plan), and the masks on the loaded vectors rather than on each cut
-tap (76 ands a plane there against 28) ran `384 @14` 1.08x and `576 @14`
-1.16x faster again (13.3 against 14.4 us, 17.2 against 19.9).
+tap (76 taps anded a plane there, 25 ands in the machine code after) ran
+`384 @14` in 13.3 us against 14.4 and `576 @14` in 17.2 against 19.9
+(runs minutes apart, the row plans' times alike in both).
 
 Contract
 --------
