@@ -208,6 +208,19 @@ def tap_coverage(geometry: ConvGeometry, lanes: int) -> list:
     return [tuple(int(c) for c in row) for row in coverage]
 
 
+def tap_shifts(geometry: ConvGeometry, lanes: int) -> list:
+    """``[(k, m, d)]`` for each tap ``t = r*S + s``: its shift from a
+    whole-plane call's start, ``r*dh*W + s*dw = k*VL + m`` (``0 <= m < VL``),
+    and its column shift ``d = s*dw - pad_left``."""
+    g = geometry
+    return [
+        divmod(r * g.dilation_h * g.width + s * g.dilation_w, lanes)
+        + (s * g.dilation_w - g.pad_left,)
+        for r in range(g.kernel_height)
+        for s in range(g.kernel_width)
+    ]
+
+
 def grid_masks(geometry: ConvGeometry, lanes: int) -> dict:
     """``{d: keep}`` for each column shift ``d = s*dw - pad_left`` of the
     filter's taps: ``keep[j][l]``, whether lane ``l`` of the whole vector
@@ -238,13 +251,11 @@ def grid_vectors(geometry: ConvGeometry, lanes: int) -> int:
     ``1 + max(u + k + [m > 0])`` over the output vectors ``u`` and the taps
     on the plane there, with ``r*dh*W + s*dw = k*VL + m``
     (:mod:`cso.microkernels.whole_plane_taps`)."""
-    g = geometry
+    shifts = tap_shifts(geometry, lanes)
     reach = 0
-    for u, row in enumerate(tap_coverage(g, lanes)):
-        for t, covered in enumerate(row):
+    for u, row in enumerate(tap_coverage(geometry, lanes)):
+        for (k, m, _), covered in zip(shifts, row):
             if covered:
-                r, s = divmod(t, g.kernel_width)
-                k, m = divmod(r * g.dilation_h * g.width + s * g.dilation_w, lanes)
                 reach = max(reach, u + k + (1 if m else 0))
     return reach + 1
 
@@ -273,7 +284,8 @@ def plane_offsets(geometry: ConvGeometry, lanes: int, vector_registers: int) -> 
     checked call's ``U`` rows of the :func:`edge_table`."""
     table, checked = mask_table(geometry, lanes)
     if whole_plane_call(geometry, lanes, vector_registers):
-        # The whole-plane kernel reads the edge table: its call is checked.
+        # One call, marked checked and given the edge table's rows; neither its
+        # kernel nor the masked one at the input's ends reads those rows.
         checked = np.ones_like(checked)
     per_call = vectors_per_call(geometry, lanes, vector_registers)
     calls = call_schedule(checked, per_call)
@@ -380,17 +392,14 @@ def whole_plane_loads(geometry: ConvGeometry, lanes: int) -> int:
     loaded vectors, or one of them), and the loaded vectors it ands with a
     column shift's mask (:func:`grid_masks`: those a tap of that shift reads
     whose mask clears some lanes, once each)."""
-    g = geometry
-    keep = grid_masks(g, lanes)
+    keep = grid_masks(geometry, lanes)
+    shifts = tap_shifts(geometry, lanes)
     taps, masked = 0, set()
-    for u, row in enumerate(tap_coverage(g, lanes)):
-        for t, covered in enumerate(row):
+    for u, row in enumerate(tap_coverage(geometry, lanes)):
+        for (k, m, d), covered in zip(shifts, row):
             if not covered:
                 continue
             taps += 1
-            r, s = divmod(t, g.kernel_width)
-            k, m = divmod(r * g.dilation_h * g.width + s * g.dilation_w, lanes)
-            d = s * g.dilation_w - g.pad_left
             for j in (u + k, u + k + 1) if m else (u + k,):
                 if keep[d][j].any() and not keep[d][j].all():
                     masked.add((j, d))

@@ -288,8 +288,8 @@ def planes_module(
     if whole_plane is None:
         edges = f"build_plane_tap_kernel({arguments}, True, {kind}, True, {tail_lanes})"
     else:
-        # Its calls are all checked (analysis.planes.plane_offsets): the unchecked
-        # kernel is never run, and bound to the same one rather than built.
+        # The nest's whole-plane path takes no unchecked table call: that name is
+        # bound to the same kernel rather than built.
         whole_plane = tuple(int(n) for n in whole_plane)
         edges = unchecked = f"build_whole_plane_kernel({whole_plane!r}, {kind})"
     binding = (

@@ -63,7 +63,7 @@ import functools
 from llvmlite import ir
 from numba.extending import intrinsic
 
-from ..analysis.planes import grid_masks, plane_geometry, tap_coverage
+from ..analysis.planes import grid_masks, plane_geometry, tap_coverage, tap_shifts
 from .epilogue import emit_epilogue
 from .plane_taps import plane_kernel_signature
 from .vector_ir import (
@@ -102,8 +102,7 @@ def build_whole_plane_kernel(plane: tuple, dtype_name: str, vector_lanes: int):
         arguments: ``kernel(inputs, in_offset, width, filters, w_offset,
         masks, mask_offset, column_offset, ends_plane, out, out_offset, bias,
         bias_index, has_bias, residual, residual_offset, activation,
-        has_residual)``; ``column_offset``: where the call's rows of the edge
-        table start in ``masks``.
+        has_residual)``; the mask-table arguments are not read.
     """
     g = plane_geometry(tuple(plane))
     check_dtype_and_lanes(dtype_name, vector_lanes)
@@ -119,13 +118,7 @@ def build_whole_plane_kernel(plane: tuple, dtype_name: str, vector_lanes: int):
     coverage = tap_coverage(g, lanes)  # [u][t]: 0 off the plane, 1 all on it, 2 some lanes
     vectors = len(coverage)
     tail_lanes = (g.out_height * g.out_width) % lanes
-    # Tap t = r*S + s: its shift k*VL + m from the call's start, and its column shift.
-    shifts = [
-        divmod(r * g.dilation_h * g.width + s * g.dilation_w, lanes)
-        + (s * g.dilation_w - g.pad_left,)
-        for r in range(g.kernel_height)
-        for s in range(g.kernel_width)
-    ]
+    shifts = tap_shifts(g, lanes)  # [t]: (k, m, d), shift k*VL + m, column shift d
     keep = grid_masks(g, lanes)
 
     @intrinsic

@@ -263,7 +263,7 @@ def test_the_plane_offsets_point_each_call_at_its_vector_masks(case):
     offsets = planes.plane_offsets(g, lanes, registers)
     whole = planes.whole_plane_call(g, lanes, registers)
     if whole:
-        # One call a plane, checked: the whole-plane kernel reads the edge table.
+        # One call a plane, marked checked (its edge rows unread by its kernel).
         assert per_call == planes.output_vectors(g, lanes)
         checked = np.ones_like(checked)
     calls = planes.call_schedule(checked, per_call)
