@@ -118,6 +118,7 @@ def pack_input_panel(
                     windows_per_tile - column,
                     windows_per_tile - column,
                     0,
+                    0,
                     channels,
                     channel_stride,
                     0,
@@ -132,7 +133,17 @@ def pack_input_panel(
         run = min(windows_per_tile - column, out_width - q)
         first_column = q * stride_w - pad_left
         first_plane = image_offset + image * image_elements + channel_start * plane
+        # A run that is its tile's whole panel row may store its last vector
+        # whole into the rows after it, up to its channel's last row, which
+        # later copies and calls rewrite; other runs keep to their own row,
+        # whose next run (or this one's pieces) fills it.
+        whole_row = column == 0 and run == windows_per_tile
         for r in range(kernel_height):
+            room = windows_per_tile - column
+            room_step = 0
+            if whole_row:
+                room = windows_per_tile * (1 + (kernel_height - 1 - r) * kernel_width)
+                room_step = windows_per_tile
             input_row = p * stride_h + r * dilation_h - pad_top
             # A row in the padding reads nothing: width 0 masks every lane.
             inside = 0 <= input_row < height
@@ -148,7 +159,8 @@ def pack_input_panel(
                 dilation_w,
                 kernel_width,
                 run,
-                windows_per_tile - column,
+                room,
+                room_step,
                 width if inside else 0,
                 channels,
                 channel_stride,
@@ -201,6 +213,7 @@ def pack_pointwise_panels(
             min(POINTWISE_CHUNK, tiles - chunk),
             windows_per_tile,
             windows_per_tile,
+            0,
             plane,
             channels,
             windows_per_tile,

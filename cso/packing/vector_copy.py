@@ -61,6 +61,7 @@ def pack_row_runs(
     copies,
     count,
     room,
+    room_step,
     row_width,
     channels,
     dst_channel_stride,
@@ -79,8 +80,9 @@ def pack_row_runs(
     ``c*dst_channel_stride`` and ``c*src_channel_stride``: one call packs a
     kernel row ``r`` for a whole channel tile.
 
-    ``room`` (at least ``count``) is how far each destination row may be
-    written from ``dst_offset``: a run's last, partial vector is stored whole
+    ``room`` (at least ``count``) is how far the last copy's destination
+    row may be written from its start, and copy ``s``'s ``room + (copies - 1
+    - s)*room_step``: a run's last, partial vector is stored whole
     (its lanes past ``count`` hold what its load gave: zeros, or on the
     stride-2 path the row's next elements) where it ends within ``room``, and
     in plain pieces (:func:`store_vector`) where it does not.  The input
@@ -89,7 +91,9 @@ def pack_row_runs(
     7x7 layer's panel (512 channels, 3x3, 16 windows: runs of 7, 7 and 2)
     packed 1.7x faster this way than with every partial vector masked, a
     14x14 layer's 1.3x, a 56x56 one's (runs of whole vectors) the same
-    (both in one process, ``/tmp`` script, interleaved).
+    (both in one process, ``/tmp`` script, interleaved).  ``room_step`` lets
+    a copy run on into the rows of the copies after it (``dst_stride`` when
+    the caller rewrites them all, 0 to keep each copy to its own room).
 
     With ``column_step == 1`` each row is a masked vector load at a shifted
     start: the same input segment shifted by ``shift`` elements per row, the
@@ -106,7 +110,7 @@ def pack_row_runs(
         types.intp,
         types.intp,
         src,
-        *[types.intp] * 11,
+        *[types.intp] * 12,
         vector,
     )
 
@@ -123,6 +127,7 @@ def pack_row_runs(
             copies_v,
             count_v,
             room_v,
+            room_step_v,
             width_v,
             channels_v,
             dst_channel_stride,
@@ -248,6 +253,8 @@ def pack_row_runs(
             copy = builder.phi(intp)
             copy.add_incoming(zero, channel_body)
             target_row = builder.gep(target, [builder.mul(copy, dst_stride)])
+            copies_after = builder.sub(builder.sub(copies_v, one), copy)
+            copy_room = builder.add(room_v, builder.mul(copies_after, room_step_v))
             row_start = builder.add(first_column_v, builder.mul(copy, shift_v))
             bounds = lane_range(row_start)
             if bounds is not None:
@@ -272,7 +279,7 @@ def pack_row_runs(
             address = builder.bitcast(builder.gep(target_row, [start]), pointer)
             # A vector that ends within the room is stored whole, its lanes
             # past the run too (the caller rewrites them later): see above.
-            fits = builder.icmp_signed("<=", following, room_v)
+            fits = builder.icmp_signed("<=", following, copy_room)
             remaining = builder.sub(count_v, start)
             store_vector(builder, values, address, element_bytes, remaining, fits)
             start.add_incoming(following, builder.basic_block)

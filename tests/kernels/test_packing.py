@@ -71,6 +71,7 @@ def test_pack_row_runs_against_the_definition(dtype, step, lanes):
                     copies,
                     count,
                     room,
+                    0,
                     width,
                     1,
                     0,
@@ -90,7 +91,7 @@ def test_pack_row_runs_against_the_definition(dtype, step, lanes):
                 assert np.array_equal(target, expected)  # NaN outside the row is never read
     zeroed = np.full(10, -1, dtype)
     # A row in the padding.
-    _pack_rows(zeroed, 0, 5, source, 0, 0, step, 1, 2, 4, 4, 0, 1, 0, 0, vector_token(lanes))
+    _pack_rows(zeroed, 0, 5, source, 0, 0, step, 1, 2, 4, 4, 0, 0, 1, 0, 0, vector_token(lanes))
     assert np.array_equal(zeroed, [0, 0, 0, 0, -1] * 2)
 
 
@@ -102,9 +103,26 @@ def test_a_runs_last_vector_is_stored_whole_only_within_its_room(step):
     source = np.arange(1, 40, dtype=np.float32)
     for room, written in ((5, 5), (7, 5), (8, 8), (20, 8)):
         target = np.full(24, -1, np.float32)
-        _pack_rows(target, 0, 12, source, 0, 0, step, 1, 1, 5, room, 39, 1, 0, 0, vector_token(8))
+        _pack_rows(target, 0, 12, source, 0, 0, step, 1, 1, 5, room, 0, 39, 1, 0, 0, vector_token(8))
         assert np.array_equal(target[:5], source[: 5 * step : step])
         assert (target[5:written] != -1).all() and (target[written:] == -1).all()
+
+
+@pytest.mark.parametrize("step", [1, 2])
+def test_room_step_lets_a_copy_run_into_the_rows_after_it(step):
+    # Rows of 5, 8 lanes: copy s may store whole into the rows of the copies
+    # after it (room + (copies - 1 - s) * room_step), the last keeps to room.
+    source = np.arange(1, 60, dtype=np.float32)
+    copies, stride = 3, 5
+    target = np.full(copies * stride + 8, -1, np.float32)
+    _pack_rows(
+        target, 0, stride, source, 0, 0, step, 1, copies, 5, 5, stride, 59, 1, 0, 0,
+        vector_token(8),
+    )  # fmt: skip
+    for s in range(copies):
+        assert np.array_equal(target[s * stride : s * stride + 5], source[s : s + 5 * step : step])
+    # The last copy's vector did not fit its room of 5: stored in pieces, nothing past it.
+    assert (target[copies * stride :] == -1).all()
 
 
 @pytest.mark.parametrize("step", [1, 2, 3])
@@ -116,7 +134,7 @@ def test_pack_row_runs_over_channels(step):
     stride, channel_stride = 24, 60
     target = np.full(channels * channel_stride, -1, np.float32)
     _pack_rows(
-        target, 1, stride, source, 5, -2, step, 1, 2, 17, 17, width, channels, channel_stride,
+        target, 1, stride, source, 5, -2, step, 1, 2, 17, 17, 0, width, channels, channel_stride,
         plane, V16,
     )  # fmt: skip
     expected = np.full_like(target, -1)
@@ -194,6 +212,30 @@ def test_input_panels(stride, dilation, padding):
             )
             assert np.array_equal(panel[7:], expected)
             assert np.isnan(panel[:7]).all()
+
+
+@pytest.mark.parametrize("lanes", WIDTHS)
+@pytest.mark.parametrize("kernel", [(3, 3), (1, 3), (3, 1), (2, 2), (1, 1)])
+@pytest.mark.parametrize("nwin, tiles_per_row, stride", [(7, 1, 1), (14, 2, 1), (5, 3, 2), (3, 1, 1)])
+def test_input_panels_of_whole_row_tiles(lanes, kernel, nwin, tiles_per_row, stride):
+    # Each tile one whole output row: its rows' last vectors are stored
+    # whole into the rows packed after them (room_step), never past the
+    # channel's last row or the panel's end.
+    R, S = kernel
+    Q = nwin * tiles_per_row
+    P, C = 4, 3
+    H, W = (P - 1) * stride + R - 2, (Q - 1) * stride + S - 2  # padding 1 on every side
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((1, C, H, W)).astype(np.float32)
+    for w0 in range(0, P * Q, nwin):
+        panel = np.full(6 + C * R * S * nwin + 40, np.nan, np.float32)
+        pack_input_panel(
+            x.reshape(-1), 0, H, W, 1, 1, 0, C, R, S, stride, stride, 1, 1, Q, P * Q, w0,
+            nwin, panel, 6, P * Q, C * H * W, vector_token(lanes),
+        )  # fmt: skip
+        expected = _expected_panel(x, 0, 0, C, R, S, stride, stride, 1, 1, (1, 1, 1, 1), P, Q, w0, nwin)
+        assert np.array_equal(panel[6 : 6 + expected.size], expected)
+        assert np.isnan(panel[:6]).all() and np.isnan(panel[6 + expected.size :]).all()
 
 
 def test_input_panels_across_images():
