@@ -52,7 +52,7 @@ from .counts import (
     is_filter_stream_bytes,
     is_input_reload_bytes,
     ws_raw_input_bytes,
-    ws_filter_reload_bytes,
+    ws_filter_stream_bytes,
     kernel_operand_bytes,
     packed_write_bytes,
     output_pages_per_tile,
@@ -160,6 +160,10 @@ def schedule_traffic(
     filters_level = "l3" if all_filters <= l3_usable else "dram"
     # What the micro-kernels read from L3 or DRAM as they compute.
     kernel_streams = {"dram": 0, "l3": 0}
+    in_nest = packs_filters_in_nest(
+        schedule, vector_operand, filters_prepacked, window_parts, batch // images, k2,
+        window_tiles,
+    )  # fmt: skip
     if schedule == Schedule.IS:
         window_blocks = ceil_div(window_tiles, k3)
         filter_blocks = ceil_div(filter_tiles, k2)
@@ -174,8 +178,18 @@ def schedule_traffic(
         window_blocks = window_parts * ceil_div(ceil_div(window_tiles, window_parts), k2)
         input_level = "l3" if raw_input <= l3_usable else "dram"
         levels[input_level] += ws_raw_input_bytes(filter_blocks, raw_input) - raw_input
-        kernel_streams[filters_level] += ws_filter_reload_bytes(
-            window_blocks, filter_tiles, filter_all
+        # Workers of a call's window parts read the same filters at once: one
+        # copy of the stream comes from the far level, the others with it.
+        read_together = window_parts if threads > 1 else 1
+        kernels_read_first = not packed_filter_elements(
+            vector_operand, filters_prepacked, filter_tiles, filter_all, s, batch // images
+        )
+        kernel_streams[filters_level] += ws_filter_stream_bytes(
+            window_blocks // read_together,
+            filter_tiles,
+            filter_all,
+            first_pass=levels["dram"] - raw_input - all_outputs if kernels_read_first else 0,
+            packed_in_nest=in_nest,
         )
         levels["l2"] += packed_write_bytes(filter_blocks, window_tiles, input_all)
         levels["l2"] += kernel_operand_bytes(window_tiles, filter_tiles, input_all)
@@ -187,10 +201,6 @@ def schedule_traffic(
         # One packing serves the call's window spaces: N, or one when folded.
         vector_operand, filters_prepacked, filter_tiles, filter_all, s, batch // images
     )
-    in_nest = packs_filters_in_nest(
-        schedule, vector_operand, filters_prepacked, window_parts, batch // images, k2,
-        window_tiles,
-    )  # fmt: skip
     # Workers that split the filter blocks each keep their share of the panels.
     panel_sharers = 1
     if not workers_read_every_panel(threads, schedule, window_parts):

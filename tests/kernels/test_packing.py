@@ -103,7 +103,9 @@ def test_a_runs_last_vector_is_stored_whole_only_within_its_room(step):
     source = np.arange(1, 40, dtype=np.float32)
     for room, written in ((5, 5), (7, 5), (8, 8), (20, 8)):
         target = np.full(24, -1, np.float32)
-        _pack_rows(target, 0, 12, source, 0, 0, step, 1, 1, 5, room, 0, 39, 1, 0, 0, vector_token(8))
+        _pack_rows(
+            target, 0, 12, source, 0, 0, step, 1, 1, 5, room, 0, 39, 1, 0, 0, vector_token(8)
+        )
         assert np.array_equal(target[:5], source[: 5 * step : step])
         assert (target[5:written] != -1).all() and (target[written:] == -1).all()
 
@@ -216,7 +218,9 @@ def test_input_panels(stride, dilation, padding):
 
 @pytest.mark.parametrize("lanes", WIDTHS)
 @pytest.mark.parametrize("kernel", [(3, 3), (1, 3), (3, 1), (2, 2), (1, 1)])
-@pytest.mark.parametrize("nwin, tiles_per_row, stride", [(7, 1, 1), (14, 2, 1), (5, 3, 2), (3, 1, 1)])
+@pytest.mark.parametrize(
+    "nwin, tiles_per_row, stride", [(7, 1, 1), (14, 2, 1), (5, 3, 2), (3, 1, 1)]
+)
 def test_input_panels_of_whole_row_tiles(lanes, kernel, nwin, tiles_per_row, stride):
     # Each tile one whole output row: its rows' last vectors are stored
     # whole into the rows packed after them (room_step), never past the
@@ -233,7 +237,8 @@ def test_input_panels_of_whole_row_tiles(lanes, kernel, nwin, tiles_per_row, str
             x.reshape(-1), 0, H, W, 1, 1, 0, C, R, S, stride, stride, 1, 1, Q, P * Q, w0,
             nwin, panel, 6, P * Q, C * H * W, vector_token(lanes),
         )  # fmt: skip
-        expected = _expected_panel(x, 0, 0, C, R, S, stride, stride, 1, 1, (1, 1, 1, 1), P, Q, w0, nwin)
+        padding = (1, 1, 1, 1)
+        expected = _expected_panel(x, 0, 0, C, R, S, stride, stride, 1, 1, padding, P, Q, w0, nwin)
         assert np.array_equal(panel[6 : 6 + expected.size], expected)
         assert np.isnan(panel[:6]).all() and np.isnan(panel[6 + expected.size :]).all()
 
