@@ -29,8 +29,13 @@ rows ``s = 0 .. S-1`` of every channel of the tile:
 
 A run that ends inside a panel row stores its last vector whole, lanes
 past the run included, which the next run of the tile then overwrites (runs are
-packed left to right): only a row's last vector is ever partial, stored in
-plain pieces (a masked store is microcoded on AMD).
+packed left to right).  A run that is a whole panel row (the tile lies in one
+output row) stores its last vector whole too, into the rows after it up to
+its channel's last row (kernel row ``r``'s calls precede ``r + 1``'s, and a
+call writes ``s`` in order): later copies and calls rewrite them.  Only the
+last vector of a channel's last row, or of a row's last run when the tile
+spans output rows, is stored in plain pieces (a masked store is microcoded
+on AMD).
 
 A 1x1, stride-1, unpadded convolution with a small plane needs no input
 panel at all: its panel is the input itself with row stride ``H*W`` (see
