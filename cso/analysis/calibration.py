@@ -139,6 +139,20 @@ def filter_pack_shared_cost(rates: MeasuredRates) -> float:
     return filter_pack_cost(rates)
 
 
+def filter_pack_call_cost(rates: MeasuredRates) -> float:
+    """``max(0, t_call - E * t_filter) / u``: the small layer's per-call
+    packing (``filter_pack_call_seconds``) beyond its ``E`` elements at the
+    per-element rate (``filter_pack_seconds``), the fixed part of packing a
+    call's panels up front; 0 where it was not measured (older records)."""
+    if not rates.filter_pack_call_seconds:
+        return 0.0
+    fixed = (
+        rates.filter_pack_call_seconds
+        - rates.filter_pack_call_elements * rates.filter_pack_seconds
+    )
+    return weight_of(max(0.0, fixed), rates.fma_flops)
+
+
 def filter_tile_pack_cost(rates: MeasuredRates) -> float:
     """``t_tile / u``, per filter element packed tile by tile in the loop
     nest; ``filter_pack_cost`` where it was not measured (older records)."""
@@ -309,6 +323,7 @@ FORMULAS = {
     "input_pack_cost": input_pack_cost,
     "filter_pack_cost": filter_pack_cost,
     "filter_pack_shared_cost": filter_pack_shared_cost,
+    "filter_pack_call_cost": filter_pack_call_cost,
     "filter_tile_pack_cost": filter_tile_pack_cost,
     "in_place_filter_cost": in_place_filter_cost,
     "in_place_input_cost": in_place_input_cost,

@@ -76,6 +76,7 @@ from .counts import (
 from .pricing import (
     Traffic,
     filter_pack_cost_for,
+    up_front_packing_cost,
     weighted_cost,
     workers_read_every_panel,
 )
@@ -289,5 +290,8 @@ def schedule_traffic(
     cost = (
         imbalance * weighted_cost(hardware, s, **counts, shared=threads > 1, **shape_costs) / images
     )
+    if packed_filters and not in_nest:
+        # Packed up front, once a call for its groups x images.
+        cost += up_front_packing_cost(hardware.weights, threads, outer_jobs * images)
     counts = {name: count // images for name, count in counts.items()}
     return Traffic(cost=cost, imbalance=imbalance, panel_memory=panel_memory // images, **counts)

@@ -88,6 +88,15 @@ def filter_pack_cost_for(
     return weights.filter_pack_cost
 
 
+def up_front_packing_cost(weights, threads: int, shares: int) -> float:
+    """``c_pack,call * T / J``: the fixed part of packing a call's filter
+    panels up front (``CostWeights.filter_pack_call_cost``), run by the
+    calling thread while the call's other ``T - 1`` workers wait (so ``T``
+    workers' time), over the call's ``J`` (group, image) pairs, each priced
+    apart."""
+    return weights.filter_pack_call_cost * threads / max(1, shares)
+
+
 def hidden_stream_cost(
     hardware, element_bytes, *, streamed_dram, streamed_l3, padded_macs, shared=False,
     mac_cost=None,

@@ -132,6 +132,15 @@ class MeasuredRates:
         filters beyond the L2, every (channel tile, filter tile) of a
         filter-vectorised plan packed in turn.  0 in records made before it
         was measured (``filter_pack_seconds`` stands in).
+    filter_pack_call_seconds : float
+        A small 1x1 layer (65,536 filter elements) through a one-thread
+        filter-vectorised plan that packs its panels up front, per call less
+        the same plan on filters packed ahead (interleaved rounds): the
+        packing as a call meets it, with the caches as the layer's own
+        traffic leaves them.  0 in records made before it was measured.
+    filter_pack_call_elements : float
+        The filter elements that plan packs (``filter_pack_call_seconds``'
+        count).
     filter_pack_shared_seconds : float
         Thread time per filter element packed in a call whose workers each
         read every packed panel (a plan on all cores whose window tiles are
@@ -224,6 +233,8 @@ class MeasuredRates:
     row_wide_calls_per_plane: float = 0.0
     tap_nest_call_seconds: float = 0.0
     filter_pack_shared_seconds: float = 0.0
+    filter_pack_call_seconds: float = 0.0
+    filter_pack_call_elements: float = 0.0
     filter_tile_pack_seconds: float = 0.0
     in_place_input_seconds: float = 0.0
     prefetch_speedup: float = 0.0

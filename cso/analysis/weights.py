@@ -69,6 +69,20 @@ class CostWeights:
         ahead of time (a vector transpose, measured 13-20 GB/s per core
         here, about memcpy's rate for filters beyond L2: some 1.4 elements
         per cycle, 100 units).
+    filter_pack_call_cost : float
+        Fixed cost of packing a call's filter panels up front (a
+        filter-vectorised plan that neither has them packed ahead nor packs
+        them in its loop nest), beyond its elements at ``filter_pack_cost``:
+        the Python and the dispatch around the transposes, and the first
+        touches of filters and panels the layer's traffic has pushed out of
+        the caches.  ``python -m cso calibrate`` times a 1x1 layer of 65,536
+        filter elements per call against the same plan on filters packed
+        ahead; on a Xeon (Sapphire Rapids class) the difference was 63 us
+        where its elements at the per-element rate come to ~20, and unpriced
+        it left two threads on 32x14f for ResNet-50's 1x1 layers at 28x28,
+        1.03-1.13x slower than 8x48w, and as close as 0.4% to it in the
+        model, so that calibrations took either.  Charged as wall time: the
+        calling thread packs while the other workers wait.  Default 0.
     filter_pack_shared_cost : float
         ``filter_pack_cost`` for a plan on more than one thread whose
         workers each read every packed panel (IS, or WS with its window
@@ -296,6 +310,7 @@ class CostWeights:
     transposed_store_cost: float = 128.0
     filter_pack_cost: float = 100.0
     filter_pack_shared_cost: float = 100.0
+    filter_pack_call_cost: float = 0.0
     filter_tile_pack_cost: float = 50.0
     input_pack_cost: float = 80.0
     in_place_filter_cost: float = 6.0

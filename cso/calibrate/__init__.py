@@ -41,6 +41,7 @@ REPEATED = frozenset(
         "tlb_miss_seconds",
         "transposed_store_seconds",
         "filter_pack_shared_seconds",
+        "filter_pack_call_seconds",
         "lane_transpose_seconds",
         "tap_nest_call_seconds",
         "in_place_input_seconds",

@@ -17,7 +17,7 @@ from .. import pack_filters, plan_conv2d
 from ..analysis.pricing import workers_read_every_panel
 from ..analysis.shape_tables import kernel_shape_key
 from ..analysis.retile import with_tiles
-from ..executor import available_threads, pack_panels_up_front
+from ..executor import available_threads, pack_panels_up_front, packs_panels_up_front
 from ..geometry import make_geometry
 from ..measure import best_times, plan_program
 from ..packing.filters import aligned_empty
@@ -59,6 +59,10 @@ POINTWISE_SHAPE_LAYER = ((1, 512, 7, 7), (512, 512, 1, 1), 1, 0)
 # Filters to pack: 2.4 million elements, about a millisecond, well above the
 # timer's and the allocator's noise (FILTER_LAYER's 0.6 million varied by 50%).
 PACK_FILTER_LAYER = ((1, 512, 14, 14), (512, 512, 3, 3), 1, 1)
+# A 1x1 layer whose filter-vectorised plan packs its 65,536 filter elements
+# up front every call: few enough that the packing's fixed part shows beside
+# its elements (on a Xeon 63 us a call, the elements ~20 of it).
+SMALL_PACK_LAYER = ((1, 512, 28, 28), (128, 512, 1, 1), 1, 0)
 # Filters packed tile by tile in the loop nest: 0.5 MB, within the L2, so
 # that the probe times the transposes alone.  Their bytes' trip from the L3
 # or memory is charged apart, as the call's compulsory traffic; from a 9.4 MB
@@ -237,6 +241,31 @@ def filter_pack_shared_seconds(hardware, rounds=5) -> float:
     extra = call_over_packed(plan, PACK_FILTER_LAYER, x, w, rounds)
     elements = plan.cost_of(plan.schedule).packed_filter_elements
     return max(0.0, threads * extra) / max(1, elements)
+
+
+def small_pack_plan(hardware):
+    """:data:`SMALL_PACK_LAYER`'s one-thread filter-vectorised plan, or None
+    where it does not pack its panels up front on this machine."""
+    plan = layer_plan(SMALL_PACK_LAYER, hardware, vector_operand="filters")
+    return plan if packs_panels_up_front(plan) else None
+
+
+def filter_pack_call_seconds(hardware, rounds=5) -> float:
+    """``t_call - t_packed``: :data:`SMALL_PACK_LAYER` through
+    :func:`small_pack_plan` per call less on filters packed ahead, timed in
+    interleaved rounds (:func:`call_over_packed`); 0 where no such plan is
+    made."""
+    plan = small_pack_plan(hardware)
+    if plan is None:
+        return 0.0
+    x, w = layer_operands(SMALL_PACK_LAYER)
+    return max(0.0, call_over_packed(plan, SMALL_PACK_LAYER, x, w, rounds))
+
+
+def filter_pack_call_elements(hardware) -> float:
+    """The filter elements :func:`small_pack_plan` packs a call (0 with no such plan)."""
+    plan = small_pack_plan(hardware)
+    return 0.0 if plan is None else float(plan.cost_of(plan.schedule).packed_filter_elements)
 
 
 def call_over_packed(plan, layer, x, w, rounds, times=best_times) -> float:

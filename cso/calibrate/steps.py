@@ -377,6 +377,12 @@ def calibration_steps(hardware, quick: bool):
          lambda: median(state["input_pack"].values())),
         ("filter_pack_seconds", "filter element packed (quickest of the passes)",
          quickest_filter_pack("filter_pack_seconds")),
+        ("filter_pack_call_seconds",
+         "a small layer's filter packing as a call meets it (per call, less on filters "
+         "packed ahead)",
+         lambda: loop_probes.filter_pack_call_seconds(hardware, rounds)),
+        ("filter_pack_call_elements", "filter elements that small layer packs",
+         lambda: loop_probes.filter_pack_call_elements(hardware)),
         ("filter_pack_shared_seconds",
          f"filter element packed for {hardware.cores} workers that each read every panel",
          lambda: loop_probes.filter_pack_shared_seconds(hardware, rounds)),

@@ -37,6 +37,8 @@ RATES = dict(
     tap_load_seconds=4e-10,
     lane_transpose_seconds=3.5e-10,
     filter_pack_shared_seconds=3e-9,
+    filter_pack_call_seconds=6e-5,
+    filter_pack_call_elements=20000.0,
     filter_tile_pack_seconds=1e-9,
     row_call_seconds=2e-8,
     plane_call_seconds=1.5e-8,
@@ -76,6 +78,8 @@ def test_each_weight_is_its_formula_of_the_rates():
         "filter_pack_cost": 1.5e-9 / UNIT,  # 300
         "filter_pack_shared_cost": 3e-9 / UNIT,  # 600 of thread time, workers reading every panel
         "filter_tile_pack_cost": 1e-9 / UNIT,  # 200, packed tile by tile in the loop nest
+        # 60 us a call for 20,000 elements, 30 of them at 1.5 ns: 30 us fixed.
+        "filter_pack_call_cost": (6e-5 - 20000 * 1.5e-9) / UNIT,  # 6,000,000 a call
         "in_place_filter_cost": 3e-11 / UNIT,  # 6
         "in_place_input_cost": 2e-11 / UNIT,  # 4 per input element read in place
         "tap_call_cost": 7.5e-9 / UNIT,  # 1500
@@ -640,6 +644,15 @@ def test_records_without_the_shared_filter_packing_price_it_as_one_threads():
     )
     one_core = MeasuredRates(**dict(RATES, filter_pack_shared_seconds=0.0))
     assert derive_weights(one_core).filter_pack_shared_cost == pytest.approx(1.5e-9 / UNIT)
+
+
+def test_the_fixed_part_of_packing_up_front_is_none_unmeasured_and_never_negative():
+    older = dict(RATES)
+    del older["filter_pack_call_seconds"], older["filter_pack_call_elements"]
+    assert derive_weights(MeasuredRates(**older)).filter_pack_call_cost == 0.0
+    # A call that packed faster than its elements at the per-element rate: 0, not negative.
+    quick = MeasuredRates(**dict(RATES, filter_pack_call_seconds=2e-5))
+    assert derive_weights(quick).filter_pack_call_cost == 0.0
 
 
 def test_records_without_the_in_nest_filter_packing_price_it_as_up_front():

@@ -99,6 +99,39 @@ def test_a_shapes_1x1_mac_cost_prices_1x1_layers_only():
     assert "c_mac 4.4 (this shape's, calibrated)" in cso.explain(spatial[1])
 
 
+def test_packing_up_front_costs_its_fixed_part_once_a_call_on_every_worker():
+    # filter_pack_call_cost: a call that packs its panels up front pays it
+    # once, on the calling thread while the other workers wait (threads x),
+    # shared by the call's images; filters packed ahead, or tile by tile in
+    # the loop nest, pay none.
+    from dataclasses import replace
+
+    base = cso.Hardware(vector_bytes=64, vector_registers=32, cores=2)
+    fixed = replace(base.weights, filter_pack_call_cost=1e6)
+    plain, dear = base, base.with_changes(weights=fixed)
+    x_shape, w_shape = (1, 512, 28, 28), (128, 512, 1, 1)
+    forced = dict(
+        filters_per_tile=32, windows_per_tile=14, vector_operand="filters", schedule="WS"
+    )
+
+    def cost(hardware, threads, batch=1, **more):
+        plan = cso.plan_conv2d(
+            (batch,) + x_shape[1:], w_shape, hardware=hardware, threads=threads, **forced, **more
+        )
+        return plan.cost_of(plan.schedule).cost, plan
+
+    for threads in (1, 2):
+        (with_fixed, plan), (without, _) = cost(dear, threads), cost(plain, threads)
+        assert not plan.packs_filters_in_nest
+        assert with_fixed - without == pytest.approx(1e6 * threads)
+        assert "fixed 1e+06 a call" in cso.explain(plan)
+    # Eight images share one packing: an eighth of it each.
+    (with_fixed, plan), (without, _) = cost(dear, 1, batch=8), cost(plain, 1, batch=8)
+    assert with_fixed - without == pytest.approx(1e6 / 8, rel=1e-6)
+    prepacked = dict(filters_prepacked=True)
+    assert cost(dear, 1, **prepacked)[0] == cost(plain, 1, **prepacked)[0]
+
+
 def test_filters_packed_for_workers_reading_every_panel_cost_the_shared_rate():
     # filter_pack_shared_cost prices a call's filter packing exactly when the
     # plan runs on more than one thread and its workers each read every
