@@ -151,8 +151,9 @@ def schedule_traffic(
     # Filters that fit in L3 come from DRAM once per call, whatever the batch:
     # each of the call's window spaces (N, or one folded) takes its share.
     shared_by = batch // images if all_filters <= l3_usable else 1
+    compulsory_filters = all_filters // max(1, shared_by)
     levels = {
-        "dram": compulsory_bytes(raw_input, all_filters // max(1, shared_by), all_outputs),
+        "dram": compulsory_bytes(raw_input, compulsory_filters, all_outputs),
         "l3": 0,
         "l2": 0,
     }
@@ -165,6 +166,10 @@ def schedule_traffic(
         schedule, vector_operand, filters_prepacked, window_parts, batch // images, k2,
         window_tiles,
     )  # fmt: skip
+    packed_filters = packed_filter_elements(
+        # One packing serves the call's window spaces: N, or one when folded.
+        vector_operand, filters_prepacked, filter_tiles, filter_all, s, batch // images
+    )
     if schedule == Schedule.IS:
         window_blocks = ceil_div(window_tiles, k3)
         filter_blocks = ceil_div(filter_tiles, k2)
@@ -182,14 +187,12 @@ def schedule_traffic(
         # Workers of a call's window parts read the same filters at once: one
         # copy of the stream comes from the far level, the others with it.
         read_together = window_parts if threads > 1 else 1
-        kernels_read_first = not packed_filter_elements(
-            vector_operand, filters_prepacked, filter_tiles, filter_all, s, batch // images
-        )
         kernel_streams[filters_level] += ws_filter_stream_bytes(
             window_blocks // read_together,
             filter_tiles,
             filter_all,
-            first_pass=levels["dram"] - raw_input - all_outputs if kernels_read_first else 0,
+            # With no packing pass, the kernels make the compulsory read.
+            first_pass=0 if packed_filters else compulsory_filters,
             packed_in_nest=in_nest,
         )
         levels["l2"] += packed_write_bytes(filter_blocks, window_tiles, input_all)
@@ -198,10 +201,6 @@ def schedule_traffic(
         raise ValueError(f"schedule must be 'IS' or 'WS', got {schedule!r}")
     for level, count in kernel_streams.items():
         levels[level] += count
-    packed_filters = packed_filter_elements(
-        # One packing serves the call's window spaces: N, or one when folded.
-        vector_operand, filters_prepacked, filter_tiles, filter_all, s, batch // images
-    )
     # Workers that split the filter blocks each keep their share of the panels.
     panel_sharers = 1
     if not workers_read_every_panel(threads, schedule, window_parts):

@@ -201,7 +201,7 @@ def _filter_pack_story(plan) -> str:
         return ""
     story = f"filter packing in the call: {packed} elements at c_pack {price}"
     fixed = plan.hardware.weights.filter_pack_call_cost
-    if fixed and not plan.packs_filters_in_nest:
+    if fixed and not in_nest:
         story += f"; up front, fixed {fixed:.3g} a call (the calling thread; the others wait)"
     memory = plan.cost_of(plan.schedule).panel_memory
     if memory:
