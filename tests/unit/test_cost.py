@@ -130,6 +130,13 @@ def test_packing_up_front_costs_its_fixed_part_once_a_call_on_every_worker():
     assert with_fixed - without == pytest.approx(1e6 / 8, rel=1e-6)
     prepacked = dict(filters_prepacked=True)
     assert cost(dear, 1, **prepacked)[0] == cost(plain, 1, **prepacked)[0]
+    # A 7x7 layer's four window tiles are one block: its tiles are packed in the nest.
+    in_nest = [
+        cso.plan_conv2d((1, 256, 7, 7), (256, 256, 1, 1), hardware=h, threads=1, **forced)
+        for h in (dear, plain)
+    ]
+    assert in_nest[0].packs_filters_in_nest
+    assert in_nest[0].cost_of("WS").cost == in_nest[1].cost_of("WS").cost
 
 
 def test_filters_packed_for_workers_reading_every_panel_cost_the_shared_rate():
