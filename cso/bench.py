@@ -171,14 +171,23 @@ def run_benchmark(
     _print_roofline(rows, ours + peers, out)
     print(f"first call (layer 1, compile or cache load included): {first_call:.2f} s", file=out)
     if csv_path:
-        with open(csv_path, "w", newline="") as handle:
-            writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
+        write_csv(rows, csv_path)
         print(f"wrote {csv_path}", file=out)
     if png_path:
         _chart(rows, peers, png_path, f"{model}, batch {batch}, {threads} thread(s)", out)
     return rows
+
+
+def write_csv(rows, path) -> None:
+    """Write ``rows`` (dicts) to the CSV file ``path``: every column any row
+    has, in the order first seen, and an empty cell where a row has none
+    (``--breakdown`` times only the stages a layer's family has: the lane
+    nest's ``output unpacking`` is one)."""
+    columns = list(dict.fromkeys(key for row in rows for key in row))
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=columns, restval="")
+        writer.writeheader()
+        writer.writerows(rows)
 
 
 # The name the compulsory-bytes stream is timed under in the rounds.
