@@ -96,6 +96,35 @@ def conv2d(
     them to each output tile in registers when its last channel tile is
     written, so they cost no pass over the output.
     """
+    # A repeated call with arrays as given, plain parameters and none of
+    # out, plan, tuned or residual goes from one lookup of its validated
+    # problem (under _call_key's key) straight to its RepeatedCall, in line:
+    # every Python step of the general path below costs several times more
+    # when a loop nest or other work has just left the caches cold.
+    if (
+        type(x) is np.ndarray
+        and type(w) is np.ndarray
+        and out is None
+        and plan is None
+        and tuned is False
+        and residual is None
+        and (bias is None or type(bias) is np.ndarray)
+        and type(stride) is int
+        and type(padding) is int
+        and type(dilation) is int
+        and type(groups) is int
+        and (threads is None or type(threads) is int)
+        and (activation is None or type(activation) is str)
+    ):
+        call = _validated.get(
+            (
+                x.shape, x.dtype, w.shape, w.dtype,
+                None if bias is None else (bias.shape, bias.dtype),
+                (stride, padding, dilation, groups, threads, activation),
+            )
+        )  # fmt: skip
+        if call is not None and call.repeated is not None:
+            return call.repeated(x, w, bias, call.activation, None)
     if tuned is not False:
         check_tuned(tuned)
     # Arrays as given skip as_array here: their dtypes are in the key, and a

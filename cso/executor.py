@@ -32,7 +32,7 @@ from .analysis.choices import KCRS_ALGORITHMS, VectorOperand
 from .analysis.plan import Plan
 from .geometry import ceil_div
 from .launch import Launch, launch_for
-from .openmp import current_counts, kept_openmp_threads, restore_counts
+from .openmp import kept_openmp_threads
 from .packing.filters import (
     pack_bias,
     pack_edge_filter_rows,
@@ -281,25 +281,17 @@ def launch_nest(plan: Plan, launch: Launch, arguments: tuple) -> None:
     """Call ``launch``'s loop nest on ``arguments`` (:func:`loop_arguments`)
     with ``plan.threads`` workers, leaving the process's thread settings as
     they were."""
-    if plan.threads == 1:
-        # A one-thread plan runs its nest as worker 0 (cso.macrokernel.workers) on
-        # this thread with no parallel region, so no OpenMP state to keep.
+    # A one-thread plan runs its nest as worker 0 on this thread with no
+    # parallel region, so no OpenMP state to keep; a plan of more threads runs
+    # it through launch_workers, whose compiled code sets every OpenMP
+    # runtime's count back after the launch (cso.macrokernel.workers).  The
+    # nest runs `threads` workers of its own (one per part of the workspace),
+    # so Numba's thread count needs raising only when it is lower.
+    if plan.threads == 1 or numba_thread_count() >= plan.threads:
         launch.loop_nest(*arguments)
         return
-    # The loop nest runs `threads` workers of its own (one per part of the
-    # workspace), so Numba's thread count needs changing only when it is lower.
-    # Numba's OpenMP layer changes the process's OpenMP thread count as it
-    # launches: it is set back after, for torch and any other OpenMP user.
-    # (What kept_openmp_threads does, without a context manager's two calls.)
-    counts = current_counts()
-    try:
-        if numba_thread_count() >= plan.threads:
-            launch.loop_nest(*arguments)
-        else:
-            with numba_threads(plan.threads):
-                launch.loop_nest(*arguments)
-    finally:
-        restore_counts(counts)
+    with numba_threads(plan.threads):
+        launch.loop_nest(*arguments)
 
 
 _thread_count_function = []  # [the function numba_thread_count calls], once found
@@ -313,7 +305,10 @@ def numba_thread_count() -> int:
     against 0.65 microseconds a call on a Xeon, where a two-thread call of a
     tiny layer took 13.6."""
     if not _thread_count_function:
-        count = numba.get_num_threads()  # starts the pool: the getter is set then
+        # The first query starts Numba's thread pool (the getter is set then),
+        # which sets the OpenMP thread count: kept as the caller had it.
+        with kept_openmp_threads():
+            count = numba.get_num_threads()
         getter = getattr(_numba_parallel, "_get_num_threads", None)
         usable = callable(getter) and getter() == count
         _thread_count_function.append(getter if usable else numba.get_num_threads)

@@ -8,13 +8,19 @@ its own setting changed: after ``torch.set_num_threads(1)`` and one cso
 call, torch ran its next convolution on two threads.  :class:`kept_openmp_threads`
 reads the count before a launch and sets it back after.  It costs two calls
 into each runtime per launch; where there is no OpenMP runtime to reach it
-does nothing.  A one-thread call needs none of it: its loop nest runs as one
-worker on the calling thread, with no parallel region (:mod:`cso.macrokernel.workers`).
+does nothing.  A loop nest's launch makes the same calls in compiled code,
+through :func:`runtime_addresses` (:func:`cso.macrokernel.workers.launch_workers`),
+but for the first launch of each plan, which compiles or loads code and
+starts Numba's thread pool, and so is kept from Python.  A one-thread call
+needs none of it: its loop nest runs as one worker on the calling thread,
+with no parallel region (:mod:`cso.macrokernel.workers`).
 """
 
 from __future__ import annotations
 
 import ctypes
+
+import numpy as np
 
 _runtimes = []  # [[(omp_get_max_threads, omp_set_num_threads), ...]], once looked up
 
@@ -56,6 +62,25 @@ def openmp_threads() -> list:
     """The calling thread's OpenMP thread count (``omp_get_max_threads``) in
     each runtime :func:`_functions` finds (an empty list where there is none)."""
     return [get() for get, _ in _functions()]
+
+
+_addresses = []  # [runtime_addresses()], once built
+
+
+def runtime_addresses() -> np.ndarray:
+    """The addresses of each runtime's ``omp_get_max_threads`` and
+    ``omp_set_num_threads`` (:func:`_functions`), two by two, as int64: for
+    compiled code that keeps the counts around a parallel launch
+    (:func:`cso.macrokernel.workers.launch_workers`; an empty array where
+    there is no runtime)."""
+    if not _addresses:
+        pairs = [
+            ctypes.cast(function, ctypes.c_void_p).value
+            for pair in _functions()
+            for function in pair
+        ]
+        _addresses.append(np.array(pairs, dtype=np.int64))
+    return _addresses[0]
 
 
 def current_counts() -> list:

@@ -85,6 +85,9 @@ class RepeatedCall:
         dtype = self.dtype
         # 64-byte aligned as cso.outputs.new_output makes it, without its reshape.
         y = aligned_empty(self.size, dtype)
+        # Shaped now rather than after the nest, whose data leave this
+        # Python step's in cold caches.
+        shaped = y.reshape(self.shape)
         # A bias given per call that needs packing takes the general path.
         ready_bias = bias is None or self.bias_ready
         if self.kcrs or self.panel_rows is not None or (self.edge is not None and ready_bias):
@@ -121,4 +124,4 @@ class RepeatedCall:
                 epilogue = executor.NO_EPILOGUE
             arguments = executor.loop_arguments(self.launch, x, operands, y, epilogue)
         executor.launch_nest(self.plan, self.launch, arguments)
-        return y.reshape(self.shape)
+        return shaped

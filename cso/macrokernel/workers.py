@@ -23,6 +23,15 @@ nest compiled for the arguments' types with every array writable and
 aligned (:func:`nest_signature`): arrays that differ only in those flags have
 the same machine representation, so one compiled nest serves a read-only
 input too.
+
+Thread settings: Numba's OpenMP layer sets the calling thread's OpenMP
+thread count as it launches (:mod:`cso.openmp`).  :func:`launch_workers`
+keeps each runtime's count around :func:`run_workers` in compiled code,
+reading and setting it through the addresses
+:func:`cso.openmp.runtime_addresses` gives (an argument: a function that
+embeds an address is not cached), where Python took four calls through
+ctypes a launch.  Not in :func:`run_workers` itself: a parallel function
+sets the count as it is entered, before anything in it could read it.
 """
 
 from __future__ import annotations
@@ -34,6 +43,9 @@ import numpy as np
 from numba import njit, prange, types
 from numba.core import errors
 from numba.extending import intrinsic
+from llvmlite import ir
+
+from ..openmp import kept_openmp_threads, runtime_addresses
 
 
 def canonical_type(numba_type):
@@ -93,6 +105,45 @@ def run_workers(address, workers, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10):
         call_worker(address, np.int64(worker), a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10)
 
 
+@intrinsic
+def openmp_count(typingctx, getter):
+    """``omp_get_max_threads()`` of the runtime whose function is at ``getter``."""
+
+    def codegen(context, builder, signature, values):
+        function_type = ir.FunctionType(ir.IntType(32), [])
+        function = builder.inttoptr(values[0], function_type.as_pointer())
+        return builder.sext(builder.call(function, []), ir.IntType(64))
+
+    return types.int64(types.int64), codegen
+
+
+@intrinsic
+def set_openmp_count(typingctx, setter, count):
+    """``omp_set_num_threads(count)`` of the runtime whose function is at ``setter``."""
+
+    def codegen(context, builder, signature, values):
+        function_type = ir.FunctionType(ir.VoidType(), [ir.IntType(32)])
+        function = builder.inttoptr(values[0], function_type.as_pointer())
+        builder.call(function, [builder.trunc(values[1], ir.IntType(32))])
+        return context.get_dummy_value()
+
+    return types.none(types.int64, types.int64), codegen
+
+
+@njit(nogil=True, cache=True)
+def launch_workers(address, workers, openmp, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10):
+    """:func:`run_workers`, each OpenMP runtime's count (its
+    ``omp_get_max_threads`` and ``omp_set_num_threads`` at ``openmp[2i]`` and
+    ``openmp[2i + 1]``) set back after it where the launch changed it."""
+    kept = np.empty(openmp.size // 2, np.int64)
+    for runtime in range(kept.size):
+        kept[runtime] = openmp_count(openmp[2 * runtime])
+    run_workers(address, workers, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10)
+    for runtime in range(kept.size):
+        if openmp_count(openmp[2 * runtime]) != kept[runtime]:
+            set_openmp_count(openmp[2 * runtime + 1], kept[runtime])
+
+
 def nest_signature(arguments: tuple) -> tuple:
     """The types a nest is compiled for to be called on ``arguments``
     through :func:`run_workers`: the worker index, then each argument's
@@ -117,23 +168,30 @@ def serial_nest(nest):
 
 
 class ParallelNest:
-    """A plan's nest on ``workers`` workers through :func:`run_workers`; the
-    nest's address is found at the first call (its arguments' types are the
-    plan's from then on: :func:`cso.executor.loop_arguments` makes them)."""
+    """A plan's nest on ``workers`` workers through :func:`launch_workers`;
+    the nest's address is found at the first call (its arguments' types are
+    the plan's from then on: :func:`cso.executor.loop_arguments` makes them)."""
 
-    __slots__ = ("nest", "workers", "address", "dtype")
+    __slots__ = ("nest", "workers", "address", "dtype", "openmp")
 
     def __init__(self, nest, workers: int):
         self.nest = nest
         self.workers = int(workers)
         self.address = 0
         self.dtype = None
+        self.openmp = runtime_addresses()
 
     def __call__(self, *arguments):
         dtype = arguments[0].dtype
         if dtype is not self.dtype:  # (not !=: NumPy takes None for float64)
             # The first call; the rest of a launch's calls have its plan's
             # dtype, and then the same types (nest_arguments makes them).
-            self.address = nest_address(self.nest, arguments)
+            # Compiling or loading the nest and launch_workers for them starts
+            # Numba's thread pool, which sets the OpenMP count before compiled
+            # code could read it: this call keeps the count from Python.
+            with kept_openmp_threads():
+                self.address = nest_address(self.nest, arguments)
+                launch_workers(self.address, self.workers, self.openmp, *arguments)
             self.dtype = dtype
-        run_workers(self.address, self.workers, *arguments)
+            return
+        launch_workers(self.address, self.workers, self.openmp, *arguments)

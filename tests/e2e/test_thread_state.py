@@ -3,7 +3,9 @@ thread count (which torch and any other OpenMP user share with Numba's
 OpenMP layer) and NumPy's BLAS threads.
 
 Each check runs in a fresh process, so that cso's first call, the one that
-starts Numba's thread pool, is among those checked.
+starts Numba's thread pool, is among those checked; the calls run twice,
+since a plan's first launch keeps the counts from Python and the later ones
+in compiled code (cso.macrokernel.workers.launch_workers).
 """
 
 import ast
@@ -57,6 +59,7 @@ assert runtimes, "no OpenMP runtime reachable"
 for get, set_ in runtimes:
     set_(3)  # a count no call uses: a launch that set its own would show
 calls()
+calls()
 print([get() for get, _ in runtimes])
 """
     )
@@ -73,6 +76,7 @@ torch.set_num_threads(1)
 """
         + CALLS
         + """
+calls()
 calls()
 print(torch.get_num_threads())
 """
@@ -91,6 +95,7 @@ def blas():
     return {pool["filepath"]: pool["num_threads"] for pool in threadpool_info()
             if pool["user_api"] == "blas"}
 before = blas()
+calls()
 calls()
 after = blas()
 # Libraries loaded during the calls are not the caller's settings: those before are compared.

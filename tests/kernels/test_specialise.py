@@ -295,3 +295,31 @@ def test_the_machines_prefetch_distance_specialises_the_loop_module(distance):
     y = cso.conv2d(x, w, padding=1, plan=other)
     assert np.array_equal(y, cso.conv2d(x, w, padding=1, plan=plan))
     assert np.abs(y - cso.reference.conv2d(x, w, padding=1)).max() < 1e-3
+
+
+def test_compiled_code_reads_and_sets_each_openmp_runtimes_count():
+    # launch_workers keeps the OpenMP counts through these calls: each must
+    # reach the same runtime cso.openmp reads through ctypes.
+    from numba import njit
+
+    from cso import openmp
+    from cso.macrokernel.workers import openmp_count, set_openmp_count
+
+    @njit
+    def read_then_set(addresses, count):
+        seen = np.empty(addresses.size // 2, np.int64)
+        for runtime in range(seen.size):
+            seen[runtime] = openmp_count(addresses[2 * runtime])
+            set_openmp_count(addresses[2 * runtime + 1], count)
+        return seen
+
+    addresses = openmp.runtime_addresses()
+    if addresses.size == 0:
+        pytest.skip("no OpenMP runtime reachable")
+    before = openmp.openmp_threads()
+    try:
+        assert list(read_then_set(addresses, 5)) == before
+        assert openmp.openmp_threads() == [5] * len(before)
+    finally:
+        openmp.restore_counts(before)
+    assert openmp.openmp_threads() == before
