@@ -20,7 +20,9 @@ import numpy as np
 from . import executor
 from .analysis.choices import KCRS_ALGORITHMS
 from .analysis.plan import Plan
+from .executor import numba_thread_count
 from .launch import launch_for
+from .macrokernel.workers import launch_workers
 from .packing.filters import aligned_empty
 from .workspace import workspace
 
@@ -38,11 +40,12 @@ class RepeatedCall:
 
     __slots__ = (
         "plan", "prepacked", "launch", "dtype", "size", "shape", "kcrs", "edge", "zero_bias",
-        "no_residual", "tail", "panel_rows", "bias_ready",
+        "no_residual", "tail", "panel_rows", "bias_ready", "threads",
     )  # fmt: skip
 
     def __init__(self, plan: Plan, prepacked: bool = False):
         self.plan, self.prepacked = plan, prepacked
+        self.threads = plan.threads
         self.kcrs = plan.algorithm in KCRS_ALGORITHMS
         panels = executor.reads_whole_panels(plan, prepacked)
         self.launch = launch_for(plan, panels)
@@ -95,8 +98,18 @@ class RepeatedCall:
             # on a Xeon at two threads, MobileNetV2's and EfficientNet-B0's
             # depthwise calls in interleaved rounds, 0.3-1.2 microseconds a
             # call less (three runs each, the old class beside this one).
-            filters = executor.flat_operand(w, dtype)
-            arguments = (executor.flat_operand(x, dtype), filters)
+            # executor.flat_operand's common case in line: an array of the
+            # plan's own dtype object, C-contiguous and writeable, is its view.
+            flags = w.flags
+            if w.dtype is dtype and flags.c_contiguous and flags.writeable:
+                filters = w.ravel()
+            else:
+                filters = executor.flat_operand(w, dtype)
+            flags = x.flags
+            if x.dtype is dtype and flags.c_contiguous and flags.writeable:
+                arguments = (x.ravel(), filters)
+            else:
+                arguments = (executor.flat_operand(x, dtype), filters)
             if self.panel_rows is not None:
                 arguments += (filters[: self.panel_rows],)
             elif not self.kcrs:
@@ -123,5 +136,19 @@ class RepeatedCall:
             else:
                 epilogue = executor.NO_EPILOGUE
             arguments = executor.loop_arguments(self.launch, x, operands, y, epilogue)
-        executor.launch_nest(self.plan, self.launch, arguments)
+        # executor.launch_nest in line: a one-thread nest, or a parallel one
+        # where Numba's thread count already covers its workers (the rest
+        # take launch_nest's way).
+        threads = self.threads
+        if threads == 1:
+            self.launch.loop_nest(*arguments)
+        elif numba_thread_count() >= threads:
+            nest = self.launch.loop_nest
+            if nest.dtype is dtype:
+                # ParallelNest's call, once its first has found the nest's address.
+                launch_workers(nest.address, nest.workers, nest.openmp, *arguments)
+            else:
+                nest(*arguments)
+        else:
+            executor.launch_nest(self.plan, self.launch, arguments)
         return shaped
