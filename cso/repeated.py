@@ -98,15 +98,22 @@ class RepeatedCall:
             # on a Xeon at two threads, MobileNetV2's and EfficientNet-B0's
             # depthwise calls in interleaved rounds, 0.3-1.2 microseconds a
             # call less (three runs each, the old class beside this one).
-            # executor.flat_operand's common case in line: an array of the
-            # plan's own dtype object, C-contiguous and writeable, is its view.
+            # executor.flat_operand's common case in line: an ndarray (not a
+            # subclass) of the plan's own dtype object, C-contiguous and
+            # writeable, is its view.
             flags = w.flags
-            if w.dtype is dtype and flags.c_contiguous and flags.writeable:
+            if (
+                type(w) is np.ndarray and w.dtype is dtype
+                and flags.c_contiguous and flags.writeable
+            ):  # fmt: skip
                 filters = w.ravel()
             else:
                 filters = executor.flat_operand(w, dtype)
             flags = x.flags
-            if x.dtype is dtype and flags.c_contiguous and flags.writeable:
+            if (
+                type(x) is np.ndarray and x.dtype is dtype
+                and flags.c_contiguous and flags.writeable
+            ):  # fmt: skip
                 arguments = (x.ravel(), filters)
             else:
                 arguments = (executor.flat_operand(x, dtype), filters)

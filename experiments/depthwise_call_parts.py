@@ -32,24 +32,10 @@ import numpy as np  # noqa: E402
 
 import cso  # noqa: E402
 from cso import executor  # noqa: E402
+from cso.bench import stream_program  # noqa: E402
 from cso import launch as launches  # noqa: E402
 from cso.measure import best_times, im2col_gemm, kernel_name, torch_peer  # noqa: E402
 from cso.microkernels.peak import fma_peak_gflops  # noqa: E402
-from cso.microkernels.stream import stream_buffers, stream_once  # noqa: E402
-
-
-def stream_program(read_bytes: int, written_bytes: int, threads: int):
-    """The layer's compulsory bytes streamed once on ``threads`` threads, as
-    the benchmark's rounds time them."""
-    source, destination = stream_buffers(read_bytes, written_bytes)
-    if threads == 1:
-        return lambda: stream_once(source, destination, 1)
-
-    def stream():
-        with executor.numba_threads(threads):
-            stream_once(source, destination, threads)
-
-    return stream
 
 
 def layer_programs(layer, threads: int, torch_run) -> tuple:

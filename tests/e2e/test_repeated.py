@@ -158,3 +158,25 @@ def test_the_analysis_plans_repeated_calls_match_the_reference(problem, threads,
         bias = rng.standard_normal(w_shape[0]).astype(np.float32) if with_bias else None
         y = cso.conv2d(x, w, bias, threads=threads, **params)
         assert_matches_reference(y, x, w, bias, **params)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_a_plain_repeated_call_finds_its_problem_without_the_general_path(rng, bias, monkeypatch):
+    # conv2d's in-line lookup builds _call_key's key itself: were the two to
+    # drift apart, repeated calls would fall to the general path, which
+    # builds the key through _call_key.
+    from cso import conv
+
+    keys = []
+    original = conv._call_key
+    monkeypatch.setattr(conv, "_call_key", lambda *a: keys.append(1) or original(*a))
+    x = rng.standard_normal((1, 24, 10, 10)).astype(np.float32)
+    w = rng.standard_normal((24, 1, 5, 5)).astype(np.float32)
+    b = rng.standard_normal(24).astype(np.float32) if bias else None
+    for call in range(3):
+        y = cso.conv2d(x, w, b, padding=2, groups=24, threads=1, activation="relu")
+        expected = cso.reference.conv2d(x, w, b, padding=2, groups=24)
+        bound = activation_bound(expected, error_bound(x, w, b, np.float32, padding=2, groups=24),
+                                 np.float32)  # fmt: skip
+        assert np.all(np.abs(y - activate("relu", expected)) <= bound)
+        assert len(keys) == 1  # the first call's, which validates and plans
