@@ -53,6 +53,7 @@ from ..microkernels import row_taps as row_taps_source
 from ..microkernels import taps as taps_source
 from ..microkernels import tile_stores as tile_stores_source
 from ..microkernels import vector_ir as vector_ir_source
+from ..microkernels.vector_ir import target_has_mask_registers
 from ..microkernels import whole_plane_taps as whole_plane_taps_source
 from ..packing import depthwise as depthwise_packing_source
 from ..packing import filters as filters_source
@@ -313,13 +314,17 @@ def rows_module(
     kernel_height: int, kernel_width: int, dilation_h: int, dilation_w: int, stride_h: int,
     stride_w: int, rows: int, vectors: int, dtype_name: str, vector_lanes: int,
     unmasked_inner: bool = False, tail_lanes: int = 0, patch: LoopPatch = None,
+    masked_fmas: bool = None,
 ):  # fmt: skip
     """The row loop nest (:mod:`.rows`) bound to the row tap kernel of
     ``rows x vectors`` output vectors for ``kernel_height x kernel_width``
     filters at ``dilation_h, dilation_w`` and strides ``stride_h, stride_w``,
     of ``vector_lanes`` ``dtype_name`` lanes (:mod:`cso.microkernels.row_taps`),
     its inner vectors unmasked when ``unmasked_inner``, its whole-load kernel
-    storing ``tail_lanes`` of a row's last vector (0: all), memoised;
+    storing ``tail_lanes`` of a row's last vector (0: all), its masked
+    columns' FMAs under mask registers when ``masked_fmas`` (None: at
+    horizontal stride 1 where the target has them,
+    :func:`~cso.microkernels.vector_ir.target_has_mask_registers`), memoised;
     ``patch``: a measurement variant (:class:`LoopPatch`: its source
     rebinding the kernel), None for the real thing."""
     shape = tuple(
@@ -332,19 +337,29 @@ def rows_module(
     unmasked_inner = bool(unmasked_inner)
     arguments = ", ".join(str(n) for n in shape)
     tail_lanes = int(tail_lanes)
+    if masked_fmas is None:
+        # Masked FMAs where the target has AVX-512's mask registers (row_taps).
+        element_bytes = 4 if dtype_name == "float32" else 8
+        masked_fmas = (
+            shape[5] == 1 and int(vector_lanes) * element_bytes == 64
+            and target_has_mask_registers()
+        )  # fmt: skip
+    masked_fmas = bool(masked_fmas)
     binding = (
         "from cso.microkernels.row_taps import build_row_tap_kernel\n"
         f"row_tap_kernel = build_row_tap_kernel({arguments}, {dtype_name!r}, "
-        f"{int(vector_lanes)}, {unmasked_inner}, True, {tail_lanes})\n"
+        f"{int(vector_lanes)}, {unmasked_inner}, True, {tail_lanes}, {masked_fmas})\n"
         f"row_tap_kernel_checked = build_row_tap_kernel({arguments}, {dtype_name!r}, "
-        f"{int(vector_lanes)}, {unmasked_inner})\n"
+        f"{int(vector_lanes)}, {unmasked_inner}, masked_fmas={masked_fmas})\n"
         f"ROWS = {int(rows)}\n"
         f"LANES = {int(vector_lanes)}\n"
     )
     name = "cso_rows_r{}_s{}_dh{}_dw{}_sh{}_sw{}_b{}_u{}".format(*shape)
     name += f"_{dtype_name}_l{int(vector_lanes)}" + ("_inner" if unmasked_inner else "")
-    name += f"_t{tail_lanes}"
-    key = ("rows",) + shape + (str(dtype_name), int(vector_lanes), unmasked_inner, tail_lanes)
+    name += f"_t{tail_lanes}" + ("_kfma" if masked_fmas else "")
+    key = ("rows",) + shape + (
+        str(dtype_name), int(vector_lanes), unmasked_inner, tail_lanes, masked_fmas
+    )  # fmt: skip
     return _family_module(key, name, rows_source, binding, patch)
 
 

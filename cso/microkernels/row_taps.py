@@ -40,6 +40,19 @@ thread, against the row-by-row order with every weight live, side by side
 in one process: 3x3 layers 1.00-1.18x faster (``960 @7`` 1.18x, ``32
 @112`` 1.06x), 5x5 ones 1.20-1.60x (``672 @14`` 1.60x).
 
+Why masked FMAs: at ``sw = 1`` a loaded vector's lanes are the output
+lanes, so on AVX-512 each FMA can add under the vector's load mask (a
+mask register, no cost beside the FMA) where the whole-load kernel anded
+every loaded vector with its mask, an instruction on the ports the FMAs
+use: 55 ands beside the 175 FMAs of a 5x5 block of 7 rows (``llvm-mca
+-mcpu=sapphirerapids``: 133 cycles a block with the ands, the FMA ports
+the bottleneck; 122 under masks, the FMA chains' latency the
+bottleneck).  On a Xeon (Sapphire Rapids), one thread, EfficientNet-B0's
+5x5 stride-1 row layers ran 7-11% faster (``python -m cso bench``, three
+runs alternated with the ands' build).  A tap on the padding then adds
+nothing where it added ``0 * w``: the results differ only for an
+infinite or NaN weight, whose product with padding is NaN.
+
 The taps of a filter row are grouped by :func:`cso.analysis.rows.load_groups`:
 group ``e`` loads the ``sw`` vectors from column offset ``e`` once and each
 of its taps takes the ``phase``-th of every ``sw`` elements (one
@@ -122,6 +135,7 @@ def build_row_tap_kernel(
     kernel_height: int, kernel_width: int, dilation_h: int, dilation_w: int, stride_h: int,
     stride_w: int, rows: int, vectors: int, dtype_name: str, vector_lanes: int,
     unmasked_inner: bool = False, whole_loads: bool = False, tail_lanes: int = 0,
+    masked_fmas: bool = False,
 ):  # fmt: skip
     """Return a Numba intrinsic computing ``rows x vectors`` output vectors of a plane.
 
@@ -153,6 +167,12 @@ def build_row_tap_kernel(
     tail_lanes : int
         With ``whole_loads``: the lanes the last vector of each row stores
         (its first ``tail_lanes``, in plain pieces), 0 for all of them.
+    masked_fmas : bool
+        At ``sw = 1`` on an AVX-512 target
+        (:func:`~.vector_ir.target_has_mask_registers`): each FMA of a masked
+        vector adds under its load mask (a mask register) instead of the
+        loaded vector being zeroed outside it; the whole loads then take no
+        and.  The taps on padding then add nothing rather than ``0 * w``.
 
     Returns
     -------
@@ -174,6 +194,12 @@ def build_row_tap_kernel(
             f"got {tail_lanes}"
         )
     check_bit_set_lanes(vector_lanes)
+    element_bytes = 4 if dtype_name == "float32" else 8
+    if masked_fmas and (stride_w != 1 or vector_lanes * element_bytes != 64):
+        raise ValueError(
+            "masked_fmas needs stride_w 1 and 64-byte vectors, got stride_w "
+            f"{stride_w} and {vector_lanes} {dtype_name} lanes"
+        )
     if unmasked_inner and vectors <= 2:
         raise ValueError(f"unmasked_inner needs more than 2 vectors a call, got {vectors}")
     lanes = vector_lanes
@@ -255,7 +281,7 @@ def build_row_tap_kernel(
 
                 def load(row, offset, g, h):
                     """The loaded vector of group ``g``'s half ``h`` at ``offset``."""
-                    if not masked:
+                    if not masked or (masked_fmas and whole_loads):
                         return e.load(row, offset)
                     if whole_loads:
                         lane_mask = e.lane_vector_mask(
@@ -268,6 +294,10 @@ def build_row_tap_kernel(
 
                 sums = [start] * rows
                 for g, (offset, taps) in enumerate(groups.items()):
+                    # The lanes a masked column's taps of this group add to.
+                    fma_mask = None
+                    if masked and masked_fmas:
+                        fma_mask = e.bit_set_mask(column_masks, 1 + g)
                     # The group's taps' weights, broadcast here: R of them (2R
                     # at sw = 2) live beside the B sums, not all R*S.
                     weights = {
@@ -286,9 +316,11 @@ def build_row_tap_kernel(
                                 else b.shuffle_vector(loaded[0], loaded[1], picks[phase])
                             )
                             for out_row, r in served[i]:
-                                sums[out_row] = b.call(
-                                    e.fma, [value, weights[r, s], sums[out_row]]
-                                )
+                                operands = (value, weights[r, s], sums[out_row])
+                                if fma_mask is None:
+                                    sums[out_row] = b.call(e.fma, operands)
+                                else:
+                                    sums[out_row] = e.masked_fma(*operands, fma_mask)
                 at_column = b.mul(u, e.constant(lanes))
 
                 def at(out_row):

@@ -25,6 +25,7 @@ from cso.geometry import make_geometry
 from cso.launch import launch_for
 from cso.macrokernel.specialise import rows_module
 from cso.microkernels.row_taps import build_row_tap_kernel
+from cso.microkernels.vector_ir import target_has_mask_registers
 
 
 @st.composite
@@ -190,3 +191,55 @@ def test_explain_tells_the_rows_story():
     assert f"{plan.rows_per_call} output row(s) x 5 vector(s)" in text
     assert plan.rows_per_call in (1, 3)
     assert "depthwise plan" in text and "depthwise_lanes plan" in text and "dense plan" in text
+
+
+@pytest.mark.skipif(
+    not target_has_mask_registers(), reason="masked FMAs need AVX-512's mask registers"
+)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_masked_fmas_match_the_anded_loads_bit_for_bit(rng, dtype):
+    # 5x5 at stride 1 over 14 and 40 columns (whole-load and checked calls,
+    # a tail, the padding on every side): the shipped module, whose masked
+    # columns add under mask registers, against the same module anding each
+    # loaded vector instead.
+    for height, width in ((14, 14), (9, 40)):
+        x = rng.standard_normal((2, 5, height, width)).astype(dtype)
+        w = rng.standard_normal((10, 1, 5, 5)).astype(dtype)
+        params = dict(padding=((2, 1), (2, 3)), groups=5)
+        plan = cso.plan_conv2d(x.shape, w.shape, dtype=dtype, threads=1,
+                               algorithm="depthwise_rows", **params)  # fmt: skip
+        g, vectors = plan.geometry, plan.windows_per_tile // plan.vector_lanes
+        inner = vectors > 2 and full_interior_vectors(g, plan.vector_lanes, vectors)
+        anded = rows_module(
+            g.kernel_height, g.kernel_width, g.dilation_h, g.dilation_w, g.stride_h,
+            g.stride_w, plan.rows_per_call, vectors, plan.dtype, plan.vector_lanes,
+            unmasked_inner=inner, tail_lanes=tail_lanes(g, plan.vector_lanes, vectors),
+            masked_fmas=False,
+        )  # fmt: skip
+        filters = cso.executor.filter_operands(w, None, plan)
+        outputs = []
+        for launch in (launch_for(plan, False), launch_for(plan, False, module=anded)):
+            y = np.empty(g.output_shape, dtype)
+            cso.executor.run(plan, x, filters, y, launch, cso.executor.NO_EPILOGUE)
+            outputs.append(y)
+        assert np.array_equal(outputs[0], outputs[1])
+        assert_matches_reference(outputs[0], x, w, None, **params)
+
+
+def test_masked_fmas_only_at_stride_one_on_64_byte_vectors():
+    with pytest.raises(ValueError, match="masked_fmas needs stride_w 1 and 64-byte vectors"):
+        build_row_tap_kernel(5, 5, 1, 1, 1, 2, 4, 1, "float32", 16, masked_fmas=True)
+    with pytest.raises(ValueError, match="masked_fmas needs stride_w 1 and 64-byte vectors"):
+        build_row_tap_kernel(5, 5, 1, 1, 1, 1, 4, 1, "float32", 8, masked_fmas=True)
+
+
+def test_mask_registers_only_where_numba_compiles_for_avx512(monkeypatch):
+    from numba.core import config
+
+    monkeypatch.setattr(config, "CPU_FEATURES", "+avx2,+fma,-avx512f")
+    assert not target_has_mask_registers()
+    monkeypatch.setattr(config, "CPU_FEATURES", "+avx2,+avx512f,+avx512vl")
+    assert target_has_mask_registers()
+    monkeypatch.setattr(config, "CPU_FEATURES", None)
+    monkeypatch.setattr(config, "CPU_NAME", "generic")
+    assert not target_has_mask_registers()
