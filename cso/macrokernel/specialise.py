@@ -322,8 +322,8 @@ def rows_module(
     of ``vector_lanes`` ``dtype_name`` lanes (:mod:`cso.microkernels.row_taps`),
     its inner vectors unmasked when ``unmasked_inner``, its whole-load kernel
     storing ``tail_lanes`` of a row's last vector (0: all), its masked
-    columns' FMAs under mask registers when ``masked_fmas`` (None: at
-    horizontal stride 1 where the target has them,
+    columns' FMAs under mask registers when ``masked_fmas`` (None: where
+    the target has them,
     :func:`~cso.microkernels.vector_ir.target_has_mask_registers`), memoised;
     ``patch``: a measurement variant (:class:`LoopPatch`: its source
     rebinding the kernel), None for the real thing."""
@@ -340,10 +340,7 @@ def rows_module(
     if masked_fmas is None:
         # Masked FMAs where the target has AVX-512's mask registers (row_taps).
         element_bytes = 4 if dtype_name == "float32" else 8
-        masked_fmas = (
-            shape[5] == 1 and int(vector_lanes) * element_bytes == 64
-            and target_has_mask_registers()
-        )  # fmt: skip
+        masked_fmas = int(vector_lanes) * element_bytes == 64 and target_has_mask_registers()
     masked_fmas = bool(masked_fmas)
     binding = (
         "from cso.microkernels.row_taps import build_row_tap_kernel\n"

@@ -40,18 +40,23 @@ thread, against the row-by-row order with every weight live, side by side
 in one process: 3x3 layers 1.00-1.18x faster (``960 @7`` 1.18x, ``32
 @112`` 1.06x), 5x5 ones 1.20-1.60x (``672 @14`` 1.60x).
 
-Why masked FMAs: at ``sw = 1`` a loaded vector's lanes are the output
-lanes, so on AVX-512 each FMA can add under the vector's load mask (a
-mask register, no cost beside the FMA) where the whole-load kernel anded
-every loaded vector with its mask, an instruction on the ports the FMAs
-use: 55 ands beside the 175 FMAs of a 5x5 block of 7 rows (``llvm-mca
--mcpu=sapphirerapids``: 133 cycles a block with the ands, the FMA ports
-the bottleneck; 122 under masks, the FMA chains' latency the
-bottleneck).  On a Xeon (Sapphire Rapids), one thread, EfficientNet-B0's
-5x5 stride-1 row layers ran 7-11% faster (``python -m cso bench``, three
-runs alternated with the ands' build).  A tap on the padding then adds
-nothing where it added ``0 * w``: the results differ only for an
-infinite or NaN weight, whose product with padding is NaN.
+Why masked FMAs: on AVX-512 each FMA of a masked column adds under a
+mask register (no cost beside the FMA) where the whole-load kernel anded
+every loaded vector with its load mask, an instruction on the ports the
+FMAs use: 55 ands beside the 175 FMAs of a 5x5 block of 7 rows
+(``llvm-mca -mcpu=sapphirerapids``: 133 cycles a block with the ands,
+the FMA ports the bottleneck; 122 under masks, the FMA chains' latency
+the bottleneck).  A tap's mask is its load mask (at ``sw = 2``, the two
+halves' masks shuffled as the halves are, once a group).  On a Xeon
+(Sapphire Rapids), EfficientNet-B0's and MobileNetV2's row-plan layers
+side by side with the anded build in one process (paired rounds,
+``experiments/row_masked_fmas.py``, two runs each): 5x5 at stride 1
+1.05-1.12x faster at one thread, 1.04-1.17x at two; stride-2 ones @28
+and @56 0.99-1.11x; the large memory-bound planes 0.94-1.07x (noise);
+the ten layers' best times 1.02-1.03x at one thread, 1.05-1.06x at two.
+A tap on the
+padding then adds nothing where it added ``0 * w``: the results differ
+only for an infinite or NaN weight, whose product with padding is NaN.
 
 The taps of a filter row are grouped by :func:`cso.analysis.rows.load_groups`:
 group ``e`` loads the ``sw`` vectors from column offset ``e`` once and each
@@ -168,11 +173,11 @@ def build_row_tap_kernel(
         With ``whole_loads``: the lanes the last vector of each row stores
         (its first ``tail_lanes``, in plain pieces), 0 for all of them.
     masked_fmas : bool
-        At ``sw = 1`` on an AVX-512 target
-        (:func:`~.vector_ir.target_has_mask_registers`): each FMA of a masked
-        vector adds under its load mask (a mask register) instead of the
-        loaded vector being zeroed outside it; the whole loads then take no
-        and.  The taps on padding then add nothing rather than ``0 * w``.
+        On an AVX-512 target (:func:`~.vector_ir.target_has_mask_registers`;
+        64-byte vectors): each FMA of a masked vector adds under its load
+        mask (a mask register) instead of the loaded vector being zeroed
+        outside it; the whole loads then take no and.  The taps on padding
+        then add nothing rather than ``0 * w``.
 
     Returns
     -------
@@ -195,10 +200,9 @@ def build_row_tap_kernel(
         )
     check_bit_set_lanes(vector_lanes)
     element_bytes = 4 if dtype_name == "float32" else 8
-    if masked_fmas and (stride_w != 1 or vector_lanes * element_bytes != 64):
+    if masked_fmas and vector_lanes * element_bytes != 64:
         raise ValueError(
-            "masked_fmas needs stride_w 1 and 64-byte vectors, got stride_w "
-            f"{stride_w} and {vector_lanes} {dtype_name} lanes"
+            f"masked_fmas needs 64-byte vectors, got {vector_lanes} {dtype_name} lanes"
         )
     if unmasked_inner and vectors <= 2:
         raise ValueError(f"unmasked_inner needs more than 2 vectors a call, got {vectors}")
@@ -294,10 +298,20 @@ def build_row_tap_kernel(
 
                 sums = [start] * rows
                 for g, (offset, taps) in enumerate(groups.items()):
-                    # The lanes a masked column's taps of this group add to.
-                    fma_mask = None
+                    # The lanes a masked column's taps of this group add to, by
+                    # phase: the load masks shuffled as the loaded halves are.
+                    fma_masks = None
                     if masked and masked_fmas:
-                        fma_mask = e.bit_set_mask(column_masks, 1 + g)
+                        halves = [
+                            e.bit_set_mask(column_masks, 1 + g * stride_w + h)
+                            for h in range(stride_w)
+                        ]
+                        fma_masks = {
+                            phase: halves[0]
+                            if stride_w == 1
+                            else b.shuffle_vector(halves[0], halves[1], picks[phase])
+                            for _, phase in taps
+                        }
                     # The group's taps' weights, broadcast here: R of them (2R
                     # at sw = 2) live beside the B sums, not all R*S.
                     weights = {
@@ -317,10 +331,10 @@ def build_row_tap_kernel(
                             )
                             for out_row, r in served[i]:
                                 operands = (value, weights[r, s], sums[out_row])
-                                if fma_mask is None:
+                                if fma_masks is None:
                                     sums[out_row] = b.call(e.fma, operands)
                                 else:
-                                    sums[out_row] = e.masked_fma(*operands, fma_mask)
+                                    sums[out_row] = e.masked_fma(*operands, fma_masks[phase])
                 at_column = b.mul(u, e.constant(lanes))
 
                 def at(out_row):

@@ -198,14 +198,15 @@ def test_explain_tells_the_rows_story():
 )
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_masked_fmas_match_the_anded_loads_bit_for_bit(rng, dtype):
-    # 5x5 at stride 1 over 14 and 40 columns (whole-load and checked calls,
-    # a tail, the padding on every side): the shipped module, whose masked
-    # columns add under mask registers, against the same module anding each
-    # loaded vector instead.
-    for height, width in ((14, 14), (9, 40)):
+    # 5x5 over 14 and 40 columns at stride 1, 3x3 and 5x5 at horizontal
+    # stride 2 (whole-load and checked calls, tails, the padding on every
+    # side): the shipped module, whose masked columns add under mask
+    # registers, against the same module anding each loaded vector instead.
+    for height, width, size, stride in ((14, 14, 5, 1), (9, 40, 5, 1), (9, 40, 3, 2),
+                                        (12, 57, 5, (1, 2))):  # fmt: skip
         x = rng.standard_normal((2, 5, height, width)).astype(dtype)
-        w = rng.standard_normal((10, 1, 5, 5)).astype(dtype)
-        params = dict(padding=((2, 1), (2, 3)), groups=5)
+        w = rng.standard_normal((10, 1, size, size)).astype(dtype)
+        params = dict(stride=stride, padding=((2, 1), (2, 3)), groups=5)
         plan = cso.plan_conv2d(x.shape, w.shape, dtype=dtype, threads=1,
                                algorithm="depthwise_rows", **params)  # fmt: skip
         g, vectors = plan.geometry, plan.windows_per_tile // plan.vector_lanes
@@ -226,11 +227,10 @@ def test_masked_fmas_match_the_anded_loads_bit_for_bit(rng, dtype):
         assert_matches_reference(outputs[0], x, w, None, **params)
 
 
-def test_masked_fmas_only_at_stride_one_on_64_byte_vectors():
-    with pytest.raises(ValueError, match="masked_fmas needs stride_w 1 and 64-byte vectors"):
-        build_row_tap_kernel(5, 5, 1, 1, 1, 2, 4, 1, "float32", 16, masked_fmas=True)
-    with pytest.raises(ValueError, match="masked_fmas needs stride_w 1 and 64-byte vectors"):
-        build_row_tap_kernel(5, 5, 1, 1, 1, 1, 4, 1, "float32", 8, masked_fmas=True)
+def test_masked_fmas_only_on_64_byte_vectors():
+    for dtype_name, lanes in (("float32", 8), ("float64", 4)):
+        with pytest.raises(ValueError, match="masked_fmas needs 64-byte vectors"):
+            build_row_tap_kernel(5, 5, 1, 1, 1, 2, 4, 1, dtype_name, lanes, masked_fmas=True)
 
 
 def test_mask_registers_only_where_numba_compiles_for_avx512(monkeypatch):

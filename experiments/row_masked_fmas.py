@@ -1,0 +1,93 @@
+"""Do the row kernel's masked FMAs beat anding each loaded vector?
+
+    python experiments/row_masked_fmas.py [--threads 2] [--rounds 41]
+
+Every depthwise layer of EfficientNet-B0 and MobileNetV2 that the analysis
+gives the row plan, run through the plan's loop nest twice in one process,
+side by side (interleaved rounds): with the row kernel as shipped (on an
+AVX-512 target each FMA of a masked column adds under its load mask, a mask
+register) and with each whole-loaded vector anded with its mask instead
+(``rows_module(..., masked_fmas=False)``).  The outputs must match bit for
+bit (finite data: a tap on the padding adds ``0 * w`` or nothing, the same
+sum).  Prints each layer's best times and the median of the paired rounds'
+ratios (``cso.measure.paired_ratios``), and the totals.  On a target
+without mask registers both builds are the anded one: it says so and stops.
+"""
+
+from __future__ import annotations
+
+import harness  # noqa: F401  (pins BLAS threads before NumPy loads)
+import numpy as np
+
+import cso
+from cso import executor
+from cso.analysis.choices import Algorithm
+from cso.analysis.rows import full_interior_vectors, tail_lanes
+from cso.launch import launch_for
+from cso.macrokernel.specialise import rows_module
+from cso.measure import kernel_name, paired_ratios, round_times
+from cso.microkernels.vector_ir import target_has_mask_registers
+from cso.models import efficientnet_b0, mobilenetv2_100
+from cso.outputs import new_output
+
+
+def main():
+    parser = harness.parser(__doc__, threads=2, rounds=41)
+    args = parser.parse_args()
+    if not target_has_mask_registers():
+        raise SystemExit("this target has no AVX-512 mask registers: nothing to compare")
+    threads = args.threads
+    rng = np.random.default_rng(0)
+    totals = {"anded": 0.0, "masked": 0.0}
+    seen = set()
+    print(f"{threads} thread(s), float32; times of the loop nest alone")
+    for layer in efficientnet_b0() + mobilenetv2_100():
+        if not layer.depthwise or layer.name in seen:
+            continue
+        seen.add(layer.name)
+        plan = cso.plan_conv2d(layer.x_shape, layer.w_shape, threads=threads, **layer.params)
+        if plan.algorithm != Algorithm.DEPTHWISE_ROWS:
+            continue
+        g = plan.geometry
+        vectors = plan.windows_per_tile // plan.vector_lanes
+        anded = rows_module(
+            g.kernel_height, g.kernel_width, g.dilation_h, g.dilation_w, g.stride_h, g.stride_w,
+            plan.rows_per_call, vectors, plan.dtype, plan.vector_lanes,
+            unmasked_inner=vectors > 2 and full_interior_vectors(g, plan.vector_lanes, vectors),
+            tail_lanes=tail_lanes(g, plan.vector_lanes, vectors), masked_fmas=False,
+        )  # fmt: skip
+        x = rng.standard_normal(layer.x_shape).astype(np.float32)
+        w = rng.standard_normal(layer.w_shape).astype(np.float32)
+        filters = executor.filter_operands(w, None, plan)
+        programs, outputs = {}, {}
+        for name, launch in (
+            ("masked", launch_for(plan, False)),
+            ("anded", launch_for(plan, False, module=anded)),
+        ):
+            y = new_output(g.output_shape, np.float32)
+            arguments = executor.loop_arguments(launch, x, filters, y)
+            programs[name] = lambda launch=launch, arguments=arguments: executor.launch_nest(
+                plan, launch, arguments
+            )
+            programs[name]()
+            outputs[name] = y
+        assert np.array_equal(outputs["masked"], outputs["anded"]), layer.name
+        samples = round_times(programs, args.rounds)
+        speedup = paired_ratios(samples, "anded")["masked"]
+        for name in totals:
+            totals[name] += min(samples[name]) * layer.count
+        print(
+            f"{layer.name:<22} {kernel_name(plan):>9}  anded {min(samples['anded']) * 1e6:7.1f} us"
+            f"  masked FMAs {min(samples['masked']) * 1e6:7.1f} us"
+            f"  speedup (paired) {speedup:.3f}  x{layer.count}"
+        )
+    if totals["masked"]:
+        print(
+            f"total: anded {totals['anded'] * 1e6:.1f} us, masked FMAs "
+            f"{totals['masked'] * 1e6:.1f} us, anded / masked "
+            f"{totals['anded'] / totals['masked']:.3f}"
+        )
+
+
+if __name__ == "__main__":
+    main()
