@@ -54,9 +54,9 @@ side by side with the anded build in one process (paired rounds,
 1.05-1.12x faster at one thread, 1.04-1.17x at two; stride-2 ones @28
 and @56 0.99-1.11x; the large memory-bound planes 0.94-1.07x (noise);
 the ten layers' best times 1.02-1.03x at one thread, 1.05-1.06x at two.
-A tap on the
-padding then adds nothing where it added ``0 * w``: the results differ
-only for an infinite or NaN weight, whose product with padding is NaN.
+A tap on the padding then adds nothing where it added ``0 * w``: the
+results differ only for an infinite or NaN weight, whose product with
+padding is NaN.
 
 The taps of a filter row are grouped by :func:`cso.analysis.rows.load_groups`:
 group ``e`` loads the ``sw`` vectors from column offset ``e`` once and each
