@@ -85,3 +85,27 @@ def checked_programs(name: str, plans: dict, x, w, params: dict, exact) -> dict:
         if not error < 1e-3 * scale:
             raise SystemExit(f"{name}: {key} is wrong (max error {error:.3g})")
     return programs
+
+
+def nest_programs(plan, x, w, launches: dict) -> tuple:
+    """``(programs, outputs)``: for each ``{name: launch}`` of ``plan`` (the
+    same plan through other loop modules, ``cso.launch.launch_for(...,
+    module=...)``), a program running that loop nest alone on ``x`` and
+    ``w``, no epilogue, into an output of its own, run once here; and
+    ``{name: output}``, for the caller to compare."""
+    import numpy as np
+
+    from cso import executor
+    from cso.outputs import new_output
+
+    filters = executor.filter_operands(w, None, plan)
+    programs, outputs = {}, {}
+    for name, launch in launches.items():
+        y = new_output(plan.geometry.output_shape, np.dtype(plan.dtype))
+        arguments = executor.loop_arguments(launch, x, filters, y)
+        programs[name] = lambda launch=launch, arguments=arguments: executor.launch_nest(
+            plan, launch, arguments
+        )
+        programs[name]()
+        outputs[name] = y
+    return programs, outputs

@@ -20,14 +20,12 @@ import harness  # noqa: F401  (pins BLAS threads before NumPy loads)
 import numpy as np
 
 import cso
-from cso import executor
 from cso.analysis.choices import Algorithm
-from cso.analysis.rows import full_interior_vectors
+from cso.analysis.rows import full_interior_vectors, tail_lanes
 from cso.launch import launch_for
 from cso.macrokernel.specialise import rows_module
 from cso.measure import best_times, kernel_name
 from cso.models import efficientnet_b0, mobilenetv2_100
-from cso.outputs import new_output
 
 
 def main():
@@ -55,20 +53,14 @@ def main():
         masked = rows_module(
             g.kernel_height, g.kernel_width, g.dilation_h, g.dilation_w, g.stride_h, g.stride_w,
             plan.rows_per_call, vectors, plan.dtype, plan.vector_lanes, unmasked_inner=False,
+            tail_lanes=tail_lanes(g, plan.vector_lanes, vectors),
         )  # fmt: skip
-        filters = executor.filter_operands(w, None, plan)
-        programs, outputs = {}, {}
-        for name, launch in (
-            ("whole", launch_for(plan, False)),
-            ("masked", launch_for(plan, False, module=masked)),
-        ):
-            y = new_output(g.output_shape, np.float32)
-            arguments = executor.loop_arguments(launch, x, filters, y)
-            programs[name] = lambda launch=launch, arguments=arguments: executor.launch_nest(
-                plan, launch, arguments
+        programs, outputs = harness.nest_programs(
+            plan, x, w, dict(
+                whole=launch_for(plan, False),
+                masked=launch_for(plan, False, module=masked),
             )
-            programs[name]()
-            outputs[name] = y
+        )
         assert np.array_equal(outputs["whole"], outputs["masked"]), layer.name
         best = best_times(programs, args.rounds)
         for name in totals:

@@ -20,7 +20,6 @@ import harness  # noqa: F401  (pins BLAS threads before NumPy loads)
 import numpy as np
 
 import cso
-from cso import executor
 from cso.analysis.choices import Algorithm
 from cso.analysis.rows import full_interior_vectors, tail_lanes
 from cso.launch import launch_for
@@ -28,7 +27,6 @@ from cso.macrokernel.specialise import rows_module
 from cso.measure import kernel_name, paired_ratios, round_times
 from cso.microkernels.vector_ir import target_has_mask_registers
 from cso.models import efficientnet_b0, mobilenetv2_100
-from cso.outputs import new_output
 
 
 def main():
@@ -58,19 +56,12 @@ def main():
         )  # fmt: skip
         x = rng.standard_normal(layer.x_shape).astype(np.float32)
         w = rng.standard_normal(layer.w_shape).astype(np.float32)
-        filters = executor.filter_operands(w, None, plan)
-        programs, outputs = {}, {}
-        for name, launch in (
-            ("masked", launch_for(plan, False)),
-            ("anded", launch_for(plan, False, module=anded)),
-        ):
-            y = new_output(g.output_shape, np.float32)
-            arguments = executor.loop_arguments(launch, x, filters, y)
-            programs[name] = lambda launch=launch, arguments=arguments: executor.launch_nest(
-                plan, launch, arguments
+        programs, outputs = harness.nest_programs(
+            plan, x, w, dict(
+                masked=launch_for(plan, False),
+                anded=launch_for(plan, False, module=anded),
             )
-            programs[name]()
-            outputs[name] = y
+        )
         assert np.array_equal(outputs["masked"], outputs["anded"]), layer.name
         samples = round_times(programs, args.rounds)
         speedup = paired_ratios(samples, "anded")["masked"]
