@@ -27,8 +27,13 @@ _runtimes = []  # [[(omp_get_max_threads, omp_set_num_threads), ...]], once look
 
 def _functions() -> list:
     """The OpenMP runtimes to keep: the one the process's global symbols name
-    (the one torch sets, when torch is loaded) and the one reached through
-    Numba's OpenMP pool, where they differ (the loader may keep them apart)."""
+    (the one torch sets, when torch is loaded) and the one the symbols
+    looked up through Numba's OpenMP pool library name, where they differ.
+    Which one the pool runs on depends on the load order: with torch
+    imported first the pool binds to torch's ``libgomp.so.1`` (the same
+    soname), while the lookup through the pool library finds the system's
+    (``LD_DEBUG=bindings``, torch 2.13, Numba 0.68); keeping both is right
+    either way."""
     if not _runtimes:
         found, seen = [], set()
         for opener in (_global_library, _pool_library):
