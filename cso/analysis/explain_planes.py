@@ -146,7 +146,9 @@ def row_story(plan, others, compulsory) -> list:
         f"loaded once for every output row it serves ({rows.served_rows(g, block)} rows of "
         f"loads for {block * g.kernel_height} rows of taps); per row, {len(groups)} group(s) "
         f"of {g.stride_w} masked, unaligned load(s) serve the {g.kernel_width} column taps "
-        f"({picked}), each times the broadcast weight; rows off the plane read a row of zeros",
+        f"({picked}), each times the broadcast weight, its lanes off the row left out (under "
+        "the FMA's mask register where Numba compiles for AVX-512, else zeroed by an and); "
+        "rows off the plane read a row of zeros",
         f"  {len(blocks)} block(s) of {block} row(s) a plane"
         + (" (the last overlapping the one before)" if g.out_height % block else ""),
         f"  {len(starts)} call(s) a row at q0 = {starts}"
