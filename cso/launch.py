@@ -268,6 +268,23 @@ def _rows_launch(plan: Plan, module) -> Launch:
     return Launch(module.convolve_rows, tuple(bounds), plan.threads * stride, offsets)
 
 
+def rows_module_for(plan: Plan, patch: LoopPatch = None, **options):
+    """A row plan's loop module (:func:`~cso.macrokernel.specialise.rows_module`),
+    its kernel's inner vectors whole where every call's lie inside the row
+    and its whole-load kernel storing the plan's tail lanes; ``options``
+    (``unmasked_inner``, ``masked_fmas``) override those choices, for a
+    measurement or a test of the same plan through another kernel build."""
+    g = plan.geometry
+    vectors = plan.windows_per_tile // plan.vector_lanes
+    chosen = {"unmasked_inner": rows.full_interior_vectors(g, plan.vector_lanes, vectors)}
+    chosen.update(options)
+    return rows_module(
+        g.kernel_height, g.kernel_width, g.dilation_h, g.dilation_w, g.stride_h, g.stride_w,
+        plan.rows_per_call, vectors, plan.dtype, plan.vector_lanes,
+        tail_lanes=rows.tail_lanes(g, plan.vector_lanes, vectors), patch=patch, **chosen,
+    )  # fmt: skip
+
+
 def loop_module_for(plan: Plan, patch: LoopPatch = None):
     """The loop module specialised for ``plan`` (and ``patch``, a measurement
     variant, when given): the dense nests
@@ -289,14 +306,7 @@ def loop_module_for(plan: Plan, patch: LoopPatch = None):
             ),
         )  # fmt: skip
     if plan.algorithm == Algorithm.DEPTHWISE_ROWS:
-        vectors = plan.windows_per_tile // plan.vector_lanes
-        return rows_module(
-            g.kernel_height, g.kernel_width, g.dilation_h, g.dilation_w, g.stride_h, g.stride_w,
-            plan.rows_per_call, vectors, plan.dtype, plan.vector_lanes,
-            unmasked_inner=rows.full_interior_vectors(g, plan.vector_lanes, vectors),
-            tail_lanes=rows.tail_lanes(g, plan.vector_lanes, vectors),
-            patch=patch,
-        )  # fmt: skip
+        return rows_module_for(plan, patch)
     if plan.algorithm == Algorithm.DEPTHWISE_LANES:
         return lanes_module(
             g.kernel_width, g.stride_w, g.dilation_w, plan.windows_per_tile, plan.dtype,

@@ -109,3 +109,21 @@ def nest_programs(plan, x, w, launches: dict) -> tuple:
         programs[name]()
         outputs[name] = y
     return programs, outputs
+
+
+def row_plan_layers(threads: int) -> list:
+    """``[(layer, plan)]``: each distinct depthwise layer of EfficientNet-B0
+    and MobileNetV2 to which the analysis gives the row plan at ``threads``."""
+    import cso
+    from cso.analysis.choices import Algorithm
+    from cso.models import efficientnet_b0, mobilenetv2_100
+
+    chosen, seen = [], set()
+    for layer in efficientnet_b0() + mobilenetv2_100():
+        if not layer.depthwise or layer.name in seen:
+            continue
+        seen.add(layer.name)
+        plan = cso.plan_conv2d(layer.x_shape, layer.w_shape, threads=threads, **layer.params)
+        if plan.algorithm == Algorithm.DEPTHWISE_ROWS:
+            chosen.append((layer, plan))
+    return chosen

@@ -8,7 +8,7 @@ gives the row plan, and whose calls' inner vectors lie inside the row
 loop nest twice in one process, side by side (interleaved rounds): with the
 row kernel as shipped (vectors ``1 <= u <= U-2`` loaded and stored whole,
 the columns unrolled) and with every vector masked, the columns in a loop
-(``rows_module(..., unmasked_inner=False)``).  Both calls have no
+(``rows_module_for(plan, unmasked_inner=False)``).  Both calls have no
 epilogue, so both take the kernel's epilogue-free columns.  The outputs
 must match bit for bit (the same FMAs in the same order); prints each
 layer's times and ratio, and the total over those layers.
@@ -19,13 +19,9 @@ from __future__ import annotations
 import harness  # noqa: F401  (pins BLAS threads before NumPy loads)
 import numpy as np
 
-import cso
-from cso.analysis.choices import Algorithm
-from cso.analysis.rows import full_interior_vectors, tail_lanes
-from cso.launch import launch_for
-from cso.macrokernel.specialise import rows_module
+from cso.analysis.rows import full_interior_vectors
+from cso.launch import launch_for, rows_module_for
 from cso.measure import best_times, kernel_name
-from cso.models import efficientnet_b0, mobilenetv2_100
 
 
 def main():
@@ -34,27 +30,16 @@ def main():
     threads = args.threads
     rng = np.random.default_rng(0)
     totals = {"whole": 0.0, "masked": 0.0}
-    seen = set()
     print(f"{threads} thread(s), float32; times of the loop nest alone")
-    for layer in mobilenetv2_100() + efficientnet_b0():
-        if not layer.depthwise or layer.name in seen:
-            continue
-        seen.add(layer.name)
-        plan = cso.plan_conv2d(layer.x_shape, layer.w_shape, threads=threads, **layer.params)
+    for layer, plan in harness.row_plan_layers(threads):
         g = plan.geometry
-        if plan.algorithm != Algorithm.DEPTHWISE_ROWS:
-            continue
         vectors = plan.windows_per_tile // plan.vector_lanes
         if not full_interior_vectors(g, plan.vector_lanes, vectors):
             print(f"{layer.name:<22} {kernel_name(plan):>9}  no inner vectors to unmask")
             continue
         x = rng.standard_normal(layer.x_shape).astype(np.float32)
         w = rng.standard_normal(layer.w_shape).astype(np.float32)
-        masked = rows_module(
-            g.kernel_height, g.kernel_width, g.dilation_h, g.dilation_w, g.stride_h, g.stride_w,
-            plan.rows_per_call, vectors, plan.dtype, plan.vector_lanes, unmasked_inner=False,
-            tail_lanes=tail_lanes(g, plan.vector_lanes, vectors),
-        )  # fmt: skip
+        masked = rows_module_for(plan, unmasked_inner=False)
         programs, outputs = harness.nest_programs(
             plan, x, w, dict(
                 whole=launch_for(plan, False),

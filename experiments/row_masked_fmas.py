@@ -7,7 +7,7 @@ gives the row plan, run through the plan's loop nest twice in one process,
 side by side (interleaved rounds): with the row kernel as shipped (on an
 AVX-512 target each FMA of a masked column adds under its load mask, a mask
 register) and with each whole-loaded vector anded with its mask instead
-(``rows_module(..., masked_fmas=False)``).  The outputs must match bit for
+(``rows_module_for(plan, masked_fmas=False)``).  The outputs must match bit for
 bit (finite data: a tap on the padding adds ``0 * w`` or nothing, the same
 sum).  Prints each layer's best times and the median of the paired rounds'
 ratios (``cso.measure.paired_ratios``), and the totals.  On a target
@@ -19,14 +19,9 @@ from __future__ import annotations
 import harness  # noqa: F401  (pins BLAS threads before NumPy loads)
 import numpy as np
 
-import cso
-from cso.analysis.choices import Algorithm
-from cso.analysis.rows import full_interior_vectors, tail_lanes
-from cso.launch import launch_for
-from cso.macrokernel.specialise import rows_module
+from cso.launch import launch_for, rows_module_for
 from cso.measure import kernel_name, paired_ratios, round_times
 from cso.microkernels.vector_ir import target_has_mask_registers
-from cso.models import efficientnet_b0, mobilenetv2_100
 
 
 def main():
@@ -37,23 +32,9 @@ def main():
     threads = args.threads
     rng = np.random.default_rng(0)
     totals = {"anded": 0.0, "masked": 0.0}
-    seen = set()
     print(f"{threads} thread(s), float32; times of the loop nest alone")
-    for layer in efficientnet_b0() + mobilenetv2_100():
-        if not layer.depthwise or layer.name in seen:
-            continue
-        seen.add(layer.name)
-        plan = cso.plan_conv2d(layer.x_shape, layer.w_shape, threads=threads, **layer.params)
-        if plan.algorithm != Algorithm.DEPTHWISE_ROWS:
-            continue
-        g = plan.geometry
-        vectors = plan.windows_per_tile // plan.vector_lanes
-        anded = rows_module(
-            g.kernel_height, g.kernel_width, g.dilation_h, g.dilation_w, g.stride_h, g.stride_w,
-            plan.rows_per_call, vectors, plan.dtype, plan.vector_lanes,
-            unmasked_inner=vectors > 2 and full_interior_vectors(g, plan.vector_lanes, vectors),
-            tail_lanes=tail_lanes(g, plan.vector_lanes, vectors), masked_fmas=False,
-        )  # fmt: skip
+    for layer, plan in harness.row_plan_layers(threads):
+        anded = rows_module_for(plan, masked_fmas=False)
         x = rng.standard_normal(layer.x_shape).astype(np.float32)
         w = rng.standard_normal(layer.w_shape).astype(np.float32)
         programs, outputs = harness.nest_programs(

@@ -20,10 +20,9 @@ from hypothesis import strategies as st
 import cso
 from cso.analysis.choices import Algorithm, activation_code
 from cso.analysis.plane_shapes import max_block_rows
-from cso.analysis.rows import full_interior_vectors, tail_lanes
+from cso.analysis.rows import full_interior_vectors
 from cso.geometry import make_geometry
-from cso.launch import launch_for
-from cso.macrokernel.specialise import rows_module
+from cso.launch import launch_for, rows_module_for
 from cso.microkernels.row_taps import build_row_tap_kernel
 from cso.microkernels.vector_ir import target_has_mask_registers
 
@@ -92,11 +91,7 @@ def test_unmasked_inner_vectors_match_the_masked_kernel_bit_for_bit(rng, threads
     # The shipped module but for its inner vectors: the same whole-load
     # kernel's tail (with 16 lanes the row's 56 outputs end 8 lanes into
     # the fourth vector).
-    masked = rows_module(
-        g.kernel_height, g.kernel_width, g.dilation_h, g.dilation_w, g.stride_h, g.stride_w,
-        plan.rows_per_call, vectors, plan.dtype, plan.vector_lanes, unmasked_inner=False,
-        tail_lanes=tail_lanes(g, plan.vector_lanes, vectors),
-    )  # fmt: skip
+    masked = rows_module_for(plan, unmasked_inner=False)
     filters = cso.executor.filter_operands(w, None, plan)
     residual = rng.standard_normal(g.output_shape).astype(np.float32)
     fused = cso.executor.Epilogue(
@@ -209,18 +204,11 @@ def test_masked_fmas_match_the_anded_loads_bit_for_bit(rng, dtype):
         params = dict(stride=stride, padding=((2, 1), (2, 3)), groups=5)
         plan = cso.plan_conv2d(x.shape, w.shape, dtype=dtype, threads=1,
                                algorithm="depthwise_rows", **params)  # fmt: skip
-        g, vectors = plan.geometry, plan.windows_per_tile // plan.vector_lanes
-        inner = vectors > 2 and full_interior_vectors(g, plan.vector_lanes, vectors)
-        anded = rows_module(
-            g.kernel_height, g.kernel_width, g.dilation_h, g.dilation_w, g.stride_h,
-            g.stride_w, plan.rows_per_call, vectors, plan.dtype, plan.vector_lanes,
-            unmasked_inner=inner, tail_lanes=tail_lanes(g, plan.vector_lanes, vectors),
-            masked_fmas=False,
-        )  # fmt: skip
+        anded = rows_module_for(plan, masked_fmas=False)
         filters = cso.executor.filter_operands(w, None, plan)
         outputs = []
         for launch in (launch_for(plan, False), launch_for(plan, False, module=anded)):
-            y = np.empty(g.output_shape, dtype)
+            y = np.empty(plan.geometry.output_shape, dtype)
             cso.executor.run(plan, x, filters, y, launch, cso.executor.NO_EPILOGUE)
             outputs.append(y)
         assert np.array_equal(outputs[0], outputs[1])
