@@ -282,16 +282,11 @@ def launch_nest(plan: Plan, launch: Launch, arguments: tuple) -> None:
     with ``plan.threads`` workers, leaving the process's thread settings as
     they were."""
     # A one-thread plan runs its nest as worker 0 on this thread with no
-    # parallel region, so no OpenMP state to keep; a plan of more threads runs
-    # it through launch_workers, whose compiled code sets every OpenMP
-    # runtime's count back after the launch (cso.macrokernel.workers).  The
-    # nest runs `threads` workers of its own (one per part of the workspace),
-    # so Numba's thread count needs raising only when it is lower.
-    if plan.threads == 1 or numba_thread_count() >= plan.threads:
-        launch.loop_nest(*arguments)
-        return
-    with numba_threads(plan.threads):
-        launch.loop_nest(*arguments)
+    # parallel region, so no thread state to keep; a plan of more threads runs
+    # it through launch_workers, whose compiled code raises Numba's thread
+    # count to the plan's workers where it is lower and sets it and every
+    # OpenMP runtime's count back after the launch (cso.macrokernel.workers).
+    launch.loop_nest(*arguments)
 
 
 _thread_count_function = []  # [the function numba_thread_count calls], once found
@@ -339,16 +334,20 @@ def filters_read(launch: Launch, filters: FilterOperands) -> tuple:
 def nest_arguments(launch: Launch, x_flat, filters: tuple, fused: tuple, y: np.ndarray) -> tuple:
     """Every loop nest's arguments, in order: the flat input, ``filters``
     (:func:`filters_read`), ``fused`` (bias, has_bias, residual, activation
-    code, has_residual), the flat output, the calling thread's workspace,
-    then the tap offsets (the depthwise families) and the bounds."""
+    code, has_residual), the flat output, the calling thread's workspace
+    (or the launch's constant one), then the tap offsets (the depthwise
+    families) and the bounds."""
     last = (launch.bounds,) if launch.offsets is None else (launch.offsets, launch.bounds)
-    return (
-        (x_flat,)
-        + filters
-        + fused
-        + (y.ravel(), workspace(launch.workspace_elements, y.dtype))
-        + last
-    )
+    return (x_flat,) + filters + fused + (y.ravel(), nest_workspace(launch, y.dtype)) + last
+
+
+def nest_workspace(launch: Launch, dtype) -> np.ndarray:
+    """The workspace ``launch``'s nest takes: its constant one (a nest that
+    writes no scratch, :class:`~cso.launch.Launch`), else the calling
+    thread's kept buffer (:mod:`cso.workspace`)."""
+    if launch.constant_workspace is not None:
+        return launch.constant_workspace
+    return workspace(launch.workspace_elements, dtype)
 
 
 class numba_threads:

@@ -40,6 +40,12 @@ class Launch(NamedTuple):
     # the tap nest's offsets, the lane nest's pack targets, the plane nest's
     # calls and masks; None: dense
     offsets: np.ndarray = None
+    # What a nest that writes no scratch takes instead of the calling thread's
+    # workspace (cso.workspace), made once with the launch: the row nest's
+    # row of zeros, the plane nest's placeholder.  A call then skips the
+    # workspace lookup, which cost 4-7 us a call right after other work had
+    # left the caches cold (experiments/call_steps.py).
+    constant_workspace: np.ndarray = None
 
 
 _launches: dict = {}
@@ -209,8 +215,9 @@ def _lanes_launch(plan: Plan, module) -> Launch:
 
 def _planes_launch(plan: Plan, module) -> Launch:
     """The plane nest (:mod:`cso.macrokernel.planes`) and its bounds; no
-    workspace (nothing is packed); its offsets are the calls a plane takes
-    and the kernel's masks (:func:`~cso.analysis.planes.plane_offsets`)."""
+    workspace (nothing is packed: a placeholder instead); its offsets are
+    the calls a plane takes and the kernel's masks
+    (:func:`~cso.analysis.planes.plane_offsets`)."""
     g = plan.geometry
     bounds = PlaneBounds(
         batch=g.batch,
@@ -231,17 +238,19 @@ def _planes_launch(plan: Plan, module) -> Launch:
     # On a 64-byte boundary: the table's lane-vector masks each fill a cache line.
     offsets = aligned_empty(table.size, np.int32)
     offsets[:] = table
-    return Launch(module.convolve_planes, tuple(bounds), 0, offsets)
+    placeholder = np.zeros(1, plan.dtype)
+    return Launch(module.convolve_planes, tuple(bounds), 0, offsets, placeholder)
 
 
 def _rows_launch(plan: Plan, module) -> Launch:
-    """The row nest (:mod:`cso.macrokernel.rows`), its bounds and workspace
-    (one zero row per worker, :func:`~cso.analysis.rows.zero_row_span`
-    elements); its offsets are the calls a row takes and the kernel's masks
+    """The row nest (:mod:`cso.macrokernel.rows`), its bounds and its row of
+    zeros (:func:`~cso.analysis.rows.zero_row_span` elements, which every
+    worker only reads: the launch's constant workspace); its offsets are
+    the calls a row takes and the kernel's masks
     (:func:`~cso.analysis.rows.row_offsets`)."""
     g = plan.geometry
     vectors = plan.windows_per_tile // plan.vector_lanes
-    stride = worker_stride(rows.zero_row_span(g, plan.vector_lanes, vectors), plan.dtype)
+    zero_span = rows.zero_row_span(g, plan.vector_lanes, vectors)
     bounds = RowBounds(
         batch=g.batch,
         channels=g.channels,
@@ -259,13 +268,13 @@ def _rows_launch(plan: Plan, module) -> Launch:
         entries=rows.entries_per_call(g, vectors),
         vector_entries=(rows.entries_per_call(g, vectors) - vectors) * plan.vector_lanes,
         load_span=rows.load_span(g, plan.vector_lanes, vectors),
-        zero_span=rows.zero_row_span(g, plan.vector_lanes, vectors),
+        zero_span=zero_span,
         window_rows=rows.block_window_rows(g, plan.rows_per_call),
         workers=plan.threads,
-        workspace_stride=stride,
     )
     offsets = rows.row_offsets(g, plan.vector_lanes, vectors)
-    return Launch(module.convolve_rows, tuple(bounds), plan.threads * stride, offsets)
+    zeros = np.zeros(zero_span, plan.dtype)
+    return Launch(module.convolve_rows, tuple(bounds), 0, offsets, zeros)
 
 
 def rows_module_for(plan: Plan, patch: LoopPatch = None, **options):

@@ -18,13 +18,24 @@ from __future__ import annotations
 import numpy as np
 
 from . import executor
-from .analysis.choices import KCRS_ALGORITHMS
+from .analysis.choices import KCRS_ALGORITHMS, Algorithm
 from .analysis.plan import Plan
-from .executor import numba_thread_count
 from .launch import launch_for
 from .macrokernel.workers import launch_workers
 from .packing.filters import aligned_empty
 from .workspace import workspace
+
+
+# The families whose outputs are allocated as NumPy does (16-byte aligned):
+# the 64-byte alignment aligned_empty gives made no difference to their nests
+# in the bench's rounds (a Xeon, EfficientNet-B0's depthwise layers, all of
+# these families, into outputs 0, 16 and 32 bytes past a cache line, one and
+# two threads: totals within 0.96-1.01x of each other, no layer consistently
+# faster aligned), while finding the alignment cost 6 us a call with the
+# caches cold (experiments/call_steps.py).
+UNALIGNED_OUTPUT_ALGORITHMS = frozenset(
+    (Algorithm.DEPTHWISE_ROWS, Algorithm.DEPTHWISE_PLANES, Algorithm.DEPTHWISE_LANES)
+)
 
 
 class RepeatedCall:
@@ -40,7 +51,8 @@ class RepeatedCall:
 
     __slots__ = (
         "plan", "prepacked", "launch", "dtype", "size", "shape", "kcrs", "edge", "zero_bias",
-        "no_residual", "tail", "panel_rows", "bias_ready", "threads",
+        "no_residual", "tail", "panel_rows", "bias_ready", "threads", "scratch",
+        "numpy_output",
     )  # fmt: skip
 
     def __init__(self, plan: Plan, prepacked: bool = False):
@@ -76,6 +88,8 @@ class RepeatedCall:
         self.no_residual = executor.placeholder(1, self.dtype)
         launch = self.launch
         self.tail = (launch.bounds,) if launch.offsets is None else (launch.offsets, launch.bounds)
+        self.scratch = launch.constant_workspace
+        self.numpy_output = plan.algorithm in UNALIGNED_OUTPUT_ALGORITHMS
 
     def __call__(
         self, x: np.ndarray, w: np.ndarray, bias, activation: int, residual=None
@@ -86,11 +100,15 @@ class RepeatedCall:
         ``residual`` None or an array of the output's shape; all checked by
         the caller to be this plan's problem."""
         dtype = self.dtype
-        # 64-byte aligned as cso.outputs.new_output makes it, without its reshape.
-        y = aligned_empty(self.size, dtype)
-        # Shaped now rather than after the nest, whose data leave this
-        # Python step's in cold caches.
-        shaped = y.reshape(self.shape)
+        if self.numpy_output:
+            shaped = np.empty(self.shape, dtype)
+            y = shaped.reshape(-1)
+        else:
+            # 64-byte aligned as cso.outputs.new_output makes it, without its reshape.
+            y = aligned_empty(self.size, dtype)
+            # Shaped now rather than after the nest, whose data leave this
+            # Python step's in cold caches.
+            shaped = y.reshape(self.shape)
         # A bias given per call that needs packing takes the general path.
         ready_bias = bias is None or self.bias_ready
         if self.kcrs or self.panel_rows is not None or (self.edge is not None and ready_bias):
@@ -130,7 +148,10 @@ class RepeatedCall:
             else:
                 # In the output's dtype and layout; y is new, so they share no memory.
                 arguments += (executor.flat_operand(residual, dtype), activation, True)
-            arguments += (y, workspace(self.launch.workspace_elements, dtype)) + self.tail
+            scratch = self.scratch
+            if scratch is None:
+                scratch = workspace(self.launch.workspace_elements, dtype)
+            arguments += (y, scratch) + self.tail
         else:
             if residual is not None:
                 residual = executor.flat_operand(residual, dtype)
@@ -143,19 +164,15 @@ class RepeatedCall:
             else:
                 epilogue = executor.NO_EPILOGUE
             arguments = executor.loop_arguments(self.launch, x, operands, y, epilogue)
-        # executor.launch_nest in line: a one-thread nest, or a parallel one
-        # where Numba's thread count already covers its workers (the rest
-        # take launch_nest's way).
-        threads = self.threads
-        if threads == 1:
+        # executor.launch_nest in line: launch_workers raises Numba's thread
+        # count where it is lower than the plan's.
+        if self.threads == 1:
             self.launch.loop_nest(*arguments)
-        elif numba_thread_count() >= threads:
+        else:
             nest = self.launch.loop_nest
             if nest.dtype is dtype:
                 # ParallelNest's call, once its first has found the nest's address.
                 launch_workers(nest.address, nest.workers, nest.openmp, *arguments)
             else:
                 nest(*arguments)
-        else:
-            executor.launch_nest(self.plan, self.launch, arguments)
         return shaped

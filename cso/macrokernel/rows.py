@@ -18,12 +18,12 @@ Contracts relied on (:mod:`cso.microkernels.row_taps` for the kernel's)
   calls ``n`` a row takes, their ``q0``, the mask table from ``1 + n``,
   ``b.entries`` entries a call, then the vector mask table,
   ``b.vector_entries`` a call.
-* ``workspace``: ``b.workers`` parts of ``b.workspace_stride`` elements; the
-  first ``b.zero_span`` of each are zeroed here, once a call: from
-  ``pad_left`` on, the zero row the kernel reads for window rows off the
-  plane (at ``q0*sw`` from the part's start for a call at ``q0``, whose
-  loads start ``q0*sw - pad_left`` columns into a row, and a whole-load
-  call's run ``b.load_span`` elements from there).
+* ``workspace``: ``b.zero_span`` zeros, which every worker only reads
+  (the launch's constant, :mod:`cso.launch`): from ``pad_left`` on, the
+  zero row the kernel reads for window rows off the plane (at ``q0*sw``
+  from its start for a call at ``q0``, whose loads start ``q0*sw -
+  pad_left`` columns into a row, and a whole-load call's run
+  ``b.load_span`` elements from there).
 * ``row_tap_kernel`` loads whole (``whole_loads``): a call runs it where
   every element its on-plane rows' whole vectors reach lies in ``x_flat``
   (all but the blocks at the very start and end of the input), and the
@@ -82,8 +82,6 @@ def convolve_rows(
     vector_masks_at = masks_at + calls * b.entries
     inputs = x_flat.size
     if worker < b.workers:  # this call's share of the work
-        start = worker * b.workspace_stride
-        workspace[start : start + b.zero_span] = 0
         for job in range(worker * jobs // b.workers, (worker + 1) * jobs // b.workers):
             image = job // b.filters
             k = job % b.filters
@@ -103,7 +101,7 @@ def convolve_rows(
                     ):
                         row_tap_kernel(
                             x_flat, at, b.width,
-                            workspace, start + q0 * b.stride_w, i_first, i_last,
+                            workspace, q0 * b.stride_w, i_first, i_last,
                             w_flat, k * b.taps, y_flat, target + q0, b.out_width,
                             offsets, masks_at + call * b.entries,
                             vector_masks_at + call * b.vector_entries,
@@ -112,7 +110,7 @@ def convolve_rows(
                     else:
                         row_tap_kernel_checked(
                             x_flat, at, b.width,
-                            workspace, start + q0 * b.stride_w, i_first, i_last,
+                            workspace, q0 * b.stride_w, i_first, i_last,
                             w_flat, k * b.taps, y_flat, target + q0, b.out_width,
                             offsets, masks_at + call * b.entries,
                             vector_masks_at + call * b.vector_entries,

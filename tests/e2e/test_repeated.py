@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 import cso
 from cso import executor
 from cso.analysis.choices import KCRS_ALGORITHMS, activation_code
-from cso.repeated import RepeatedCall
+from cso.repeated import UNALIGNED_OUTPUT_ALGORITHMS, RepeatedCall
 from conftest import activate, activation_bound, assert_matches_reference, error_bound
 from test_properties import problems
 
@@ -54,7 +54,9 @@ def test_a_repeated_call_matches_the_reference_every_time(rng, problem, dtype, t
         w = rng.standard_normal(w_shape).astype(dtype)
         bias = rng.standard_normal(w_shape[0]).astype(dtype) if with_bias else None
         y = call(x, w, bias, 0)
-        assert y.dtype == dtype and y.flags.c_contiguous and y.ctypes.data % 64 == 0
+        assert y.dtype == dtype and y.flags.c_contiguous
+        # On a cache line, but for the families whose nests it does not speed up.
+        assert plan.algorithm in UNALIGNED_OUTPUT_ALGORITHMS or y.ctypes.data % 64 == 0
         assert_matches_reference(y, x, w, bias, **params)
         outputs.append(y)
         # The residual, in another dtype and not contiguous, and an activation.
