@@ -43,8 +43,9 @@ class Launch(NamedTuple):
     # What a nest that writes no scratch takes instead of the calling thread's
     # workspace (cso.workspace), made once with the launch: the row nest's
     # row of zeros, the plane nest's placeholder.  A call then skips the
-    # workspace lookup, which cost 4-7 us a call right after other work had
-    # left the caches cold (experiments/call_steps.py).
+    # workspace lookup, which cost 5-7 us a call right after other work had
+    # left the caches cold (a Xeon, EfficientNet-B0's depthwise calls,
+    # experiments/call_steps.py).
     constant_workspace: np.ndarray = None
 
 

@@ -31,8 +31,8 @@ from .workspace import workspace
 # in the bench's rounds (a Xeon, EfficientNet-B0's depthwise layers, all of
 # these families, into outputs 0, 16 and 32 bytes past a cache line, one and
 # two threads: totals within 0.96-1.01x of each other, no layer consistently
-# faster aligned), while finding the alignment cost 6 us a call with the
-# caches cold (experiments/call_steps.py).
+# faster aligned), while the aligned allocation cost 3-6 us a call more with
+# the caches cold (experiments/call_steps.py).
 UNALIGNED_OUTPUT_ALGORITHMS = frozenset(
     (Algorithm.DEPTHWISE_ROWS, Algorithm.DEPTHWISE_PLANES, Algorithm.DEPTHWISE_LANES)
 )

@@ -143,8 +143,8 @@ def launch_workers(address, workers, openmp, a0, a1, a2, a3, a4, a5, a6, a7, a8,
     for runtime in range(kept.size):
         kept[runtime] = openmp_count(openmp[2 * runtime])
     # Numba's count is read here rather than from Python before the call:
-    # there it cost 3 us a call right after other work had left the caches
-    # cold (experiments/call_steps.py).
+    # there it cost 3-4 us a call right after other work had left the caches
+    # cold (a Xeon, EfficientNet-B0's depthwise calls, experiments/call_steps.py).
     numba_count = numba.get_num_threads()
     if numba_count < workers:
         numba.set_num_threads(workers)
