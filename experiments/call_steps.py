@@ -99,9 +99,7 @@ def step_programs(plan, x, w, params: dict, threads: int) -> dict:
 def main():
     parser = harness.parser(__doc__, model="efficientnet_b0", threads=2, rounds=40, layers=None)
     args = parser.parse_args()
-    layers = [layer for layer in harness.model_layers(args.model, args.layers) if layer.depthwise]
-    if not layers:
-        raise SystemExit(f"{args.model} has no depthwise layer among those named")
+    layers = harness.depthwise_layers(args.model, args.layers)
     torch_run = torch_peer(args.threads)
     totals = dict.fromkeys(STEPS, 0.0)
     print(f"{args.model}, {args.threads} thread(s); microseconds, best of interleaved rounds")

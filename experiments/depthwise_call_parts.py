@@ -78,9 +78,7 @@ def layer_programs(layer, threads: int, torch_run) -> tuple:
 def main():
     parser = harness.parser(__doc__, model="mobilenetv2_100", threads=2, rounds=50, layers=None)
     args = parser.parse_args()
-    layers = [layer for layer in harness.model_layers(args.model, args.layers) if layer.depthwise]
-    if not layers:
-        raise SystemExit(f"{args.model} has no depthwise layer among those named")
+    layers = harness.depthwise_layers(args.model, args.layers)
     hardware = cso.detect_hardware()
     peak = fma_peak_gflops("float32", max(1, hardware.vector_bytes // 4)) * args.threads
     torch_run = torch_peer(args.threads)

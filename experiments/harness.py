@@ -64,6 +64,15 @@ def model_layers(model: str, names=None, batch=None) -> list:
     return [layer.with_batch(batch) for layer in layers] if batch else layers
 
 
+def depthwise_layers(model: str, names=None) -> list:
+    """The distinct depthwise layers of ``model`` (those named in ``names``,
+    when given); exits with a message when there are none."""
+    layers = [layer for layer in model_layers(model, names) if layer.depthwise]
+    if not layers:
+        raise SystemExit(f"{model} has no depthwise layer among those named")
+    return layers
+
+
 def checked_programs(name: str, plans: dict, x, w, params: dict, exact) -> dict:
     """A program per plan of ``plans`` (``{key: plan}``): ``cso.conv2d`` of
     ``x`` by ``w`` with that plan into an output of its own, run once here
