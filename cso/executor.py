@@ -282,11 +282,18 @@ def launch_nest(plan: Plan, launch: Launch, arguments: tuple) -> None:
     with ``plan.threads`` workers, leaving the process's thread settings as
     they were."""
     # A one-thread plan runs its nest as worker 0 on this thread with no
-    # parallel region, so no thread state to keep; a plan of more threads runs
-    # it through launch_workers, whose compiled code raises Numba's thread
-    # count to the plan's workers where it is lower and sets it and every
-    # OpenMP runtime's count back after the launch (cso.macrokernel.workers).
-    launch.loop_nest(*arguments)
+    # parallel region, so no OpenMP state to keep; a plan of more threads runs
+    # it through launch_workers, whose compiled code sets every OpenMP
+    # runtime's count back after the launch (cso.macrokernel.workers).  The
+    # nest runs `threads` workers of its own (one per part of the workspace),
+    # so Numba's thread count needs raising only when it is lower.  (Queried
+    # in launch_workers' compiled code instead, Numba's count made that
+    # function uncachable: its getter is a dynamic global.)
+    if plan.threads == 1 or numba_thread_count() >= plan.threads:
+        launch.loop_nest(*arguments)
+        return
+    with numba_threads(plan.threads):
+        launch.loop_nest(*arguments)
 
 
 _thread_count_function = []  # [the function numba_thread_count calls], once found

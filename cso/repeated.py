@@ -20,6 +20,7 @@ import numpy as np
 from . import executor
 from .analysis.choices import KCRS_ALGORITHMS, Algorithm
 from .analysis.plan import Plan
+from .executor import numba_thread_count
 from .launch import launch_for
 from .macrokernel.workers import launch_workers
 from .packing.filters import aligned_empty
@@ -164,15 +165,19 @@ class RepeatedCall:
             else:
                 epilogue = executor.NO_EPILOGUE
             arguments = executor.loop_arguments(self.launch, x, operands, y, epilogue)
-        # executor.launch_nest in line: launch_workers raises Numba's thread
-        # count where it is lower than the plan's.
-        if self.threads == 1:
+        # executor.launch_nest in line: a one-thread nest, or a parallel one
+        # where Numba's thread count already covers its workers (the rest
+        # take launch_nest's way).
+        threads = self.threads
+        if threads == 1:
             self.launch.loop_nest(*arguments)
-        else:
+        elif numba_thread_count() >= threads:
             nest = self.launch.loop_nest
             if nest.dtype is dtype:
                 # ParallelNest's call, once its first has found the nest's address.
                 launch_workers(nest.address, nest.workers, nest.openmp, *arguments)
             else:
                 nest(*arguments)
+        else:
+            executor.launch_nest(self.plan, self.launch, arguments)
         return shaped

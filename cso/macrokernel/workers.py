@@ -32,8 +32,6 @@ reading and setting it through the addresses
 embeds an address is not cached), where Python took four calls through
 ctypes a launch.  Not in :func:`run_workers` itself: a parallel function
 sets the count as it is entered, before anything in it could read it.
-The same compiled launch raises Numba's own thread count (per calling
-thread) to the plan's workers where it is lower, and sets it back after.
 """
 
 from __future__ import annotations
@@ -134,23 +132,13 @@ def set_openmp_count(typingctx, setter, count):
 
 @njit(nogil=True, cache=True)
 def launch_workers(address, workers, openmp, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10):
-    """:func:`run_workers` on at least ``workers`` of Numba's threads (the
-    calling thread's count raised for the launch where it is lower), each
-    OpenMP runtime's count (its ``omp_get_max_threads`` and
-    ``omp_set_num_threads`` at ``openmp[2i]`` and ``openmp[2i + 1]``) set
-    back after it where the launch changed it."""
+    """:func:`run_workers`, each OpenMP runtime's count (its
+    ``omp_get_max_threads`` and ``omp_set_num_threads`` at ``openmp[2i]`` and
+    ``openmp[2i + 1]``) set back after it where the launch changed it."""
     kept = np.empty(openmp.size // 2, np.int64)
     for runtime in range(kept.size):
         kept[runtime] = openmp_count(openmp[2 * runtime])
-    # Numba's count is read here rather than from Python before the call:
-    # there it cost 3-4 us a call right after other work had left the caches
-    # cold (a Xeon, EfficientNet-B0's depthwise calls, experiments/call_steps.py).
-    numba_count = numba.get_num_threads()
-    if numba_count < workers:
-        numba.set_num_threads(workers)
     run_workers(address, workers, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10)
-    if numba_count < workers:
-        numba.set_num_threads(numba_count)
     for runtime in range(kept.size):
         if openmp_count(openmp[2 * runtime]) != kept[runtime]:
             set_openmp_count(openmp[2 * runtime + 1], kept[runtime])
