@@ -39,7 +39,7 @@ from .packing.filters import (
     pack_edge_filters,
     pack_filters_panels,
 )
-from .workspace import workspace
+from .workspace import placeholder, workspace
 
 
 def available_threads() -> int:
@@ -225,19 +225,6 @@ def _edge_filters(w_flat, plan: Plan):
     return pack_edge(
         w_flat, g.groups, g.filters_per_group, g.reduction_length, plan.filters_per_tile
     )
-
-
-_placeholders: dict = {}
-
-
-def placeholder(size: int, dtype) -> np.ndarray:
-    """A shared array of ``size`` zeros, for an operand the loop nests never
-    write and whose values they never use."""
-    key = (size, np.dtype(dtype))
-    array = _placeholders.get(key)
-    if array is None:
-        array = _placeholders[key] = np.zeros(size, dtype)
-    return array
 
 
 class Epilogue(NamedTuple):

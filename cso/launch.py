@@ -28,7 +28,7 @@ from .macrokernel.specialise import (
 )
 from .macrokernel.workers import ParallelNest, serial_nest
 from .packing.filters import aligned_empty
-from .workspace import worker_stride
+from .workspace import placeholder, worker_stride
 
 
 class Launch(NamedTuple):
@@ -239,8 +239,7 @@ def _planes_launch(plan: Plan, module) -> Launch:
     # On a 64-byte boundary: the table's lane-vector masks each fill a cache line.
     offsets = aligned_empty(table.size, np.int32)
     offsets[:] = table
-    placeholder = np.zeros(1, plan.dtype)
-    return Launch(module.convolve_planes, tuple(bounds), 0, offsets, placeholder)
+    return Launch(module.convolve_planes, tuple(bounds), 0, offsets, placeholder(1, plan.dtype))
 
 
 def _rows_launch(plan: Plan, module) -> Launch:
@@ -274,7 +273,7 @@ def _rows_launch(plan: Plan, module) -> Launch:
         workers=plan.threads,
     )
     offsets = rows.row_offsets(g, plan.vector_lanes, vectors)
-    zeros = np.zeros(zero_span, plan.dtype)
+    zeros = placeholder(zero_span, plan.dtype)
     return Launch(module.convolve_rows, tuple(bounds), 0, offsets, zeros)
 
 

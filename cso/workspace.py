@@ -14,6 +14,9 @@ their own (``role="filters"``): the filter packing of ``3x3 512->512 @14``
 (9.4 MiB) measured 87 to 150 units an element from one process to the next
 with fresh panels, as the allocator did or did not hand back touched pages.
 
+Besides the kept buffers, :func:`placeholder` hands out shared arrays of
+zeros for operands the nests never write.
+
 The buffer is zeroed when allocated and afterwards holds only values the
 loop nests wrote, so it never feeds NaN or subnormal garbage to a kernel.
 """
@@ -68,3 +71,17 @@ def workspace(elements: int, dtype, role: str = "loops") -> np.ndarray:
 def release() -> None:
     """Drop the calling thread's kept workspace buffers (the next call allocates anew)."""
     _local.buffers = {}
+
+
+_placeholders: dict = {}
+
+
+def placeholder(size: int, dtype) -> np.ndarray:
+    """A shared array of ``size`` zeros, for an operand the loop nests never
+    write: one whose values they never use, or zeros they read as padding
+    (the row nest's row of zeros)."""
+    key = (size, np.dtype(dtype))
+    array = _placeholders.get(key)
+    if array is None:
+        array = _placeholders[key] = np.zeros(size, dtype)
+    return array

@@ -120,6 +120,28 @@ def nest_programs(plan, x, w, launches: dict) -> tuple:
     return programs, outputs
 
 
+def row_variant_programs(layer, plan, rng, shipped: str, variant: str, **options) -> dict:
+    """Programs running ``plan``'s row nest alone (:func:`nest_programs`) on
+    random operands of ``layer``'s shapes drawn from ``rng``: as shipped,
+    named ``shipped``, and through the row module built with ``options``
+    (:func:`cso.launch.rows_module_for`), named ``variant``; their outputs
+    checked bit for bit alike."""
+    import numpy as np
+
+    from cso.launch import launch_for, rows_module_for
+
+    x = rng.standard_normal(layer.x_shape).astype(np.float32)
+    w = rng.standard_normal(layer.w_shape).astype(np.float32)
+    launches = {
+        shipped: launch_for(plan, False),
+        variant: launch_for(plan, False, module=rows_module_for(plan, **options)),
+    }
+    programs, outputs = nest_programs(plan, x, w, launches)
+    if not np.array_equal(outputs[shipped], outputs[variant]):
+        raise SystemExit(f"{layer.name}: the {variant} nest's output differs from the {shipped}")
+    return programs
+
+
 def row_plan_layers(threads: int) -> list:
     """``[(layer, plan)]``: each distinct depthwise layer of EfficientNet-B0
     and MobileNetV2 to which the analysis gives the row plan at ``threads``."""

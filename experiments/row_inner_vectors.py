@@ -20,7 +20,6 @@ import harness  # noqa: F401  (pins BLAS threads before NumPy loads)
 import numpy as np
 
 from cso.analysis.rows import full_interior_vectors
-from cso.launch import launch_for, rows_module_for
 from cso.measure import best_times, kernel_name
 
 
@@ -37,16 +36,9 @@ def main():
         if not full_interior_vectors(g, plan.vector_lanes, vectors):
             print(f"{layer.name:<22} {kernel_name(plan):>9}  no inner vectors to unmask")
             continue
-        x = rng.standard_normal(layer.x_shape).astype(np.float32)
-        w = rng.standard_normal(layer.w_shape).astype(np.float32)
-        masked = rows_module_for(plan, unmasked_inner=False)
-        programs, outputs = harness.nest_programs(
-            plan, x, w, dict(
-                whole=launch_for(plan, False),
-                masked=launch_for(plan, False, module=masked),
-            )
+        programs = harness.row_variant_programs(
+            layer, plan, rng, "whole", "masked", unmasked_inner=False
         )
-        assert np.array_equal(outputs["whole"], outputs["masked"]), layer.name
         best = best_times(programs, args.rounds)
         for name in totals:
             totals[name] += best[name] * layer.count

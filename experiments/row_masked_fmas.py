@@ -19,7 +19,6 @@ from __future__ import annotations
 import harness  # noqa: F401  (pins BLAS threads before NumPy loads)
 import numpy as np
 
-from cso.launch import launch_for, rows_module_for
 from cso.measure import kernel_name, paired_ratios, round_times
 from cso.microkernels.vector_ir import target_has_mask_registers
 
@@ -34,16 +33,9 @@ def main():
     totals = {"anded": 0.0, "masked": 0.0}
     print(f"{threads} thread(s), float32; times of the loop nest alone")
     for layer, plan in harness.row_plan_layers(threads):
-        anded = rows_module_for(plan, masked_fmas=False)
-        x = rng.standard_normal(layer.x_shape).astype(np.float32)
-        w = rng.standard_normal(layer.w_shape).astype(np.float32)
-        programs, outputs = harness.nest_programs(
-            plan, x, w, dict(
-                masked=launch_for(plan, False),
-                anded=launch_for(plan, False, module=anded),
-            )
+        programs = harness.row_variant_programs(
+            layer, plan, rng, "masked", "anded", masked_fmas=False
         )
-        assert np.array_equal(outputs["masked"], outputs["anded"]), layer.name
         samples = round_times(programs, args.rounds)
         speedup = paired_ratios(samples, "anded")["masked"]
         for name in totals:
