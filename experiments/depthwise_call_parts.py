@@ -34,24 +34,14 @@ import cso  # noqa: E402
 from cso import executor  # noqa: E402
 from cso.bench import stream_program  # noqa: E402
 from cso import launch as launches  # noqa: E402
-from cso.measure import best_times, im2col_gemm, kernel_name, torch_peer  # noqa: E402
-from cso.microkernels.peak import fma_peak_gflops  # noqa: E402
+from cso.measure import best_times, im2col_gemm, kernel_name  # noqa: E402
 
 
 def layer_programs(layer, threads: int, torch_run) -> tuple:
     """``(plan, programs)`` for one layer: cso's call, its nest, worker 0's
     share, the stream and the peers; cso's result checked first."""
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal(layer.x_shape, dtype=np.float32)
-    w = rng.standard_normal(layer.w_shape, dtype=np.float32)
+    x, w, _ = harness.checked_operands(layer, threads)
     params = layer.params
-    result = cso.conv2d(x, w, threads=threads, **params)
-    exact = cso.reference.conv2d(x.astype(np.float64), w.astype(np.float64), **params)
-    # float32 products of R*S taps, each rounded: a generous bound.
-    taps = layer.w_shape[2] * layer.w_shape[3]
-    bound = 4 * taps * np.finfo(np.float32).eps * np.abs(x).max() * np.abs(w).max() * taps
-    if np.max(np.abs(result - exact)) > bound:
-        raise SystemExit(f"{layer.name}: cso's result is wrong")
     plan = cso.plan_conv2d(x.shape, w.shape, threads=threads, **params)
     y = np.empty(plan.geometry.output_shape, np.float32)
     filters = executor.filter_operands(w, None, plan)
@@ -78,10 +68,7 @@ def layer_programs(layer, threads: int, torch_run) -> tuple:
 def main():
     parser = harness.parser(__doc__, model="mobilenetv2_100", threads=2, rounds=50, layers=None)
     args = parser.parse_args()
-    layers = harness.depthwise_layers(args.model, args.layers)
-    hardware = cso.detect_hardware()
-    peak = fma_peak_gflops("float32", max(1, hardware.vector_bytes // 4)) * args.threads
-    torch_run = torch_peer(args.threads)
+    layers, peak, torch_run = harness.depthwise_setting(args)
     names = ("call", "nest", "worker", "bound")
     totals = dict.fromkeys(names, 0.0)
     print(f"{args.model}, {args.threads} thread(s), FMA peak {peak:.0f} GFLOP/s; microseconds, "

@@ -73,6 +73,43 @@ def depthwise_layers(model: str, names=None) -> list:
     return layers
 
 
+def depthwise_setting(args) -> tuple:
+    """``(layers, peak, torch_run)`` for the depthwise experiments timed as
+    the benchmark times them: the model's depthwise layers (``--layers``),
+    the FMA peak of ``--threads`` cores in GFLOP/s and torch's program
+    (None when torch is not installed)."""
+    import cso
+    from cso.measure import torch_peer
+    from cso.microkernels.peak import fma_peak_gflops
+
+    layers = depthwise_layers(args.model, args.layers)
+    hardware = cso.detect_hardware()
+    peak = fma_peak_gflops("float32", max(1, hardware.vector_bytes // 4)) * args.threads
+    return layers, peak, torch_peer(args.threads)
+
+
+def checked_operands(layer, threads: int) -> tuple:
+    """``(x, w, y)``: seeded float32 operands of ``layer`` and
+    ``cso.conv2d``'s result on ``threads`` threads, checked against the
+    float64 reference (a wrong result ends the script naming the layer)."""
+    import numpy as np
+
+    import cso
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(layer.x_shape, dtype=np.float32)
+    w = rng.standard_normal(layer.w_shape, dtype=np.float32)
+    params = layer.params
+    result = cso.conv2d(x, w, threads=threads, **params)
+    exact = cso.reference.conv2d(x.astype(np.float64), w.astype(np.float64), **params)
+    # float32 products of R*S taps, each rounded: a generous bound.
+    taps = layer.w_shape[2] * layer.w_shape[3]
+    bound = 4 * taps * np.finfo(np.float32).eps * np.abs(x).max() * np.abs(w).max() * taps
+    if np.max(np.abs(result - exact)) > bound:
+        raise SystemExit(f"{layer.name}: cso's result is wrong")
+    return x, w, result
+
+
 def checked_programs(name: str, plans: dict, x, w, params: dict, exact) -> dict:
     """A program per plan of ``plans`` (``{key: plan}``): ``cso.conv2d`` of
     ``x`` by ``w`` with that plan into an output of its own, run once here

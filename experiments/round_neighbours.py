@@ -31,12 +31,10 @@ import random  # noqa: E402
 import statistics  # noqa: E402
 import time  # noqa: E402
 
-import numpy as np  # noqa: E402
 
 import cso  # noqa: E402
 from cso.bench import stream_program  # noqa: E402
-from cso.measure import best_times, im2col_gemm, torch_peer  # noqa: E402
-from cso.microkernels.peak import fma_peak_gflops  # noqa: E402
+from cso.measure import best_times, im2col_gemm  # noqa: E402
 from cso.microkernels.stream import stream_seconds  # noqa: E402
 
 PROGRAMS = ("cso", "packed", "im2col", "torch", "stream")
@@ -45,17 +43,8 @@ PROGRAMS = ("cso", "packed", "im2col", "torch", "stream")
 def layer_programs(layer, threads: int, torch_run) -> tuple:
     """``(programs, output_bytes, compulsory_bytes)``: the benchmark's
     programs for one layer, cso's result checked against the reference."""
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal(layer.x_shape, dtype=np.float32)
-    w = rng.standard_normal(layer.w_shape, dtype=np.float32)
+    x, w, result = harness.checked_operands(layer, threads)
     params = layer.params
-    result = cso.conv2d(x, w, threads=threads, **params)
-    exact = cso.reference.conv2d(x.astype(np.float64), w.astype(np.float64), **params)
-    # float32 products of R*S taps, each rounded: a generous bound.
-    taps = layer.w_shape[2] * layer.w_shape[3]
-    bound = 4 * taps * np.finfo(np.float32).eps * np.abs(x).max() * np.abs(w).max() * taps
-    if np.max(np.abs(result - exact)) > bound:
-        raise SystemExit(f"{layer.name}: cso's result is wrong")
     packed = cso.pack_filters(w, x.shape, threads=threads, **params)
     programs = {
         "cso": lambda: cso.conv2d(x, w, threads=threads, **params),
@@ -93,10 +82,7 @@ def by_predecessor(programs: dict, rounds: int) -> dict:
 def main():
     parser = harness.parser(__doc__, model="efficientnet_b0", threads=2, rounds=200, layers=None)
     args = parser.parse_args()
-    layers = harness.depthwise_layers(args.model, args.layers)
-    hardware = cso.detect_hardware()
-    peak = fma_peak_gflops("float32", max(1, hardware.vector_bytes // 4)) * args.threads
-    torch_run = torch_peer(args.threads)
+    layers, peak, torch_run = harness.depthwise_setting(args)
     columns = ["bound", "alone", "start"] + [p for p in PROGRAMS if p != "cso"]
     if torch_run is None:
         columns.remove("torch")
