@@ -201,6 +201,15 @@ def round_times(programs, rounds=5, min_seconds=0.0) -> dict:
     until ``min_seconds`` have passed, 50 at most; each round runs every
     program once, in a fresh seeded shuffle (:func:`best_times`)."""
     samples = {name: [] for name in programs}
+    for _, name, seconds in timed_rounds(programs, rounds, min_seconds):
+        samples[name].append(seconds)
+    return samples
+
+
+def timed_rounds(programs, rounds=5, min_seconds=0.0):
+    """Yield ``(round, name, seconds)`` for every call :func:`round_times`
+    makes, in the order it makes them: the rounds' seeded shuffles, for a
+    measurement that needs to know which program ran before which."""
     order = list(programs)
     shuffle = random.Random(0).shuffle
     started = time.perf_counter()
@@ -210,9 +219,8 @@ def round_times(programs, rounds=5, min_seconds=0.0) -> dict:
         for name in order:
             start = time.perf_counter()
             programs[name]()
-            samples[name].append(time.perf_counter() - start)
+            yield done, name, time.perf_counter() - start
         done += 1
-    return samples
 
 
 def plan_program(plan: Plan, x, w, bias=None, *, variant=None, prepacked=None):

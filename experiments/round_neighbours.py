@@ -27,14 +27,12 @@ from __future__ import annotations
 
 import harness  # noqa: E402,F401  (pins BLAS threads before NumPy loads)
 
-import random  # noqa: E402
 import statistics  # noqa: E402
-import time  # noqa: E402
 
 
 import cso  # noqa: E402
 from cso.bench import stream_program  # noqa: E402
-from cso.measure import best_times, im2col_gemm  # noqa: E402
+from cso.measure import best_times, im2col_gemm, timed_rounds  # noqa: E402
 from cso.microkernels.stream import stream_seconds  # noqa: E402
 
 PROGRAMS = ("cso", "packed", "im2col", "torch", "stream")
@@ -61,21 +59,16 @@ def layer_programs(layer, threads: int, torch_run) -> tuple:
 
 def by_predecessor(programs: dict, rounds: int) -> dict:
     """``{predecessor: [seconds of cso's call after it]}`` over ``rounds``
-    rounds of every program once, each round in a fresh seeded shuffle (as
-    :func:`cso.measure.round_times` orders them)."""
-    order = list(programs)
-    shuffle = random.Random(0).shuffle
+    rounds of every program once, in :func:`cso.measure.timed_rounds`'
+    order (the benchmark's)."""
     samples: dict = {}
-    for _ in range(rounds):
-        shuffle(order)
-        before = "start"
-        for name in order:
-            start = time.perf_counter()
-            programs[name]()
-            seconds = time.perf_counter() - start
-            if name == "cso":
-                samples.setdefault(before, []).append(seconds)
-            before = name
+    before, last_round = "start", None
+    for index, name, seconds in timed_rounds(programs, rounds):
+        if index != last_round:
+            before, last_round = "start", index
+        if name == "cso":
+            samples.setdefault(before, []).append(seconds)
+        before = name
     return samples
 
 

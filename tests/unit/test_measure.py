@@ -91,3 +91,18 @@ def test_paired_difference_is_the_median_relative_difference_at_the_best_round(c
         "packed": clock.program([10.0, 20.0, 10.0, 20.0, 10.0]),
     }
     assert measure.paired_difference(programs, "call", "packed", rounds=5) == pytest.approx(1.0)
+
+
+def test_timed_rounds_yields_every_call_in_round_times_order(clock):
+    # Each round runs every program once; round_times' samples are these
+    # calls grouped by program, in the same seeded order.
+    programs = {
+        name: clock.program([seconds]) for name, seconds in (("a", 1.0), ("b", 2.0), ("c", 4.0))
+    }
+    calls = list(measure.timed_rounds(programs, rounds=3))
+    assert [index for index, _, _ in calls] == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+    for index in range(3):
+        assert sorted(name for i, name, _ in calls if i == index) == ["a", "b", "c"]
+    assert all(seconds == {"a": 1.0, "b": 2.0, "c": 4.0}[name] for _, name, seconds in calls)
+    grouped = {name: [s for _, n, s in calls if n == name] for name in programs}
+    assert measure.round_times(programs, rounds=3) == grouped
