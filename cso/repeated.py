@@ -24,7 +24,7 @@ from .executor import numba_thread_count
 from .launch import launch_for
 from .macrokernel.workers import launch_workers
 from .packing.filters import aligned_empty
-from .workspace import workspace
+from .workspace import placeholder, workspace
 
 
 # The families whose outputs are allocated as NumPy does (16-byte aligned):
@@ -74,7 +74,7 @@ class RepeatedCall:
         # (panel_rows set).
         self.edge = self.panel_rows = None
         if self.kcrs:
-            self.zero_bias = executor.placeholder(1, self.dtype)
+            self.zero_bias = placeholder(1, self.dtype)
         elif prepacked and panels:
             self.zero_bias = executor.plan_constants(plan)[0]
             self.panel_rows = plan.filters_per_tile
@@ -86,7 +86,7 @@ class RepeatedCall:
         # A bias that needs no packing: packed ahead, or its own panel.
         self.bias_ready = prepacked or executor.bias_is_its_panel(plan)
         # The nest's last arguments, the same every call (executor.nest_arguments).
-        self.no_residual = executor.placeholder(1, self.dtype)
+        self.no_residual = placeholder(1, self.dtype)
         launch = self.launch
         self.tail = (launch.bounds,) if launch.offsets is None else (launch.offsets, launch.bounds)
         self.scratch = launch.constant_workspace

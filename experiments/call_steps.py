@@ -40,7 +40,7 @@ from cso import launch as launches  # noqa: E402
 from cso.macrokernel.workers import launch_workers  # noqa: E402
 from cso.measure import best_times, im2col_gemm, torch_peer  # noqa: E402
 from cso.packing.filters import aligned_empty  # noqa: E402
-from cso.workspace import workspace  # noqa: E402
+from cso.workspace import placeholder, workspace  # noqa: E402
 
 STEPS = ("call", "least", "+key", "+count", "+align", "+workspace")
 
@@ -55,7 +55,7 @@ def step_programs(plan, x, w, params: dict, threads: int) -> dict:
     kept = aligned_empty(max(1, launch.workspace_elements), dtype)
     kept[:] = 0
     constant = launch.constant_workspace if launch.constant_workspace is not None else kept
-    fused = (filters.bias, filters.has_bias, executor.placeholder(1, dtype), 0, False)
+    fused = (filters.bias, filters.has_bias, placeholder(1, dtype), 0, False)
     tail = (launch.offsets, launch.bounds)
     nest = launch.loop_nest
     nest(*executor.loop_arguments(launch, x, filters, np.empty(size, dtype)))  # its address found
