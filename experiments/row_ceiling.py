@@ -21,8 +21,8 @@ nanoseconds a block and as a share of the block's FMA time at the
 machine's peak (175 FMAs of 16 lanes: cso's probe,
 :func:`cso.microkernels.peak.fma_peak_gflops`).  The results are checked
 against the float64 reference.  On a Xeon (Sapphire Rapids, 2026-11-28):
-cso 47-52 ns a block (47-51% of the peak), C with the geometry fixed 33-34
-ns (72-73%), C with it passed at run time 39-40 ns (61-62%).
+cso 47-52 ns a block (47-51% of the peak), C with the geometry fixed 33-37
+ns (65-73%), C with it passed at run time 39-44 ns (55-62%).
 """
 
 from __future__ import annotations
