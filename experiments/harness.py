@@ -195,3 +195,29 @@ def row_plan_layers(threads: int) -> list:
         if plan.algorithm == Algorithm.DEPTHWISE_ROWS:
             chosen.append((layer, plan))
     return chosen
+
+
+def build_c(source: str, output: str, shared: bool = False) -> tuple:
+    """``(path, None)``: ``source`` (a file in this folder) built by ``gcc -O3
+    -march=native`` into ``output`` in a new temporary folder (a shared
+    library when ``shared``); ``(None, reason)`` when there is no gcc or the
+    build fails (on a machine without the instructions the C uses)."""
+    import pathlib
+    import shutil
+    import subprocess
+    import tempfile
+
+    compiler = shutil.which("gcc")
+    if compiler is None:
+        return None, "no gcc on PATH"
+    here = pathlib.Path(__file__).resolve().parent
+    built = pathlib.Path(tempfile.mkdtemp()) / output
+    flags = ["-shared", "-fPIC"] if shared else []
+    build = subprocess.run(
+        [compiler, "-O3", "-march=native", *flags, str(here / source), "-o", str(built)],
+        capture_output=True,
+        text=True,
+    )
+    if build.returncode:
+        return None, f"gcc failed: {build.stderr.strip()[:200]}"
+    return built, None

@@ -31,11 +31,8 @@ from __future__ import annotations
 
 
 import harness
-import pathlib
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 
 import numpy as np
@@ -47,8 +44,6 @@ from cso.calibrate.kernel_probes import planner_shapes
 from cso.microkernels.outer_product import build_outer_product_kernel
 from cso.microkernels.peak import fma_peak_gflops
 from cso.packing.filters import aligned_empty
-
-HERE = pathlib.Path(__file__).resolve().parent
 
 
 def kernels(hardware) -> list:
@@ -118,22 +113,6 @@ def time_cso(runner, flops, seconds):
     return flops * calls / (time.perf_counter() - start) / 1e9
 
 
-def build_c():
-    """The compiled C program's path, or a reason it could not be built."""
-    compiler = shutil.which("gcc")
-    if compiler is None:
-        return None, "no gcc on PATH"
-    binary = pathlib.Path(tempfile.mkdtemp()) / "kernel_ceiling"
-    build = subprocess.run(
-        [compiler, "-O3", "-march=native", str(HERE / "kernel_ceiling.c"), "-o", str(binary)],
-        capture_output=True,
-        text=True,
-    )
-    if build.returncode:
-        return None, f"gcc failed: {build.stderr.strip()[:200]}"
-    return binary, None
-
-
 def time_c(binary, depth, seconds):
     output = subprocess.run(
         [str(binary), str(depth), str(seconds)], capture_output=True, text=True, check=True
@@ -157,7 +136,7 @@ def main():
         name: cso_runner(nf, nwin, operand, transposed, args.depth, lanes)
         for name, nf, nwin, operand, transposed in kernels(hardware)
     }
-    binary, why_not = build_c()
+    binary, why_not = harness.build_c("kernel_ceiling.c", "kernel_ceiling")
     best_cso = dict.fromkeys(runners, 0.0)
     best_c = {}
     for _ in range(args.rounds):

@@ -29,11 +29,7 @@ from __future__ import annotations
 
 import harness
 import ctypes
-import pathlib
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
 
 import llvmlite.binding as llvm
@@ -46,25 +42,8 @@ from cso.analysis.choices import Algorithm
 from cso.launch import launch_for
 from cso.microkernels.peak import fma_peak_gflops
 
-HERE = pathlib.Path(__file__).resolve().parent
 SIZE, TAPS, BLOCK = 14, 5, 7
 FMAS_PER_BLOCK = BLOCK * TAPS * TAPS
-
-
-def build_c():
-    """The C library (ctypes), or None and the reason it could not be built."""
-    compiler = shutil.which("gcc")
-    if compiler is None:
-        return None, "no gcc on PATH"
-    library = pathlib.Path(tempfile.mkdtemp()) / "row_ceiling.so"
-    build = subprocess.run(
-        [compiler, "-O3", "-march=native", "-shared", "-fPIC", str(HERE / "row_ceiling.c"),
-         "-o", str(library)],
-        capture_output=True, text=True,
-    )  # fmt: skip
-    if build.returncode:
-        return None, f"gcc failed: {build.stderr.strip()[:200]}"
-    return ctypes.CDLL(str(library)), None
 
 
 def operands(channels: int):
@@ -152,7 +131,8 @@ def main():
         parser.error(f"--channels must be at least 1, got {args.channels}")
     x, w, expected = operands(args.channels)
     programs = {"cso row nest": cso_program(x, w, expected)}
-    library, why_not = build_c()
+    path, why_not = harness.build_c("row_ceiling.c", "row_ceiling.so", shared=True)
+    library = None if path is None else ctypes.CDLL(str(path))
     if library is not None:
         programs.update(c_programs(library, x, w, expected))
     blocks = args.channels * 2
