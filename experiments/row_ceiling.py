@@ -115,7 +115,9 @@ def c_programs(library, x, w, expected):
 
 
 def check(result, expected, name):
-    # float32 rounding of 25 products and their sum, each at most max|x| max|w|.
+    # 2 * R*S roundings of float32, each taken at the largest output: tighter
+    # than the bound from the inputs' magnitudes (a false alarm is the worst
+    # it can give), and held by cso and both C blocks on these operands.
     bound = 2 * TAPS * TAPS * np.finfo(np.float32).eps * np.abs(expected).max()
     error = float(np.max(np.abs(result - expected)))
     if not error <= bound:

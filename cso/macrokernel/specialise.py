@@ -50,6 +50,7 @@ from ..microkernels import outer_product as outer_product_source
 from ..microkernels import outer_product_emitter as outer_product_emitter_source
 from ..microkernels import plane_taps as plane_taps_source
 from ..microkernels import row_taps as row_taps_source
+from ..microkernels.row_taps import masked_fma_vectors
 from ..microkernels import taps as taps_source
 from ..microkernels import tile_stores as tile_stores_source
 from ..microkernels import vector_ir as vector_ir_source
@@ -339,8 +340,7 @@ def rows_module(
     tail_lanes = int(tail_lanes)
     if masked_fmas is None:
         # Masked FMAs where the target has AVX-512's mask registers (row_taps).
-        element_bytes = 4 if dtype_name == "float32" else 8
-        masked_fmas = int(vector_lanes) * element_bytes == 64 and target_has_mask_registers()
+        masked_fmas = masked_fma_vectors(dtype_name, vector_lanes) and target_has_mask_registers()
     masked_fmas = bool(masked_fmas)
     binding = (
         "from cso.microkernels.row_taps import build_row_tap_kernel\n"

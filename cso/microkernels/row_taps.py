@@ -135,6 +135,13 @@ def natural_order(lanes: int, element_bytes: int) -> list:
     return [columns.index(q) for q in range(lanes)]
 
 
+def masked_fma_vectors(dtype_name: str, vector_lanes: int) -> bool:
+    """Whether vectors of ``vector_lanes`` ``dtype_name`` lanes fill 64 bytes:
+    the only ones the masked FMAs (``masked_fmas``) take, AVX-512's."""
+    element_bytes = 4 if dtype_name == "float32" else 8
+    return int(vector_lanes) * element_bytes == 64
+
+
 @functools.lru_cache(maxsize=None)
 def build_row_tap_kernel(
     kernel_height: int, kernel_width: int, dilation_h: int, dilation_w: int, stride_h: int,
@@ -199,8 +206,7 @@ def build_row_tap_kernel(
             f"got {tail_lanes}"
         )
     check_bit_set_lanes(vector_lanes)
-    element_bytes = 4 if dtype_name == "float32" else 8
-    if masked_fmas and vector_lanes * element_bytes != 64:
+    if masked_fmas and not masked_fma_vectors(dtype_name, vector_lanes):
         raise ValueError(
             f"masked_fmas needs 64-byte vectors, got {vector_lanes} {dtype_name} lanes"
         )
