@@ -123,8 +123,18 @@ def conv2d(
                 (stride, padding, dilation, groups, threads, activation),
             )
         )  # fmt: skip
-        if call is not None and call.repeated is not None:
-            return call.repeated(x, w, bias, call.activation, None)
+        if call is not None:
+            quick = call.quick
+            if quick:
+                return quick(x, w, bias)
+            repeated = call.repeated
+            if repeated is not None:
+                y = repeated(x, w, bias, call.activation, None)
+                if quick is None:
+                    # Its first call has found the nest's address: the quick
+                    # call can be made now (once: False where there is none).
+                    call.quick = repeated.quick_call(call.activation, x, w, bias) or False
+                return y
     if tuned is not False:
         check_tuned(tuned)
     # Arrays as given skip as_array here: their dtypes are in the key, and a
@@ -198,13 +208,18 @@ class _Call:
     analysis' plan for it once needed, prepared for the calls that repeat it
     (``repeated``: a :class:`~cso.repeated.RepeatedCall`, holding the plan)."""
 
-    __slots__ = ("geometry", "output_shape", "dtype", "threads", "activation", "repeated")
+    __slots__ = (
+        "geometry", "output_shape", "dtype", "threads", "activation", "repeated", "quick"
+    )  # fmt: skip
 
     def __init__(self, geometry, dtype, threads, activation):
         self.geometry, self.dtype, self.threads = geometry, dtype, threads
         # Kept: the geometry computes it anew each time (a microsecond a call).
         self.output_shape = geometry.output_shape
         self.activation, self.repeated = activation, None
+        # RepeatedCall.quick_call's call for this key's operands, False where
+        # there is none, None until the repeated call has been made once.
+        self.quick = None
 
 
 # Validated calls by _call_key: a repeated call skips the checks, the

@@ -88,6 +88,41 @@ def runtime_addresses() -> np.ndarray:
     return _addresses[0]
 
 
+_launch = []  # [launch_addresses()], once built
+
+
+def numba_count_addresses() -> list:
+    """The addresses of Numba's getter and setter of the calling thread's
+    count (the C functions behind ``numba.get_num_threads`` and
+    ``numba.set_num_threads``, without their Python checks), or ``[0, 0]``
+    where this Numba keeps none or its getter disagrees with the public
+    function.  Starts Numba's thread pool (its first query does), keeping
+    the OpenMP counts."""
+    import numba
+    from numba.np.ufunc import parallel
+
+    with kept_openmp_threads():
+        count = numba.get_num_threads()
+    functions = (getattr(parallel, "_get_num_threads", None),
+                 getattr(parallel, "_set_num_threads", None))  # fmt: skip
+    try:
+        addresses = [ctypes.cast(function, ctypes.c_void_p).value for function in functions]
+        agrees = functions[0]() == count
+    except (ctypes.ArgumentError, TypeError):  # not ctypes functions
+        return [0, 0]
+    return addresses if agrees and all(addresses) else [0, 0]
+
+
+def launch_addresses() -> np.ndarray:
+    """What a parallel launch keeps (:func:`cso.macrokernel.workers.launch_workers`),
+    as int64 addresses: Numba's count getter and setter
+    (:func:`numba_count_addresses`), then :func:`runtime_addresses`."""
+    if not _launch:
+        numba_pair = np.array(numba_count_addresses(), np.int64)
+        _launch.append(np.concatenate((numba_pair, runtime_addresses())))
+    return _launch[0]
+
+
 def current_counts() -> list:
     """:func:`openmp_threads`, for :func:`restore_counts` (the runtimes found once)."""
     runtimes = _runtimes[0] if _runtimes else _functions()

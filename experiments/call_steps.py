@@ -66,7 +66,7 @@ def step_programs(plan, x, w, params: dict, threads: int) -> dict:
         if threads == 1:
             nest(*arguments)
         else:
-            launch_workers(nest.address, nest.workers, nest.openmp, *arguments)
+            launch_workers(nest.address, nest.workers, nest.counts, *arguments)
 
     def least(x, w, look=False, count=False, align=False, own=False):
         if look:

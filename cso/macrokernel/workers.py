@@ -28,10 +28,15 @@ Thread settings: Numba's OpenMP layer sets the calling thread's OpenMP
 thread count as it launches (:mod:`cso.openmp`).  :func:`launch_workers`
 keeps each runtime's count around :func:`run_workers` in compiled code,
 reading and setting it through the addresses
-:func:`cso.openmp.runtime_addresses` gives (an argument: a function that
+:func:`cso.openmp.launch_addresses` gives (an argument: a function that
 embeds an address is not cached), where Python took four calls through
-ctypes a launch.  Not in :func:`run_workers` itself: a parallel function
-sets the count as it is entered, before anything in it could read it.
+ctypes a launch; and it raises Numba's own count to the plan's workers for
+the launch where it is lower, through Numba's C getter and setter (a query
+from Python before every launch cost 4.4 microseconds a call in the
+benchmark's rounds: a Xeon, EfficientNet-B0's depthwise calls at two
+threads, ``experiments/call_steps.py``).  Not in :func:`run_workers`
+itself: a parallel function sets the count as it is entered, before
+anything in it could read it.
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ from numba.core import errors
 from numba.extending import intrinsic
 from llvmlite import ir
 
-from ..openmp import kept_openmp_threads, runtime_addresses
+from ..openmp import kept_openmp_threads, launch_addresses
 
 
 def canonical_type(numba_type):
@@ -131,17 +136,32 @@ def set_openmp_count(typingctx, setter, count):
 
 
 @njit(nogil=True, cache=True)
-def launch_workers(address, workers, openmp, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10):
-    """:func:`run_workers`, each OpenMP runtime's count (its
-    ``omp_get_max_threads`` and ``omp_set_num_threads`` at ``openmp[2i]`` and
-    ``openmp[2i + 1]``) set back after it where the launch changed it."""
-    kept = np.empty(openmp.size // 2, np.int64)
+def launch_workers(address, workers, counts, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10):
+    """:func:`run_workers` with ``workers`` threads, every thread count the
+    launch touches left as it was (``counts``, :func:`cso.openmp.launch_addresses`).
+
+    ``counts[0]`` and ``counts[1]``: Numba's getter and setter of the calling
+    thread's count (0 where this Numba keeps none; the caller then raises the
+    count itself); the count is raised to ``workers`` for the launch where it
+    is lower (a parallel loop of more iterations than threads runs them in
+    turn) and set back after.  ``counts[2 + 2i]`` and ``counts[3 + 2i]``: each
+    OpenMP runtime's ``omp_get_max_threads`` and ``omp_set_num_threads``,
+    set back after the launch where it changed them.
+    """
+    numba_count = workers
+    if counts[0] != 0:
+        numba_count = openmp_count(counts[0])
+        if numba_count < workers:
+            set_openmp_count(counts[1], workers)
+    kept = np.empty((counts.size - 2) // 2, np.int64)
     for runtime in range(kept.size):
-        kept[runtime] = openmp_count(openmp[2 * runtime])
+        kept[runtime] = openmp_count(counts[2 + 2 * runtime])
     run_workers(address, workers, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10)
+    if numba_count < workers:
+        set_openmp_count(counts[1], numba_count)
     for runtime in range(kept.size):
-        if openmp_count(openmp[2 * runtime]) != kept[runtime]:
-            set_openmp_count(openmp[2 * runtime + 1], kept[runtime])
+        if openmp_count(counts[2 + 2 * runtime]) != kept[runtime]:
+            set_openmp_count(counts[3 + 2 * runtime], kept[runtime])
 
 
 def nest_signature(arguments: tuple) -> tuple:
@@ -170,16 +190,20 @@ def serial_nest(nest):
 class ParallelNest:
     """A plan's nest on ``workers`` workers through :func:`launch_workers`;
     the nest's address is found at the first call (its arguments' types are
-    the plan's from then on: :func:`cso.executor.loop_arguments` makes them)."""
+    the plan's from then on: :func:`cso.executor.loop_arguments` makes them),
+    and so are the thread counts a launch keeps (``counts``,
+    :func:`cso.openmp.launch_addresses`)."""
 
-    __slots__ = ("nest", "workers", "address", "dtype", "openmp")
+    __slots__ = ("nest", "workers", "address", "dtype", "counts", "counted")
 
     def __init__(self, nest, workers: int):
         self.nest = nest
         self.workers = int(workers)
         self.address = 0
         self.dtype = None
-        self.openmp = runtime_addresses()
+        self.counts = None
+        # Whether the launch raises Numba's count itself (Numba's C getter found).
+        self.counted = False
 
     def __call__(self, *arguments):
         dtype = arguments[0].dtype
@@ -190,8 +214,10 @@ class ParallelNest:
             # Numba's thread pool, which sets the OpenMP count before compiled
             # code could read it: this call keeps the count from Python.
             with kept_openmp_threads():
+                self.counts = launch_addresses()
+                self.counted = bool(self.counts[0])
                 self.address = nest_address(self.nest, arguments)
-                launch_workers(self.address, self.workers, self.openmp, *arguments)
+                launch_workers(self.address, self.workers, self.counts, *arguments)
             self.dtype = dtype
             return
-        launch_workers(self.address, self.workers, self.openmp, *arguments)
+        launch_workers(self.address, self.workers, self.counts, *arguments)

@@ -71,6 +71,73 @@ def test_a_repeated_call_matches_the_reference_every_time(rng, problem, dtype, t
 
 
 @pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("problem", PLANS, ids=[p[4] + str(i) for i, p in enumerate(PLANS)])
+def test_a_quick_call_matches_the_reference_every_time(rng, problem, dtype, threads):
+    # RepeatedCall.quick_call: the call's arguments prepared once, for every
+    # way of reading filters but those that pack a tile or panels per call.
+    from cso.macrokernel.workers import launch_workers
+
+    x_shape, w_shape, params, forced, kind = problem
+    plan = cso.plan_conv2d(x_shape, w_shape, dtype=dtype, threads=threads, **params, **forced)
+    call = RepeatedCall(plan)
+    for with_bias in (False, True):
+        x = rng.standard_normal(x_shape).astype(dtype)
+        w = rng.standard_normal(w_shape).astype(dtype)
+        bias = rng.standard_normal(w_shape[0]).astype(dtype) if with_bias else None
+        call(x, w, bias, activation_code("relu"))  # finds the nest's address
+        quick = call.quick_call(activation_code("relu"), x, w, bias)
+        assert (quick is None) == (kind in ("panels packed", "edge tile packed"))
+        if quick is None:
+            continue
+        nest = call.launch.loop_nest
+        compiled = len((nest.func if threads == 1 else nest.nest).overloads)
+        launches = len(launch_workers.overloads)
+        outputs = []
+        for read_only in (False, True, False):
+            x = rng.standard_normal(x_shape).astype(dtype)
+            w = rng.standard_normal(w_shape).astype(dtype)
+            bias = rng.standard_normal(w_shape[0]).astype(dtype) if with_bias else None
+            # Read-only operands take __call__'s copies: nothing compiled again.
+            for operand in (x, w) if read_only else ():
+                operand.flags.writeable = False
+            y = quick(x, w, bias)
+            assert y.dtype == dtype and y.shape == plan.geometry.output_shape
+            expected = cso.reference.conv2d(x, w, bias, **params)
+            bound = activation_bound(expected, error_bound(x, w, bias, dtype, **params), dtype)
+            assert np.all(np.abs(y - activate("relu", expected)) <= bound)
+            outputs.append(y)
+        assert not np.shares_memory(outputs[0], outputs[2])
+        assert len((nest.func if threads == 1 else nest.nest).overloads) == compiled
+        assert len(launch_workers.overloads) == launches
+    # Operands of another dtype than the plan's need converting: no quick call.
+    other = np.float64 if dtype == np.float32 else np.float32
+    x = rng.standard_normal(x_shape).astype(other)
+    assert call.quick_call(0, x, rng.standard_normal(w_shape).astype(dtype), None) is None
+
+
+def test_conv2d_takes_the_quick_call_once_it_has_one(rng, monkeypatch):
+    from cso.repeated import RepeatedCall as Repeated
+
+    general = []
+    original = Repeated.__call__
+
+    def counted(self, *arguments):
+        general.append(1)
+        return original(self, *arguments)
+
+    monkeypatch.setattr(Repeated, "__call__", counted)
+    params = dict(padding=1, groups=32)
+    for _ in range(4):
+        x = rng.standard_normal((1, 32, 16, 16)).astype(np.float32)
+        w = rng.standard_normal((32, 1, 3, 3)).astype(np.float32)
+        y = cso.conv2d(x, w, threads=2, **params)
+        assert_matches_reference(y, x, w, None, **params)
+    # The first call plans, the second runs RepeatedCall and makes the quick call.
+    assert len(general) == 1
+
+
+@pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("problem", PLANS, ids=[p[4] + str(i) for i, p in enumerate(PLANS)])
 def test_a_repeated_call_on_packed_filters_matches_the_reference(rng, problem, threads):
     x_shape, w_shape, params, forced, _ = problem

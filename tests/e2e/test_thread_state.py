@@ -123,3 +123,38 @@ def test_the_quick_thread_count_follows_numba_set_num_threads():
     seen = ast.literal_eval(output)
     assert all(quick == public for quick, public in seen), seen
     assert seen[1][0] == 1 == seen[3][0]
+
+
+def test_a_launch_raises_numba_thread_count_to_its_workers_and_sets_it_back():
+    """A plan's launch runs its workers on as many threads when Numba's
+    count is lower (cso.macrokernel.workers.launch_workers raises it in
+    compiled code), and leaves the count as it was, cso's calls included."""
+    output = run_python(
+        """
+        import numba
+        import numpy as np
+        from cso import openmp
+        from cso.macrokernel.workers import launch_workers, nest_address
+
+        @numba.njit
+        def probe(worker, ids, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10):
+            ids[worker] = numba.get_thread_id()
+
+        counts = openmp.launch_addresses()
+        numba.set_num_threads(1)
+        ids = np.full(2, -1.0)
+        arguments = (ids,) + (0,) * 10
+        launch_workers(nest_address(probe, arguments), 2, counts, *arguments)
+        after_launch = numba.get_num_threads()
+        import cso
+        x = np.ones((1, 16, 9, 9), np.float32)
+        for _ in range(3):
+            cso.conv2d(x, np.ones((16, 1, 3, 3), np.float32), groups=16, threads=2)
+            cso.conv2d(x, np.ones((8, 16, 3, 3), np.float32), threads=2)
+        print([bool(counts[0]), sorted(ids.tolist()), after_launch, numba.get_num_threads()])
+        """
+    )
+    found, ids, after_launch, after_calls = ast.literal_eval(output.strip().splitlines()[-1])
+    if not found:
+        pytest.skip("this Numba keeps no C thread-count getter")
+    assert ids == [0.0, 1.0] and after_launch == 1 == after_calls
