@@ -317,10 +317,17 @@ def _conv2d_packed(
             # A call met before: its checks passed and its plan is made.
             repeated = entry[1]
             if out is None:
+                quick = entry[3]
+                if quick and residual is None and entry[2] == activation:
+                    return quick(x, packed.panels, packed.bias)
                 residual = check_residual(residual, repeated.shape)
-                return repeated(
-                    x, packed.panels, packed.bias, activation_code(activation), residual
-                )
+                code = activation_code(activation)
+                y = repeated(x, packed.panels, packed.bias, code, residual)
+                if quick is None and residual is None:
+                    # The quick call for this activation (False where there is none).
+                    quick = repeated.quick_call(code, x, packed.panels, packed.bias)
+                    entry[2], entry[3] = activation, quick or False
+                return y
             residual, y = _packed_output(x, packed, repeated.shape, out, residual)
             return _run_packed(
                 repeated.plan, x, packed, y, activation_code(activation), residual
@@ -383,7 +390,7 @@ def _conv2d_packed(
         if len(_packed_calls) >= 1024:
             _packed_calls.clear()  # bounds a process that meets many shapes
         key = (id(packed), x.shape, x.dtype, threads_given, given_key)
-        _packed_calls[key] = (weakref.ref(packed), RepeatedCall(plan, prepacked=True))
+        _packed_calls[key] = [weakref.ref(packed), RepeatedCall(plan, prepacked=True), None, None]
     return _run_packed(plan, x, packed, y, activation, residual)
 
 
@@ -401,8 +408,10 @@ def _run_packed(plan, x, packed, y, activation: int, residual):
     return executor.run(plan, x, operands, y, epilogue=_epilogue(activation, residual, y))
 
 
-# Calls with packed filters already checked and planned, as (the packed filters
-# held weakly, their RepeatedCall), by (id of the packed
+# Calls with packed filters already checked and planned, as [the packed filters
+# held weakly, their RepeatedCall, the activation its quick call applies, that
+# quick call (RepeatedCall.quick_call; None until made, False where there is
+# none)], by (id of the packed
 # filters, x's shape and dtype, threads, the stride, padding, dilation and
 # groups as given): a repeated call (every layer of a session) skips the checks
 # and the replanning.  Calls that repeated the filters' own padding took the

@@ -135,6 +135,24 @@ def test_conv2d_takes_the_quick_call_once_it_has_one(rng, monkeypatch):
         assert_matches_reference(y, x, w, None, **params)
     # The first call plans, the second runs RepeatedCall and makes the quick call.
     assert len(general) == 1
+    # With packed filters, the quick call applies the activation it was made
+    # for; another takes RepeatedCall, and so does a residual.
+    w = rng.standard_normal((32, 1, 3, 3)).astype(np.float32)
+    bias = rng.standard_normal(32).astype(np.float32)
+    packed = cso.pack_filters(w, x.shape, bias=bias, threads=2, **params)
+    for call, activation in enumerate(["relu", "relu", "relu", None, "relu"]):
+        x = rng.standard_normal((1, 32, 16, 16)).astype(np.float32)
+        y = cso.conv2d(x, packed, threads=2, activation=activation)
+        expected = cso.reference.conv2d(x, w, bias, **params)
+        bound = activation_bound(expected, error_bound(x, w, bias, np.float32, **params),
+                                 np.float32)  # fmt: skip
+        assert np.all(np.abs(y - activate(activation, expected)) <= bound)
+    assert len(general) == 1 + 2  # the second call's and the one without activation
+    residual = rng.standard_normal(y.shape).astype(np.float32)
+    y = cso.conv2d(x, packed, threads=2, activation="relu", residual=residual)
+    expected = cso.reference.conv2d(x, w, bias, **params) + residual
+    bound = error_bound(x, w, bias, np.float32, **params) + np.abs(expected) * 1e-7
+    assert np.all(np.abs(y - activate("relu", expected)) <= bound) and len(general) == 4
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -167,6 +185,8 @@ def test_conv2d_repeats_through_the_prepared_call(rng, threads, monkeypatch):
         return original(self, *arguments)
 
     monkeypatch.setattr(RepeatedCall, "__call__", counted)
+    # Every repeated call through __call__ (the quick call is tested below).
+    monkeypatch.setattr(RepeatedCall, "quick_call", lambda self, *arguments: None)
     params = dict(padding=1, groups=48)
     for call in range(3):
         big = rng.standard_normal((1, 48, 12, 24)).astype(np.float32)
