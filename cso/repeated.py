@@ -21,7 +21,7 @@ from . import executor
 from .analysis.choices import KCRS_ALGORITHMS, Algorithm
 from .analysis.plan import Plan
 from .launch import launch_for
-from .macrokernel.workers import launch_workers
+from .macrokernel.workers import launch_workers, nest_address, typed_launch
 from .packing.filters import aligned_empty
 from .workspace import placeholder, workspace
 
@@ -36,6 +36,10 @@ from .workspace import placeholder, workspace
 UNALIGNED_OUTPUT_ALGORITHMS = frozenset(
     (Algorithm.DEPTHWISE_ROWS, Algorithm.DEPTHWISE_PLANES, Algorithm.DEPTHWISE_LANES)
 )
+
+
+# A one-thread launch reads no thread counts (workers.launch_typed).
+_NO_COUNTS = np.zeros(2, np.int64)
 
 
 class RepeatedCall:
@@ -101,11 +105,13 @@ class RepeatedCall:
         not found its address yet, or a launch that cannot raise Numba's
         thread count itself).
 
-        Every Python step costs several times more right after
-        other work than warm: ``cso.conv2d``'s repeated call through this,
-        EfficientNet-B0's depthwise layers at two threads in the benchmark's
-        rounds on a Xeon, 3-8 microseconds a call less than through
-        :meth:`__call__`.
+        An operand read-only or unaligned takes :meth:`__call__` (the launch
+        is compiled for the first call's writeable, aligned operands only:
+        :func:`~cso.macrokernel.workers.typed_launch`).  Every Python step
+        costs several times more right after other work than warm:
+        ``cso.conv2d``'s repeated call through this, EfficientNet-B0's
+        depthwise layers at two threads in the benchmark's rounds on a Xeon,
+        3-8 microseconds a call less than through :meth:`__call__`.
         """
         dtype = self.dtype
         if x.dtype is not dtype or w.dtype is not dtype:
@@ -116,9 +122,9 @@ class RepeatedCall:
             return None
         nest = self.launch.loop_nest
         if self.threads == 1:
-            launch, head = nest, ()
+            head = (nest_address(nest.func, self._arguments(x, w, bias, activation)), 1, _NO_COUNTS)
         elif nest.dtype is dtype and nest.counted:
-            launch, head = launch_workers, (nest.address, nest.workers, nest.counts)
+            head = (nest.address, nest.workers, nest.counts)
         else:
             return None
         shape, size, rows, scratch = self.shape, self.size, self.panel_rows, self.scratch
@@ -130,14 +136,13 @@ class RepeatedCall:
         epilogue = (self.no_residual, activation, False)
         tail = self.tail
         repeated = self
+        # Refuses arguments of other types than these (a read-only or
+        # unaligned operand): __call__ then copies them.
+        launch = typed_launch(head + self._arguments(x, w, bias, activation))
+        # (quick builds those arguments in line, as _arguments does: a
+        # Python call less each call.)
 
         def quick(x, w, bias):
-            # A read-only operand is copied by __call__: passed as it is, it
-            # would compile the nest or its launch again for its array type.
-            if not (x.flags.writeable and w.flags.writeable) or (
-                bias is not None and not bias.flags.writeable
-            ):
-                return repeated(x, w, bias, activation, None)
             if numpy_output:
                 shaped = np.empty(shape, dtype)
                 y = shaped.reshape(-1)
@@ -151,10 +156,28 @@ class RepeatedCall:
                 arguments = (x.ravel(), filters, filters[:rows])
             arguments += no_bias if bias is None else (bias.ravel(), True)
             work = scratch if scratch is not None else workspace(elements, dtype)
-            launch(*head, *arguments, *epilogue, y, work, *tail)
+            try:
+                launch(*head, *arguments, *epilogue, y, work, *tail)
+            except TypeError:  # raised before any work: no launch for these types
+                return repeated(x, w, bias, activation, None)
             return shaped
 
         return quick
+
+    def _arguments(self, x, w, bias, activation: int) -> tuple:
+        """The nest's arguments as ``quick_call``'s call passes them (into a
+        new output): the types its launch is compiled for."""
+        filters = w.ravel()
+        if self.panel_rows is not None:
+            arguments = (x.ravel(), filters, filters[: self.panel_rows])
+        else:
+            arguments = (x.ravel(), filters) + (() if self.kcrs else (self.edge,))
+        arguments += (self.zero_bias, False) if bias is None else (bias.ravel(), True)
+        work = self.scratch
+        if work is None:
+            work = workspace(self.launch.workspace_elements, self.dtype)
+        y = np.empty(self.size, self.dtype)
+        return arguments + (self.no_residual, activation, False, y, work) + self.tail
 
     def __call__(
         self, x: np.ndarray, w: np.ndarray, bias, activation: int, residual=None

@@ -42,6 +42,7 @@ anything in it could read it.
 from __future__ import annotations
 
 import functools
+import threading
 
 import numba
 import numpy as np
@@ -221,3 +222,39 @@ class ParallelNest:
             self.dtype = dtype
             return
         launch_workers(self.address, self.workers, self.counts, *arguments)
+
+
+@njit(nogil=True, cache=True)
+def launch_typed(address, workers, counts, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10):
+    """:func:`launch_workers`, or with one worker the nest at ``address`` as
+    worker 0 on the calling thread (no parallel region): the launch of
+    :func:`typed_launch`, compiled only for the types it is given."""
+    if workers == 1:
+        call_worker(address, np.int64(0), a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10)
+    else:
+        launch_workers(address, workers, counts, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10)
+
+
+_typed_launch_lock = threading.Lock()
+
+
+def typed_launch(arguments: tuple):
+    """:func:`launch_typed`, compiled (or loaded from the disk cache) for the
+    types of ``arguments`` (its own, the address, workers and counts first),
+    and refusing any other: a call whose arguments' types differ (an
+    operand read-only or unaligned) raises ``TypeError`` before any work
+    instead of compiling the launch for them, so that its caller can take a
+    path that copies such operands.  What that buys: no Python check of each
+    operand's flags before a launch, 1-2 microseconds a call in the
+    benchmark's rounds (a Xeon, two threads, ``experiments/call_steps.py``'s
+    way of timing)."""
+    signature = tuple(numba.typeof(argument) for argument in arguments)
+    with _typed_launch_lock:
+        if signature not in launch_typed.overloads:
+            launch_typed.disable_compile(False)
+            try:
+                with kept_openmp_threads():
+                    launch_typed.compile(signature)
+            finally:
+                launch_typed.disable_compile(True)
+    return launch_typed

@@ -76,7 +76,7 @@ def test_a_repeated_call_matches_the_reference_every_time(rng, problem, dtype, t
 def test_a_quick_call_matches_the_reference_every_time(rng, problem, dtype, threads):
     # RepeatedCall.quick_call: the call's arguments prepared once, for every
     # way of reading filters but those that pack a tile or panels per call.
-    from cso.macrokernel.workers import launch_workers
+    from cso.macrokernel.workers import launch_typed, launch_workers
 
     x_shape, w_shape, params, forced, kind = problem
     plan = cso.plan_conv2d(x_shape, w_shape, dtype=dtype, threads=threads, **params, **forced)
@@ -92,7 +92,7 @@ def test_a_quick_call_matches_the_reference_every_time(rng, problem, dtype, thre
             continue
         nest = call.launch.loop_nest
         compiled = len((nest.func if threads == 1 else nest.nest).overloads)
-        launches = len(launch_workers.overloads)
+        launches = len(launch_workers.overloads), len(launch_typed.overloads)
         outputs = []
         for read_only in (False, True, False):
             x = rng.standard_normal(x_shape).astype(dtype)
@@ -109,7 +109,7 @@ def test_a_quick_call_matches_the_reference_every_time(rng, problem, dtype, thre
             outputs.append(y)
         assert not np.shares_memory(outputs[0], outputs[2])
         assert len((nest.func if threads == 1 else nest.nest).overloads) == compiled
-        assert len(launch_workers.overloads) == launches
+        assert (len(launch_workers.overloads), len(launch_typed.overloads)) == launches
     # Operands of another dtype than the plan's need converting: no quick call.
     other = np.float64 if dtype == np.float32 else np.float32
     x = rng.standard_normal(x_shape).astype(other)
