@@ -96,3 +96,23 @@ def check_plannable_batch(batch: int, name: str) -> None:
             f"{name}[0] (N) must be >= 1 to plan: a plan is made for a batch of images "
             f"(conv2d itself accepts N = 0), got {batch}"
         )
+
+
+def plain_parameters(parameters) -> bool:
+    """Whether every one of ``parameters`` is a plain ``int``, ``str`` or
+    ``None``, or a (nested) tuple of ints: parameters that may key a cache of
+    checked calls (``True == 1`` or ``np.int64(1) == 1`` would make other
+    types collide with ones the checks treat differently)."""
+    for value in parameters:
+        kind = type(value)
+        # The common scalars inline: a call to _plain each cost a small call 0.1 us.
+        if not (kind is int or value is None or kind is str or _plain(value)):
+            return False
+    return True
+
+
+def _plain(value, depth=0) -> bool:
+    kind = type(value)
+    if kind is int or kind is str or value is None:
+        return True
+    return kind is tuple and depth < 2 and all(_plain(item, depth + 1) for item in value)

@@ -243,6 +243,19 @@ class Epilogue(NamedTuple):
 NO_EPILOGUE = Epilogue()
 
 
+def epilogue_for(activation: int, residual, y) -> Epilogue:
+    """The epilogue for output ``y``: the residual in ``y``'s dtype and layout,
+    copied when it shares memory with ``y`` (the loop nests write partial
+    sums into ``y`` before they read the residual)."""
+    if residual is None:
+        return Epilogue(activation) if activation else NO_EPILOGUE
+    if np.shares_memory(residual, y):
+        residual = residual.astype(y.dtype, order="C", copy=True)
+    else:
+        residual = writeable(np.ascontiguousarray(residual, dtype=y.dtype))
+    return Epilogue(activation, residual)
+
+
 def run(
     plan: Plan,
     x,
