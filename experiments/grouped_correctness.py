@@ -4,7 +4,8 @@ Reads ../shared/data/convbench_public.csv (never copied into the project),
 draws ``--sample`` rows (seeded; every size), and checks each one with
 ``groups > 1`` against the float64 reference (im2col + GEMM), in float32 and
 float64, at one thread and at two, per call and with filters packed ahead,
-within the error bound the tests use (``gamma_(L+3) * |x| * |w|``, ``L`` the
+three calls each (the first, the repeated call and its quick call), within
+the error bound the tests use (``gamma_(L+3) * |x| * |w|``, ``L`` the
 reduction length).  Prints a line per shape (the algorithm the analysis
 chose, the worst error as a share of its bound) and a summary.
 
@@ -25,6 +26,10 @@ from cso.geometry import make_geometry
 DATA = (
     pathlib.Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "convbench_public.csv"
 )
+
+
+# Calls of each problem checked: the first, the repeated call, its quick call.
+CALLS = 3
 
 
 def problem(row):
@@ -85,14 +90,21 @@ def main():
             for count in threads:
                 plan = cso.plan_conv2d(x_shape, w_shape, dtype=dtype, threads=count, **params)
                 packed = cso.pack_filters(wd, x_shape, bias=bd, threads=count, **params)
-                for label, y in (
-                    ("call", cso.conv2d(xd, wd, bd, threads=count, **params)),
-                    ("packed", cso.conv2d(xd, packed, threads=count)),
+                for label, run in (
+                    ("call", lambda: cso.conv2d(xd, wd, bd, threads=count, **params)),
+                    ("packed", lambda: cso.conv2d(xd, packed, threads=count)),
                 ):
-                    share = worst_share(y, expected, magnitude, dtype, geometry.reduction_length)
-                    shares.append(share)
-                    if not share <= 1.0:
-                        failures.append((row["key"], np.dtype(dtype).name, count, label, share))
+                    # The first call plans, the second takes the repeated call,
+                    # the third its quick call (cso.repeated): each checked.
+                    for repeat in range(CALLS):
+                        share = worst_share(
+                            run(), expected, magnitude, dtype, geometry.reduction_length
+                        )
+                        shares.append(share)
+                        if not share <= 1.0:
+                            failures.append(
+                                (row["key"], np.dtype(dtype).name, count, label, repeat, share)
+                            )
         depthwise = plan.algorithm in ("depthwise", "depthwise_lanes")
         kind = f"{plan.algorithm}" + ("" if depthwise else
                                       f" ({geometry.channels_per_group} ch/group)")
@@ -102,7 +114,7 @@ def main():
               f"{max(shares):.3f} of its bound {'ok' if max(shares) <= 1 else 'WRONG'}", flush=True)
     print(f"\n{len(grouped)} grouped or depthwise shapes of {len(sample)} sampled: "
           f"{', '.join(f'{n} {k}' for k, n in sorted(kinds.items()))}; "
-          f"{len(grouped) * 2 * len(threads) * 2} results checked in "
+          f"{len(grouped) * 2 * len(threads) * 2 * CALLS} results checked in "
           f"{time.perf_counter() - started:.0f} s; worst error {worst:.3f} of its bound; "
           f"{'all correct' if not failures else f'{len(failures)} WRONG'}")
     for failure in failures:
