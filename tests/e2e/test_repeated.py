@@ -40,9 +40,23 @@ def _kind(plan) -> str:
     return "in place" if executor.plan_constants(plan)[1] is not None else "edge tile packed"
 
 
-@pytest.mark.parametrize("threads", [1, 2])
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("problem", PLANS, ids=[p[4] + str(i) for i, p in enumerate(PLANS)])
+def _every_plan(test):
+    """``test`` on each of PLANS, in float32 and float64, at one and two threads."""
+    test = pytest.mark.parametrize(
+        "problem", PLANS, ids=[p[4] + str(i) for i, p in enumerate(PLANS)]
+    )(test)
+    test = pytest.mark.parametrize("dtype", [np.float32, np.float64])(test)
+    return pytest.mark.parametrize("threads", [1, 2])(test)
+
+
+def _operands(rng, x_shape, w_shape, dtype, with_bias) -> tuple:
+    """New ``(x, w, bias)`` of ``dtype``, the bias None unless ``with_bias``."""
+    x = rng.standard_normal(x_shape).astype(dtype)
+    w = rng.standard_normal(w_shape).astype(dtype)
+    return x, w, rng.standard_normal(w_shape[0]).astype(dtype) if with_bias else None
+
+
+@_every_plan
 def test_a_repeated_call_matches_the_reference_every_time(rng, problem, dtype, threads):
     x_shape, w_shape, params, forced, kind = problem
     plan = cso.plan_conv2d(x_shape, w_shape, dtype=dtype, threads=threads, **params, **forced)
@@ -50,9 +64,7 @@ def test_a_repeated_call_matches_the_reference_every_time(rng, problem, dtype, t
     call = RepeatedCall(plan)
     outputs = []
     for with_bias in (False, True, False):
-        x = rng.standard_normal(x_shape).astype(dtype)
-        w = rng.standard_normal(w_shape).astype(dtype)
-        bias = rng.standard_normal(w_shape[0]).astype(dtype) if with_bias else None
+        x, w, bias = _operands(rng, x_shape, w_shape, dtype, with_bias)
         y = call(x, w, bias, 0)
         assert y.dtype == dtype and y.flags.c_contiguous
         # On a cache line, but for the families whose nests it does not speed up.
@@ -70,9 +82,7 @@ def test_a_repeated_call_matches_the_reference_every_time(rng, problem, dtype, t
     assert not np.shares_memory(outputs[0], outputs[2])
 
 
-@pytest.mark.parametrize("threads", [1, 2])
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("problem", PLANS, ids=[p[4] + str(i) for i, p in enumerate(PLANS)])
+@_every_plan
 def test_a_quick_call_matches_the_reference_every_time(rng, problem, dtype, threads):
     # RepeatedCall.quick_call: the call's arguments prepared once, for every
     # way of reading filters but those that pack a tile or panels per call.
@@ -82,9 +92,7 @@ def test_a_quick_call_matches_the_reference_every_time(rng, problem, dtype, thre
     plan = cso.plan_conv2d(x_shape, w_shape, dtype=dtype, threads=threads, **params, **forced)
     call = RepeatedCall(plan)
     for with_bias in (False, True):
-        x = rng.standard_normal(x_shape).astype(dtype)
-        w = rng.standard_normal(w_shape).astype(dtype)
-        bias = rng.standard_normal(w_shape[0]).astype(dtype) if with_bias else None
+        x, w, bias = _operands(rng, x_shape, w_shape, dtype, with_bias)
         call(x, w, bias, activation_code("relu"))  # finds the nest's address
         quick = call.quick_call(activation_code("relu"), x, w, bias)
         assert (quick is None) == (kind in ("panels packed", "edge tile packed"))
@@ -95,9 +103,7 @@ def test_a_quick_call_matches_the_reference_every_time(rng, problem, dtype, thre
         launches = len(launch_workers.overloads), len(launch_typed.overloads)
         outputs = []
         for read_only in (False, True, False):
-            x = rng.standard_normal(x_shape).astype(dtype)
-            w = rng.standard_normal(w_shape).astype(dtype)
-            bias = rng.standard_normal(w_shape[0]).astype(dtype) if with_bias else None
+            x, w, bias = _operands(rng, x_shape, w_shape, dtype, with_bias)
             # Read-only operands take __call__'s copies: nothing compiled again.
             for operand in (x, w) if read_only else ():
                 operand.flags.writeable = False
