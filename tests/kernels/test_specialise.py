@@ -35,6 +35,8 @@ def test_two_processes_with_other_shapes_share_no_kernel(tmp_path):
     """Alternate two micro-kernel shapes across processes over one cache
     directory: each must load its own machine code, never the other's."""
     env = dict(os.environ, CSO_CACHE_DIR=str(tmp_path))
+    # Numba's index files next to the generated modules, where they are looked for below.
+    env.pop("NUMBA_CACHE_DIR", None)
     script = tmp_path / "run.py"
     script.write_text(SCRIPT)
     for nf, nwin in ((3, 16), (5, 16), (3, 16), (5, 16)):
