@@ -235,8 +235,9 @@ def launch_typed(address, workers, counts, a0, a1, a2, a3, a4, a5, a6, a7, a8, a
         launch_workers(address, workers, counts, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10)
 
 
-# Compiled only through typed_launch, for the types it is given.
-launch_typed.disable_compile(True)
+# launch_typed is handed out only by typed_launch, which compiles it for the
+# types it is given and then refuses others (Numba disables compilation only
+# once a function has a signature, so not from import on).
 _typed_launch_lock = threading.Lock()
 
 
