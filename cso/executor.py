@@ -286,10 +286,10 @@ def launch_nest(plan: Plan, launch: Launch, arguments: tuple) -> None:
     # it through launch_workers, whose compiled code sets every OpenMP
     # runtime's count back after the launch (cso.macrokernel.workers).  The
     # nest runs `threads` workers of its own (one per part of the workspace),
-    # so Numba's thread count needs raising only when it is lower.  (Queried
-    # in launch_workers' compiled code instead, Numba's count made that
-    # function uncachable: its getter is a dynamic global.)
-    if plan.threads == 1 or numba_thread_count() >= plan.threads:
+    # so Numba's thread count needs raising only when it is lower: by
+    # launch_workers itself once the nest's first call has found Numba's C
+    # getter and setter (ParallelNest.counted), else from here.
+    if plan.threads == 1 or launch.loop_nest.counted or numba_thread_count() >= plan.threads:
         launch.loop_nest(*arguments)
         return
     with numba_threads(plan.threads):

@@ -121,8 +121,9 @@ class RepeatedCall:
         if not (self.kcrs or self.panel_rows is not None or self.edge is not None):
             return None
         nest = self.launch.loop_nest
+        sample = self._arguments(x, w, bias, activation)
         if self.threads == 1:
-            head = (nest_address(nest.func, self._arguments(x, w, bias, activation)), 1, _NO_COUNTS)
+            head = (nest_address(nest.func, sample), 1, _NO_COUNTS)
         elif nest.dtype is dtype and nest.counted:
             head = (nest.address, nest.workers, nest.counts)
         else:
@@ -138,7 +139,7 @@ class RepeatedCall:
         repeated = self
         # Refuses arguments of other types than these (a read-only or
         # unaligned operand): __call__ then copies them.
-        launch = typed_launch(head + self._arguments(x, w, bias, activation))
+        launch = typed_launch(head + sample)
         # (quick builds those arguments in line, as _arguments does: a
         # Python call less each call.)
 
@@ -173,9 +174,7 @@ class RepeatedCall:
         else:
             arguments = (x.ravel(), filters) + (() if self.kcrs else (self.edge,))
         arguments += (self.zero_bias, False) if bias is None else (bias.ravel(), True)
-        work = self.scratch
-        if work is None:
-            work = workspace(self.launch.workspace_elements, self.dtype)
+        work = executor.nest_workspace(self.launch, self.dtype)
         y = np.empty(self.size, self.dtype)
         return arguments + (self.no_residual, activation, False, y, work) + self.tail
 
