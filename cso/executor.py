@@ -283,12 +283,13 @@ def launch_nest(plan: Plan, launch: Launch, arguments: tuple) -> None:
     they were."""
     # A one-thread plan runs its nest as worker 0 on this thread with no
     # parallel region, so no OpenMP state to keep; a plan of more threads runs
-    # it through launch_workers, whose compiled code sets every OpenMP
-    # runtime's count back after the launch (cso.macrokernel.workers).  The
-    # nest runs `threads` workers of its own (one per part of the workspace),
-    # so Numba's thread count needs raising only when it is lower: by
+    # it through launch_workers, whose own parallel region sets no count, or,
+    # through Numba's loop, whose compiled code sets every OpenMP runtime's
+    # count back after the launch (cso.macrokernel.workers).  The nest runs
+    # `threads` workers of its own (one per part of the workspace), so on
+    # Numba's loop its thread count needs raising only when it is lower: by
     # launch_workers itself once the nest's first call has found Numba's C
-    # getter and setter (ParallelNest.counted), else from here.
+    # getter and setter or the team (ParallelNest.counted), else from here.
     if plan.threads == 1 or launch.loop_nest.counted or numba_thread_count() >= plan.threads:
         launch.loop_nest(*arguments)
         return

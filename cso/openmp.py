@@ -11,14 +11,18 @@ into each runtime per launch; where there is no OpenMP runtime to reach it
 does nothing.  A loop nest's launch makes the same calls in compiled code,
 through :func:`runtime_addresses` (:func:`cso.macrokernel.workers.launch_workers`),
 but for the first launch of each plan, which compiles or loads code and
-starts Numba's thread pool, and so is kept from Python.  A one-thread call
-needs none of it: its loop nest runs as one worker on the calling thread,
-with no parallel region (:mod:`cso.macrokernel.workers`).
+starts Numba's thread pool, and so is kept from Python.  Where a runtime's
+``GOMP_parallel`` is found (:func:`team_addresses`), a launch opens its
+parallel region there instead (:mod:`cso.macrokernel.team`), which sets no
+count.  A one-thread call needs none of it: its loop nest runs as one
+worker on the calling thread, with no parallel region
+(:mod:`cso.macrokernel.workers`).
 """
 
 from __future__ import annotations
 
 import ctypes
+import os
 
 import numpy as np
 
@@ -113,13 +117,63 @@ def numba_count_addresses() -> list:
     return addresses if agrees and all(addresses) else [0, 0]
 
 
+def team_addresses() -> list:
+    """The addresses of ``GOMP_parallel``, ``omp_get_thread_num`` and
+    ``omp_get_num_threads`` of the first runtime :func:`_functions` finds
+    (the one torch runs on, when torch is loaded), for a parallel region
+    opened from compiled code (:func:`cso.macrokernel.team.run_team`); or
+    ``[0, 0, 0]`` where Numba's threading layer is not OpenMP (another pool
+    of threads beside its own would compete with it for the cores), where no
+    runtime exports them, or in a process forked from one that had looked
+    them up (GNU OpenMP's threads do not survive a fork: Numba's own launch,
+    which then takes over, stops such a process with a message).  Starts
+    Numba's thread pool."""
+    import numba
+
+    try:
+        numba.get_num_threads()  # starts the pool: the layer is known from then on
+        if numba.threading_layer() != "omp" or _forked:
+            return [0, 0, 0]
+    except (ValueError, RuntimeError):
+        return [0, 0, 0]
+    names = ("GOMP_parallel", "omp_get_thread_num", "omp_get_num_threads")
+    for opener in (_global_library, _pool_library):
+        try:
+            library = opener()
+            return [ctypes.cast(getattr(library, name), ctypes.c_void_p).value for name in names]
+        except (ImportError, OSError, AttributeError):
+            continue
+    return [0, 0, 0]
+
+
+# The slots of launch_addresses(): Numba's count getter and setter, the team's
+# three functions, then each runtime's pair.
+TEAM_SLOT = 2
+RUNTIME_SLOTS = 5
+_forked = False
+
+
+def _after_fork_in_child() -> None:
+    """A forked child launches through Numba's loop, which checks for the fork."""
+    global _forked
+    _forked = True
+    if _launch:
+        _launch[0][TEAM_SLOT : TEAM_SLOT + 3] = 0
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def launch_addresses() -> np.ndarray:
-    """What a parallel launch keeps (:func:`cso.macrokernel.workers.launch_workers`),
-    as int64 addresses: Numba's count getter and setter
-    (:func:`numba_count_addresses`), then :func:`runtime_addresses`."""
+    """What a parallel launch needs and keeps
+    (:func:`cso.macrokernel.workers.launch_workers`), as int64 addresses:
+    Numba's count getter and setter (:func:`numba_count_addresses`),
+    :func:`team_addresses`, then :func:`runtime_addresses`.  One array,
+    shared by every launch (a fork clears the team's slots in place)."""
     if not _launch:
         numba_pair = np.array(numba_count_addresses(), np.int64)
-        _launch.append(np.concatenate((numba_pair, runtime_addresses())))
+        team = np.array(team_addresses(), np.int64)
+        _launch.append(np.concatenate((numba_pair, team, runtime_addresses())))
     return _launch[0]
 
 

@@ -1,4 +1,4 @@
-"""Running a loop nest on its workers: one parallel loop every nest shares.
+"""Running a loop nest on its workers: one launch every nest shares.
 
 Every loop nest (:mod:`.loops`, :mod:`.depthwise`, :mod:`.lanes`,
 :mod:`.planes`, :mod:`.rows`) is compiled as a plain function of
@@ -6,35 +6,38 @@ Every loop nest (:mod:`.loops`, :mod:`.depthwise`, :mod:`.lanes`,
 (worker ``i`` of ``W`` takes jobs ``[i*J//W, (i+1)*J//W)``, the ``W`` of the
 plan's threads).  A one-thread plan calls it as worker 0 on the calling
 thread (:func:`serial_nest`): no parallel region, no OpenMP state touched.
-A plan of more threads runs it through :func:`run_workers`, whose parallel
-loop calls worker ``i`` through the nest's address (:class:`ParallelNest`).
+A plan of more threads opens one parallel region whose threads call
+worker ``i`` through the nest's address (:func:`launch_workers`,
+:class:`ParallelNest`): straight through the OpenMP runtime (:mod:`.team`)
+where one is found, else through Numba's parallel loop (:func:`run_workers`).
 
 Why by address: a parallel loop that called the nest by name would link the
 nest's code into its own and compile it again (Numba re-optimises a callee in
 every library that links it), and a nest compiled with its own parallel loop
 took twice its serial twin's compile time (a dense nest 13-15 s against 6 on
-a Zen 3).  Called by address, the one parallel loop is compiled once a
-machine for each argument list (a family and a dtype), and a specialisation
-is one compiled nest, whatever the thread count.
+a Zen 3).  Called by address, the one launch is compiled once a machine for
+each argument list (a family and a dtype), and a specialisation is one
+compiled nest, whatever the thread count.
 
 Contract: ``arguments`` is what :func:`cso.executor.loop_arguments` builds,
-every array one-dimensional and C-contiguous.  The address is that of the
-nest compiled for the arguments' types with every array writable and
-aligned (:func:`nest_signature`): arrays that differ only in those flags have
-the same machine representation, so one compiled nest serves a read-only
-input too.
+every array one-dimensional and C-contiguous (:mod:`.calling`).  The address
+is that of the nest compiled for the arguments' types with every array
+writable and aligned (:func:`nest_signature`): arrays that differ only in
+those flags have the same machine representation, so one compiled nest
+serves a read-only input too.
 
-Thread settings: Numba's OpenMP layer sets the calling thread's OpenMP
-thread count as it launches (:mod:`cso.openmp`).  :func:`launch_workers`
-keeps each runtime's count around :func:`run_workers` in compiled code,
-reading and setting it through the addresses
-:func:`cso.openmp.launch_addresses` gives (an argument: a function that
-embeds an address is not cached), where Python took four calls through
-ctypes a launch; and it raises Numba's own count to the plan's workers for
-the launch where it is lower, through Numba's C getter and setter (a query
-from Python before every launch cost 4.4 microseconds a call in the
-benchmark's rounds: a Xeon, EfficientNet-B0's depthwise calls at two
-threads, ``experiments/call_steps.py``).  Not in :func:`run_workers`
+Thread settings: the team's region sets no thread count (``num_threads`` is
+a clause of the region, not a setting).  Numba's OpenMP layer, the
+fallback, sets the calling thread's OpenMP thread count as it launches
+(:mod:`cso.openmp`): :func:`launch_workers` then keeps each runtime's count
+around :func:`run_workers` in compiled code, reading and setting it through
+the addresses :func:`cso.openmp.launch_addresses` gives (an argument: a
+function that embeds an address is not cached), where Python took four
+calls through ctypes a launch; and it raises Numba's own count to the
+plan's workers for the launch where it is lower, through Numba's C getter
+and setter (a query from Python before every launch cost 4.4 microseconds
+a call in the benchmark's rounds: a Xeon, EfficientNet-B0's depthwise calls
+at two threads, ``experiments/call_steps.py``).  Not in :func:`run_workers`
 itself: a parallel function sets the count as it is entered, before
 anything in it could read it.
 """
@@ -47,61 +50,18 @@ import threading
 import numba
 import numpy as np
 from numba import njit, prange, types
-from numba.core import errors
 from numba.extending import intrinsic
 from llvmlite import ir
 
-from ..openmp import kept_openmp_threads, launch_addresses
-
-
-def canonical_type(numba_type):
-    """The type a nest is compiled for to take an argument of ``numba_type``
-    through :func:`run_workers`: an array without its read-only and
-    alignment flags (they do not change its machine representation), any
-    integer as ``int64`` (:func:`call_worker` converts it)."""
-    if isinstance(numba_type, types.Array):
-        return types.Array(numba_type.dtype, numba_type.ndim, numba_type.layout)
-    if isinstance(numba_type, types.Integer):
-        return types.int64
-    return numba_type
+from ..openmp import RUNTIME_SLOTS, TEAM_SLOT, kept_openmp_threads, launch_addresses
+from .calling import call_worker, canonical_type
+from .team import run_team
 
 
 # Every family's nest takes eleven arguments after the worker's index
 # (cso.executor.nest_arguments), and the parallel loop names each: a tuple
 # holding arrays must not cross into a parallel loop's body (Numba's parallel
 # lowering dropped the writes made through one, silently, in a small test).
-
-
-@intrinsic
-def call_worker(typingctx, address, worker, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10):
-    """Call the nest at ``address`` as ``nest(worker, a0, ..., a10)``
-    (Numba's calling convention, the nest compiled for the arguments'
-    :func:`canonical_type`)."""
-    arguments = (a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10)
-    # What ParallelNest's check of the first array's dtype relies on: every
-    # floating-point array is in that dtype (the output's).
-    for argument in arguments:
-        if not isinstance(argument, types.Array):
-            continue
-        if argument.ndim != 1 or argument.layout != "C":
-            raise errors.TypingError(f"a loop nest takes 1-d C-contiguous arrays, got {argument}")
-        if isinstance(argument.dtype, types.Float) and argument.dtype != a0.dtype:
-            raise errors.TypingError(f"a loop nest's arrays are all {a0.dtype}, got {argument}")
-    given = (worker,) + arguments
-    nest_types = (types.int64,) + tuple(canonical_type(t) for t in arguments)
-
-    def codegen(context, builder, signature, values):
-        function_type = context.call_conv.get_function_type(types.none, nest_types)
-        function = builder.inttoptr(values[0], function_type.as_pointer())
-        nest_values = [
-            value if isinstance(to, types.Array) else context.cast(builder, value, of, to)
-            for value, of, to in zip(values[1:], given, nest_types)
-        ]
-        # The nests raise nothing: their status is not read.
-        context.call_conv.call_function(builder, function, types.none, nest_types, nest_values)
-        return context.get_dummy_value()
-
-    return types.none(types.intp, types.int64, *arguments), codegen
 
 
 @njit(nogil=True, parallel=True, cache=True)
@@ -138,31 +98,41 @@ def set_openmp_count(typingctx, setter, count):
 
 @njit(nogil=True, cache=True)
 def launch_workers(address, workers, counts, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10):
-    """:func:`run_workers` with ``workers`` threads, every thread count the
-    launch touches left as it was (``counts``, :func:`cso.openmp.launch_addresses`).
+    """Workers ``0 .. workers-1`` of the nest at ``address`` on ``workers``
+    threads, every thread count the launch touches left as it was
+    (``counts``, :func:`cso.openmp.launch_addresses`).
 
-    ``counts[0]`` and ``counts[1]``: Numba's getter and setter of the calling
-    thread's count (0 where this Numba keeps none; the caller then raises the
-    count itself); the count is raised to ``workers`` for the launch where it
-    is lower (a parallel loop of more iterations than threads runs them in
-    turn) and set back after.  ``counts[2 + 2i]`` and ``counts[3 + 2i]``: each
-    OpenMP runtime's ``omp_get_max_threads`` and ``omp_set_num_threads``,
-    set back after the launch where it changed them.
+    Where ``counts[2]`` is not 0 (an OpenMP runtime's ``GOMP_parallel``,
+    with ``counts[3]`` and ``counts[4]`` its ``omp_get_thread_num`` and
+    ``omp_get_num_threads``: :func:`cso.openmp.team_addresses`), one
+    parallel region opened there (:func:`cso.macrokernel.team.run_team`), which sets no
+    count.  Otherwise :func:`run_workers`, Numba's parallel loop:
+    ``counts[0]`` and ``counts[1]``, Numba's getter and setter of the calling
+    thread's count (0 where this Numba keeps none; the caller then raises
+    the count itself), raise it to ``workers`` for the launch where it is
+    lower (a parallel loop of more iterations than threads runs them in
+    turn) and set it back after; ``counts[5 + 2i]`` and ``counts[6 + 2i]``,
+    each OpenMP runtime's ``omp_get_max_threads`` and
+    ``omp_set_num_threads``, set it back after the launch where it changed.
     """
+    if counts[TEAM_SLOT] != 0:
+        run_team(counts[TEAM_SLOT], counts[TEAM_SLOT + 1], counts[TEAM_SLOT + 2], address, workers,
+                 a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10)  # fmt: skip
+        return
     numba_count = workers
     if counts[0] != 0:
         numba_count = openmp_count(counts[0])
         if numba_count < workers:
             set_openmp_count(counts[1], workers)
-    kept = np.empty((counts.size - 2) // 2, np.int64)
+    kept = np.empty((counts.size - RUNTIME_SLOTS) // 2, np.int64)
     for runtime in range(kept.size):
-        kept[runtime] = openmp_count(counts[2 + 2 * runtime])
+        kept[runtime] = openmp_count(counts[RUNTIME_SLOTS + 2 * runtime])
     run_workers(address, workers, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10)
     if numba_count < workers:
         set_openmp_count(counts[1], numba_count)
     for runtime in range(kept.size):
-        if openmp_count(counts[2 + 2 * runtime]) != kept[runtime]:
-            set_openmp_count(counts[3 + 2 * runtime], kept[runtime])
+        if openmp_count(counts[RUNTIME_SLOTS + 2 * runtime]) != kept[runtime]:
+            set_openmp_count(counts[RUNTIME_SLOTS + 1 + 2 * runtime], kept[runtime])
 
 
 def nest_signature(arguments: tuple) -> tuple:
@@ -203,7 +173,9 @@ class ParallelNest:
         self.address = 0
         self.dtype = None
         self.counts = None
-        # Whether the launch raises Numba's count itself (Numba's C getter found).
+        # Whether the launch needs no count from Python: it opens its own
+        # parallel region (the team's functions found), or raises Numba's
+        # count itself (Numba's C getter found).
         self.counted = False
 
     def __call__(self, *arguments):
@@ -216,7 +188,7 @@ class ParallelNest:
             # code could read it: this call keeps the count from Python.
             with kept_openmp_threads():
                 self.counts = launch_addresses()
-                self.counted = bool(self.counts[0])
+                self.counted = bool(self.counts[0] or self.counts[TEAM_SLOT])
                 self.address = nest_address(self.nest, arguments)
                 launch_workers(self.address, self.workers, self.counts, *arguments)
             self.dtype = dtype

@@ -9,6 +9,7 @@ in compiled code (cso.macrokernel.workers.launch_workers).
 """
 
 import ast
+import os
 import subprocess
 import sys
 import textwrap
@@ -32,10 +33,10 @@ def calls():
 """
 
 
-def run_python(source: str) -> str:
+def run_python(source: str, environment=None) -> str:
     result = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(source)], capture_output=True, text=True,
-        timeout=600,
+        timeout=600, env={**os.environ, **(environment or {})},
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     return result.stdout
@@ -125,36 +126,93 @@ def test_the_quick_thread_count_follows_numba_set_num_threads():
     assert seen[1][0] == 1 == seen[3][0]
 
 
-def test_a_launch_raises_numba_thread_count_to_its_workers_and_sets_it_back():
+PROBE = """
+import os
+import numba
+import numpy as np
+from cso import openmp
+from cso.macrokernel.workers import launch_workers, nest_address
+
+@numba.njit
+def probe(worker, ids, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10):
+    ids[worker] = numba.get_thread_id()
+
+def launch(workers, counts):
+    ids = np.full(workers, -1.0)
+    arguments = (ids,) + (0,) * 10
+    launch_workers(nest_address(probe, arguments), workers, counts, *arguments)
+    return sorted(ids.tolist())
+"""
+
+
+@pytest.mark.parametrize("team", [True, False], ids=["team", "numba-loop"])
+def test_a_launch_runs_its_workers_whatever_numba_thread_count_and_sets_it_back(team):
     """A plan's launch runs its workers on as many threads when Numba's
-    count is lower (cso.macrokernel.workers.launch_workers raises it in
-    compiled code), and leaves the count as it was, cso's calls included."""
+    count is lower, and leaves the count as it was, cso's calls included:
+    through its own parallel region (``team``: cso.macrokernel.team, which
+    sets no count) and through Numba's loop (the team's functions not
+    found), which raises Numba's count in compiled code and sets it back."""
     output = run_python(
-        """
-        import numba
-        import numpy as np
-        from cso import openmp
-        from cso.macrokernel.workers import launch_workers, nest_address
-
-        @numba.njit
-        def probe(worker, ids, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10):
-            ids[worker] = numba.get_thread_id()
-
-        counts = openmp.launch_addresses()
-        numba.set_num_threads(1)
-        ids = np.full(2, -1.0)
-        arguments = (ids,) + (0,) * 10
-        launch_workers(nest_address(probe, arguments), 2, counts, *arguments)
-        after_launch = numba.get_num_threads()
-        import cso
-        x = np.ones((1, 16, 9, 9), np.float32)
-        for _ in range(3):
-            cso.conv2d(x, np.ones((16, 1, 3, 3), np.float32), groups=16, threads=2)
-            cso.conv2d(x, np.ones((8, 16, 3, 3), np.float32), threads=2)
-        print([bool(counts[0]), sorted(ids.tolist()), after_launch, numba.get_num_threads()])
-        """
+        PROBE
+        + f"""
+counts = openmp.launch_addresses()
+found = bool(counts[openmp.TEAM_SLOT]) if {team} else bool(counts[0])
+if not {team}:
+    counts = counts.copy()
+    counts[openmp.TEAM_SLOT : openmp.TEAM_SLOT + 3] = 0
+numba.set_num_threads(1)
+ids = launch(2, counts)
+after_launch = numba.get_num_threads()
+import cso
+x = np.ones((1, 16, 9, 9), np.float32)
+for _ in range(3):
+    cso.conv2d(x, np.ones((16, 1, 3, 3), np.float32), groups=16, threads=2)
+    cso.conv2d(x, np.ones((8, 16, 3, 3), np.float32), threads=2)
+print([found, ids, after_launch, numba.get_num_threads()])
+"""
     )
     found, ids, after_launch, after_calls = ast.literal_eval(output.strip().splitlines()[-1])
     if not found:
-        pytest.skip("this Numba keeps no C thread-count getter")
+        pytest.skip("this process has no OpenMP team launch" if team else "no C count getter")
     assert ids == [0.0, 1.0] and after_launch == 1 == after_calls
+
+
+def test_a_team_smaller_than_its_workers_runs_every_worker():
+    """Under ``OMP_THREAD_LIMIT=1`` the runtime gives a parallel region one
+    thread: the team's thread runs all three workers in turn."""
+    output = run_python(
+        PROBE
+        + """
+counts = openmp.launch_addresses()
+print([bool(counts[openmp.TEAM_SLOT]), launch(3, counts)])
+""",
+        environment={"OMP_THREAD_LIMIT": "1"},
+    )
+    found, ids = ast.literal_eval(output.strip().splitlines()[-1])
+    if not found:
+        pytest.skip("this process has no OpenMP team launch")
+    assert ids == [0.0, 0.0, 0.0]
+
+
+def test_a_forked_child_launches_through_numba_loop():
+    """GNU OpenMP's threads do not survive a fork: a child forked after a
+    launch finds the team's addresses cleared (Numba's loop, which takes
+    over, checks for the fork itself)."""
+    output = run_python(
+        PROBE
+        + """
+counts = openmp.launch_addresses()
+launch(2, counts)
+before = bool(counts[openmp.TEAM_SLOT])
+child = os.fork()
+if child == 0:
+    cleared = not any(openmp.launch_addresses()[openmp.TEAM_SLOT : openmp.TEAM_SLOT + 3])
+    os._exit(0 if cleared else 1)
+_, status = os.waitpid(child, 0)
+print([before, os.waitstatus_to_exitcode(status), bool(counts[openmp.TEAM_SLOT])])
+"""
+    )
+    before, child_status, after = ast.literal_eval(output.strip().splitlines()[-1])
+    if not before:
+        pytest.skip("this process has no OpenMP team launch")
+    assert child_status == 0 and after
