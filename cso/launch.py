@@ -17,7 +17,9 @@ from .analysis import depthwise, lanes, planes, rows, tap_layout
 from .analysis.choices import KCRS_ALGORITHMS, Algorithm, Schedule, VectorOperand
 from .analysis.plan import Plan
 from .geometry import ceil_div
-from .macrokernel.bounds import DepthwiseBounds, LaneBounds, LoopBounds, PlaneBounds, RowBounds
+from .macrokernel.bounds import (
+    ROW_PLANE_END, ROW_PLANE_START, DepthwiseBounds, LaneBounds, LoopBounds, PlaneBounds, RowBounds,
+)
 from .macrokernel.specialise import (
     LoopPatch,
     depthwise_module,
@@ -250,8 +252,24 @@ def _rows_launch(plan: Plan, module) -> Launch:
     (:func:`~cso.analysis.rows.row_offsets`)."""
     g = plan.geometry
     vectors = plan.windows_per_tile // plan.vector_lanes
-    zero_span = rows.zero_row_span(g, plan.vector_lanes, vectors)
-    bounds = RowBounds(
+    bounds = row_bounds(plan)
+    # The nest reads its plane's fields from its module's constants.
+    plane = module.PLANE
+    if plane is not None and tuple(bounds[ROW_PLANE_START:ROW_PLANE_END]) != plane:
+        raise ValueError(
+            f"the row module is built for planes {module.PLANE}, the plan's are "
+            f"{tuple(bounds[ROW_PLANE_START:ROW_PLANE_END])}"
+        )
+    offsets = rows.row_offsets(g, plan.vector_lanes, vectors)
+    zeros = placeholder(bounds.zero_span, plan.dtype)
+    return Launch(module.convolve_rows, tuple(bounds), 0, offsets, zeros)
+
+
+def row_bounds(plan: Plan) -> RowBounds:
+    """A row plan's :class:`~cso.macrokernel.bounds.RowBounds`."""
+    g = plan.geometry
+    vectors = plan.windows_per_tile // plan.vector_lanes
+    return RowBounds(
         batch=g.batch,
         channels=g.channels,
         filters=g.filters,
@@ -268,28 +286,30 @@ def _rows_launch(plan: Plan, module) -> Launch:
         entries=rows.entries_per_call(g, vectors),
         vector_entries=(rows.entries_per_call(g, vectors) - vectors) * plan.vector_lanes,
         load_span=rows.load_span(g, plan.vector_lanes, vectors),
-        zero_span=zero_span,
+        zero_span=rows.zero_row_span(g, plan.vector_lanes, vectors),
         window_rows=rows.block_window_rows(g, plan.rows_per_call),
         workers=plan.threads,
     )
-    offsets = rows.row_offsets(g, plan.vector_lanes, vectors)
-    zeros = placeholder(zero_span, plan.dtype)
-    return Launch(module.convolve_rows, tuple(bounds), 0, offsets, zeros)
 
 
 def rows_module_for(plan: Plan, patch: LoopPatch = None, **options):
-    """A row plan's loop module (:func:`~cso.macrokernel.specialise.rows_module`),
-    its kernel's inner vectors whole where every call's lie inside the row
-    and its whole-load kernel storing the plan's tail lanes; ``options``
-    (``unmasked_inner``, ``masked_fmas``) override those choices, for a
-    measurement or a test of the same plan through another kernel build."""
+    """A row plan's loop module (:func:`~cso.macrokernel.specialise.rows_module`)
+    for its planes' geometry, its kernel's inner vectors whole where every
+    call's lie inside the row and its whole-load kernel storing the plan's
+    tail lanes; ``options`` (``unmasked_inner``, ``masked_fmas``,
+    ``fixed_plane=False``: the plane's geometry read from the bounds) override
+    those choices, for a measurement or a test of the same plan through
+    another build."""
     g = plan.geometry
     vectors = plan.windows_per_tile // plan.vector_lanes
     chosen = {"unmasked_inner": rows.full_interior_vectors(g, plan.vector_lanes, vectors)}
     chosen.update(options)
+    plane = tuple(row_bounds(plan)[ROW_PLANE_START:ROW_PLANE_END])
+    if not chosen.pop("fixed_plane", True):
+        plane = None
     return rows_module(
         g.kernel_height, g.kernel_width, g.dilation_h, g.dilation_w, g.stride_h, g.stride_w,
-        plan.rows_per_call, vectors, plan.dtype, plan.vector_lanes,
+        plan.rows_per_call, vectors, plan.dtype, plan.vector_lanes, plane,
         tail_lanes=rows.tail_lanes(g, plan.vector_lanes, vectors), patch=patch, **chosen,
     )  # fmt: skip
 

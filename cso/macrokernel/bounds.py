@@ -137,3 +137,9 @@ RowBounds = namedtuple(
         "workers",  # threads the jobs are split over
     ],
 )
+
+# The fields of a row plan's plane geometry, from height to window_rows
+# (bounds[ROW_PLANE_START:ROW_PLANE_END]): constants of its loop module
+# (cso.macrokernel.specialise.rows_module), the rest arguments.
+ROW_PLANE_START = RowBounds._fields.index("height")
+ROW_PLANE_END = RowBounds._fields.index("window_rows") + 1

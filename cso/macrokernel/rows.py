@@ -29,7 +29,8 @@ Contracts relied on (:mod:`cso.microkernels.row_taps` for the kernel's)
   (all but the blocks at the very start and end of the input), and the
   masked ``row_tap_kernel_checked`` elsewhere.
 * ``bounds``: the :class:`~cso.macrokernel.bounds.RowBounds` fields as a
-  plain tuple.  Worker ``i`` of ``b.workers`` takes jobs ``(image,
+  plain tuple, its plane's fields equal to ``PLANE`` (which the nest reads
+  instead, where it is not None).  Worker ``i`` of ``b.workers`` takes jobs ``(image,
   filter)`` ``[i*J//W, (i+1)*J//W)``.  ``ROWS <= P``: a plane's blocks
   start every ``ROWS`` rows, the last at ``P - ROWS``
   (:func:`cso.analysis.rows.block_starts`), and read ``b.window_rows``
@@ -39,13 +40,17 @@ Contracts relied on (:mod:`cso.microkernels.row_taps` for the kernel's)
 
 from numba import njit
 
-from cso.macrokernel.bounds import RowBounds
+from cso.macrokernel.bounds import ROW_PLANE_END, ROW_PLANE_START, RowBounds
 
 # Bound by cso.macrokernel.specialise in each generated specialisation.
 row_tap_kernel = None
 row_tap_kernel_checked = None
 ROWS = None
 LANES = None
+# The plane's geometry: the RowBounds fields from height to window_rows
+# (bounds[ROW_PLANE_START:ROW_PLANE_END]), constants of the specialisation;
+# None in a module that reads them from the bounds (for measurements).
+PLANE = None
 
 
 @njit(nogil=True, cache=True)
@@ -73,7 +78,17 @@ def convolve_rows(
            row tap kernel, whole loads unless at the input's ends:
              y[k][p : p+ROWS][q0 : q0 + U*VL] = bias + sum of R*S taps
     """
-    b = RowBounds(*bounds)
+    # The plane's geometry from this specialisation's constants, not the
+    # bounds given (the same values, cso.launch checks): LLVM then folds each
+    # block's row addresses, masks and bounds into its code.  Side by side
+    # with it taken from the bounds (a Xeon, one thread, the nest alone,
+    # warm): dw 5x5 672 @14 1.23x faster, 5x5 240 @28 1.12x, 5x5/2 144 @56
+    # 1.08x, 3x3 32 @112 1.2x, 3x3 144 @56 1.02x.  (PLANE None: a module for
+    # every plane, a measurement's, experiments/row_plane_constants.py.)
+    if PLANE is None:
+        b = RowBounds(*bounds)
+    else:
+        b = RowBounds(*(bounds[:ROW_PLANE_START] + PLANE + bounds[ROW_PLANE_END:]))
     jobs = b.batch * b.filters
     plane = b.height * b.width
     outputs = b.out_height * b.out_width

@@ -63,6 +63,7 @@ from ..packing import transpose as transpose_source
 from ..packing import run_stores as run_stores_source
 from ..packing import vector_copy as vector_copy_source
 from . import bounds as bounds_source
+from .bounds import ROW_PLANE_END, ROW_PLANE_START
 from . import depthwise as depthwise_source
 from . import input_tiles as input_tiles_source
 from . import lanes as lanes_source
@@ -314,10 +315,13 @@ def planes_module(
 def rows_module(
     kernel_height: int, kernel_width: int, dilation_h: int, dilation_w: int, stride_h: int,
     stride_w: int, rows: int, vectors: int, dtype_name: str, vector_lanes: int,
-    unmasked_inner: bool = False, tail_lanes: int = 0, patch: LoopPatch = None,
+    plane: tuple, unmasked_inner: bool = False, tail_lanes: int = 0, patch: LoopPatch = None,
     masked_fmas: bool = None,
 ):  # fmt: skip
-    """The row loop nest (:mod:`.rows`) bound to the row tap kernel of
+    """The row loop nest (:mod:`.rows`) for planes of geometry ``plane`` (the
+    :class:`~cso.macrokernel.bounds.RowBounds` fields from ``height`` to
+    ``window_rows``, constants of the module; None: read from the bounds,
+    for a measurement) bound to the row tap kernel of
     ``rows x vectors`` output vectors for ``kernel_height x kernel_width``
     filters at ``dilation_h, dilation_w`` and strides ``stride_h, stride_w``,
     of ``vector_lanes`` ``dtype_name`` lanes (:mod:`cso.microkernels.row_taps`),
@@ -342,6 +346,10 @@ def rows_module(
         # Masked FMAs where the target has AVX-512's mask registers (row_taps).
         masked_fmas = masked_fma_vectors(dtype_name, vector_lanes) and target_has_mask_registers()
     masked_fmas = bool(masked_fmas)
+    plane = None if plane is None else tuple(int(n) for n in plane)
+    if plane is not None and len(plane) != ROW_PLANE_END - ROW_PLANE_START:
+        fields = ROW_PLANE_END - ROW_PLANE_START
+        raise ValueError(f"plane must hold the {fields} plane fields, got {plane}")
     binding = (
         "from cso.microkernels.row_taps import build_row_tap_kernel\n"
         f"row_tap_kernel = build_row_tap_kernel({arguments}, {dtype_name!r}, "
@@ -350,12 +358,17 @@ def rows_module(
         f"{int(vector_lanes)}, {unmasked_inner}, masked_fmas={masked_fmas})\n"
         f"ROWS = {int(rows)}\n"
         f"LANES = {int(vector_lanes)}\n"
+        f"PLANE = {plane!r}\n"
     )
     name = "cso_rows_r{}_s{}_dh{}_dw{}_sh{}_sw{}_b{}_u{}".format(*shape)
+    if plane is not None:
+        # The plane's size and padding, and a digest of all its fields.
+        digest = hashlib.sha1(repr(plane).encode()).hexdigest()[:8]
+        name += "_h{}w{}t{}l{}".format(*plane[:2], *plane[6:8]) + f"_{digest}"
     name += f"_{dtype_name}_l{int(vector_lanes)}" + ("_inner" if unmasked_inner else "")
     name += f"_t{tail_lanes}" + ("_kfma" if masked_fmas else "")
     key = ("rows",) + shape + (
-        str(dtype_name), int(vector_lanes), unmasked_inner, tail_lanes, masked_fmas
+        str(dtype_name), int(vector_lanes), unmasked_inner, tail_lanes, masked_fmas, plane
     )  # fmt: skip
     return _family_module(key, name, rows_source, binding, patch)
 

@@ -1,0 +1,67 @@
+"""Does the row nest gain from its plane's geometry as constants?
+
+    python experiments/row_plane_constants.py [--threads 2] [--rounds 41] [--peers]
+
+Every depthwise layer of EfficientNet-B0 and MobileNetV2 that the analysis
+gives the row plan, run through the plan's loop nest twice in one process,
+side by side (interleaved rounds): as shipped, its module built for the
+plane's geometry (height, width, padding, strides and what follows from
+them are constants LLVM folds into each block), and through a module that
+reads them from the nest's bounds, as every plane's module did before
+(``rows_module_for(plan, fixed_plane=False)``).  The outputs must match bit
+for bit.  ``--peers`` puts im2col + NumPy matmul and torch (when installed)
+in the rounds, as ``python -m cso bench`` times them, so that each nest
+meets the caches they leave.  Prints each layer's best times and the median
+of the paired rounds' ratios (``cso.measure.paired_ratios``), and the totals
+over the models' calls.
+"""
+
+from __future__ import annotations
+
+import harness  # noqa: F401  (pins BLAS threads before NumPy loads)
+import numpy as np
+
+from cso.measure import im2col_gemm, kernel_name, paired_ratios, round_times, torch_peer
+
+
+def main():
+    parser = harness.parser(__doc__, threads=2, rounds=41)
+    parser.add_argument("--peers", action="store_true", help="im2col and torch in the rounds")
+    args = parser.parse_args()
+    threads = args.threads
+    torch_run = torch_peer(threads) if args.peers else None
+    rng = np.random.default_rng(0)
+    totals = {"from bounds": 0.0, "constants": 0.0}
+    print(f"{threads} thread(s), float32; times of the loop nest alone")
+    for layer, plan in harness.row_plan_layers(threads):
+        programs = harness.row_variant_programs(
+            layer, plan, rng, "constants", "from bounds", fixed_plane=False
+        )
+        if args.peers:
+            x = rng.standard_normal(layer.x_shape).astype(np.float32)
+            w = rng.standard_normal(layer.w_shape).astype(np.float32)
+            stride, padding, groups = layer.stride, layer.padding, layer.groups
+            programs["im2col"] = lambda: im2col_gemm(x, w, stride, padding, groups)
+            if torch_run is not None:
+                programs["torch"] = lambda: torch_run(x, w, stride, padding, groups)
+        samples = round_times(programs, args.rounds)
+        speedup = paired_ratios(samples, "from bounds")["constants"]
+        count = layer.count
+        for name in totals:
+            totals[name] += min(samples[name]) * count
+        print(
+            f"{layer.name:<22} {kernel_name(plan):>9}"
+            f"  from bounds {min(samples['from bounds']) * 1e6:7.1f} us"
+            f"  constants {min(samples['constants']) * 1e6:7.1f} us"
+            f"  speedup (paired) {speedup:.3f}  x{count}"
+        )
+    if totals["constants"]:
+        print(
+            f"total: from bounds {totals['from bounds'] * 1e6:.1f} us, constants "
+            f"{totals['constants'] * 1e6:.1f} us, from bounds / constants "
+            f"{totals['from bounds'] / totals['constants']:.3f}"
+        )
+
+
+if __name__ == "__main__":
+    main()
