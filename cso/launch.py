@@ -18,16 +18,11 @@ from .analysis.choices import KCRS_ALGORITHMS, Algorithm, Schedule, VectorOperan
 from .analysis.plan import Plan
 from .geometry import ceil_div
 from .macrokernel.bounds import (
-    ROW_PLANE_END, ROW_PLANE_START, DepthwiseBounds, LaneBounds, LoopBounds, PlaneBounds, RowBounds,
-)
-from .macrokernel.specialise import (
-    LoopPatch,
-    depthwise_module,
-    lanes_module,
-    loop_module,
-    planes_module,
-    rows_module,
-)
+    LANE_PLANE_START, ROW_PLANE_END, ROW_PLANE_START, DepthwiseBounds, LaneBounds, LoopBounds,
+    PlaneBounds, RowBounds,
+)  # fmt: skip
+from .macrokernel.family_modules import depthwise_module, lanes_module, planes_module, rows_module
+from .macrokernel.specialise import LoopPatch, loop_module
 from .macrokernel.workers import ParallelNest, serial_nest
 from .packing.filters import aligned_empty
 from .workspace import placeholder, worker_stride
@@ -189,10 +184,20 @@ def _lanes_launch(plan: Plan, module) -> Launch:
     workspace: one packed plane, filter block and band of staged pixels per
     worker; its offsets are where each packed pixel goes
     (:func:`~cso.analysis.lanes.pack_targets`)."""
+    bounds = lane_bounds(plan)
+    _check_plane(module, bounds[LANE_PLANE_START:])
+    targets = lanes.pack_targets(plan.geometry, plan.vector_lanes)
+    return Launch(
+        module.convolve_lanes, tuple(bounds), plan.threads * bounds.workspace_stride, targets
+    )
+
+
+def lane_bounds(plan: Plan) -> LaneBounds:
+    """A lane plan's :class:`~cso.macrokernel.bounds.LaneBounds`."""
     g = plan.geometry
     band = lanes.band_rows(g, plan.hardware, np.dtype(plan.dtype).itemsize)
-    stride = worker_stride(lanes.workspace_elements(g, plan.vector_lanes, band), plan.dtype)
-    bounds = LaneBounds(
+    elements = lanes.workspace_elements(g, plan.vector_lanes, band)
+    return LaneBounds(
         batch=g.batch,
         channels=g.channels,
         height=g.height,
@@ -210,10 +215,17 @@ def _lanes_launch(plan: Plan, module) -> Launch:
         packed_rows=lanes.packed_rows(g),
         pitch=lanes.pitch(g),
         band_rows=band,
-        workspace_stride=stride,
+        workspace_stride=worker_stride(elements, plan.dtype),
     )
-    targets = lanes.pack_targets(g, plan.vector_lanes)
-    return Launch(module.convolve_lanes, tuple(bounds), plan.threads * stride, targets)
+
+
+def _check_plane(module, plane: tuple) -> None:
+    """A row or lane nest reads its plane's fields from its module's
+    constants (``PLANE``; None: from the bounds): they must be the plan's."""
+    if module.PLANE is not None and tuple(plane) != module.PLANE:
+        raise ValueError(
+            f"the loop module is built for planes {module.PLANE}, the plan's are {tuple(plane)}"
+        )
 
 
 def _planes_launch(plan: Plan, module) -> Launch:
@@ -253,13 +265,7 @@ def _rows_launch(plan: Plan, module) -> Launch:
     g = plan.geometry
     vectors = plan.windows_per_tile // plan.vector_lanes
     bounds = row_bounds(plan)
-    # The nest reads its plane's fields from its module's constants.
-    plane = module.PLANE
-    if plane is not None and tuple(bounds[ROW_PLANE_START:ROW_PLANE_END]) != plane:
-        raise ValueError(
-            f"the row module is built for planes {module.PLANE}, the plan's are "
-            f"{tuple(bounds[ROW_PLANE_START:ROW_PLANE_END])}"
-        )
+    _check_plane(module, bounds[ROW_PLANE_START:ROW_PLANE_END])
     offsets = rows.row_offsets(g, plan.vector_lanes, vectors)
     zeros = placeholder(bounds.zero_span, plan.dtype)
     return Launch(module.convolve_rows, tuple(bounds), 0, offsets, zeros)
@@ -293,7 +299,7 @@ def row_bounds(plan: Plan) -> RowBounds:
 
 
 def rows_module_for(plan: Plan, patch: LoopPatch = None, **options):
-    """A row plan's loop module (:func:`~cso.macrokernel.specialise.rows_module`)
+    """A row plan's loop module (:func:`~cso.macrokernel.family_modules.rows_module`)
     for its planes' geometry, its kernel's inner vectors whole where every
     call's lie inside the row and its whole-load kernel storing the plan's
     tail lanes; ``options`` (``unmasked_inner``, ``masked_fmas``,
@@ -314,14 +320,26 @@ def rows_module_for(plan: Plan, patch: LoopPatch = None, **options):
     )  # fmt: skip
 
 
+def lanes_module_for(plan: Plan, patch: LoopPatch = None, fixed_plane: bool = True):
+    """A lane plan's loop module (:func:`~cso.macrokernel.family_modules.lanes_module`)
+    for its planes' geometry (``fixed_plane=False``: read from the bounds,
+    for a measurement of the same plan through another build)."""
+    g = plan.geometry
+    plane = tuple(lane_bounds(plan)[LANE_PLANE_START:]) if fixed_plane else None
+    return lanes_module(
+        g.kernel_width, g.stride_w, g.dilation_w, plan.windows_per_tile, plan.dtype,
+        plan.vector_lanes, plane, patch=patch,
+    )  # fmt: skip
+
+
 def loop_module_for(plan: Plan, patch: LoopPatch = None):
     """The loop module specialised for ``plan`` (and ``patch``, a measurement
     variant, when given): the dense nests
     bound to its micro-kernel (:func:`~cso.macrokernel.specialise.loop_module`),
-    or its family's (:func:`~cso.macrokernel.specialise.depthwise_module`,
-    :func:`~cso.macrokernel.specialise.lanes_module`,
-    :func:`~cso.macrokernel.specialise.planes_module`,
-    :func:`~cso.macrokernel.specialise.rows_module`)."""
+    or its family's (:func:`~cso.macrokernel.family_modules.depthwise_module`,
+    :func:`~cso.macrokernel.family_modules.lanes_module`,
+    :func:`~cso.macrokernel.family_modules.planes_module`,
+    :func:`~cso.macrokernel.family_modules.rows_module`)."""
     g = plan.geometry
     if plan.algorithm == Algorithm.DEPTHWISE_PLANES:
         return planes_module(
@@ -337,10 +355,7 @@ def loop_module_for(plan: Plan, patch: LoopPatch = None):
     if plan.algorithm == Algorithm.DEPTHWISE_ROWS:
         return rows_module_for(plan, patch)
     if plan.algorithm == Algorithm.DEPTHWISE_LANES:
-        return lanes_module(
-            g.kernel_width, g.stride_w, g.dilation_w, plan.windows_per_tile, plan.dtype,
-            plan.vector_lanes, patch=patch,
-        )  # fmt: skip
+        return lanes_module_for(plan, patch)
     if plan.algorithm in KCRS_ALGORITHMS:
         segment, block_rows = plan.windows_per_tile, plan.rows_per_call
         return depthwise_module(

@@ -1,14 +1,15 @@
-"""Does the row nest gain from its plane's geometry as constants?
+"""Do the row and lane nests gain from their plane's geometry as constants?
 
     python experiments/row_plane_constants.py [--threads 2] [--rounds 41] [--peers]
 
 Every depthwise layer of EfficientNet-B0 and MobileNetV2 that the analysis
-gives the row plan, run through the plan's loop nest twice in one process,
-side by side (interleaved rounds): as shipped, its module built for the
-plane's geometry (height, width, padding, strides and what follows from
-them are constants LLVM folds into each block), and through a module that
-reads them from the nest's bounds, as every plane's module did before
-(``rows_module_for(plan, fixed_plane=False)``).  The outputs must match bit
+gives the row or the lane plan, run through the plan's loop nest twice in
+one process, side by side (interleaved rounds): as shipped, its module
+built for the plane's geometry (height, width, padding, strides and what
+follows from them are constants LLVM folds into each block), and through a
+module that reads them from the nest's bounds, as every plane's module did
+before (``rows_module_for(plan, fixed_plane=False)``,
+``lanes_module_for(plan, fixed_plane=False)``).  The outputs must match bit
 for bit.  ``--peers`` puts im2col + NumPy matmul and torch (when installed)
 in the rounds, as ``python -m cso bench`` times them, so that each nest
 meets the caches they leave.  Prints each layer's best times and the median
@@ -21,7 +22,27 @@ from __future__ import annotations
 import harness  # noqa: F401  (pins BLAS threads before NumPy loads)
 import numpy as np
 
+import cso
+from cso.analysis.choices import Algorithm
+from cso.launch import launch_for, lanes_module_for, rows_module_for
 from cso.measure import im2col_gemm, kernel_name, paired_ratios, round_times, torch_peer
+from cso.models import efficientnet_b0, mobilenetv2_100
+
+MODULES = {Algorithm.DEPTHWISE_ROWS: rows_module_for, Algorithm.DEPTHWISE_LANES: lanes_module_for}
+
+
+def planned_layers(threads: int) -> list:
+    """``[(layer, plan)]``: each distinct depthwise layer of the two models
+    that the analysis gives a row or lane plan at ``threads``."""
+    chosen, seen = [], set()
+    for layer in efficientnet_b0() + mobilenetv2_100():
+        if not layer.depthwise or layer.name in seen:
+            continue
+        seen.add(layer.name)
+        plan = cso.plan_conv2d(layer.x_shape, layer.w_shape, threads=threads, **layer.params)
+        if plan.algorithm in MODULES:
+            chosen.append((layer, plan))
+    return chosen
 
 
 def main():
@@ -33,27 +54,31 @@ def main():
     rng = np.random.default_rng(0)
     totals = {"from bounds": 0.0, "constants": 0.0}
     print(f"{threads} thread(s), float32; times of the loop nest alone")
-    for layer, plan in harness.row_plan_layers(threads):
-        programs = harness.row_variant_programs(
-            layer, plan, rng, "constants", "from bounds", fixed_plane=False
-        )
+    for layer, plan in planned_layers(threads):
+        x = rng.standard_normal(layer.x_shape).astype(np.float32)
+        w = rng.standard_normal(layer.w_shape).astype(np.float32)
+        variant = MODULES[plan.algorithm](plan, fixed_plane=False)
+        launches = {
+            "constants": launch_for(plan, False),
+            "from bounds": launch_for(plan, False, module=variant),
+        }
+        programs, outputs = harness.nest_programs(plan, x, w, launches)
+        if not np.array_equal(outputs["constants"], outputs["from bounds"]):
+            raise SystemExit(f"{layer.name}: the two builds' outputs differ")
         if args.peers:
-            x = rng.standard_normal(layer.x_shape).astype(np.float32)
-            w = rng.standard_normal(layer.w_shape).astype(np.float32)
             stride, padding, groups = layer.stride, layer.padding, layer.groups
             programs["im2col"] = lambda: im2col_gemm(x, w, stride, padding, groups)
             if torch_run is not None:
                 programs["torch"] = lambda: torch_run(x, w, stride, padding, groups)
         samples = round_times(programs, args.rounds)
         speedup = paired_ratios(samples, "from bounds")["constants"]
-        count = layer.count
         for name in totals:
-            totals[name] += min(samples[name]) * count
+            totals[name] += min(samples[name]) * layer.count
         print(
             f"{layer.name:<22} {kernel_name(plan):>9}"
             f"  from bounds {min(samples['from bounds']) * 1e6:7.1f} us"
             f"  constants {min(samples['constants']) * 1e6:7.1f} us"
-            f"  speedup (paired) {speedup:.3f}  x{count}"
+            f"  speedup (paired) {speedup:.3f}  x{layer.count}"
         )
     if totals["constants"]:
         print(

@@ -138,8 +138,10 @@ RowBounds = namedtuple(
     ],
 )
 
-# The fields of a row plan's plane geometry, from height to window_rows
-# (bounds[ROW_PLANE_START:ROW_PLANE_END]): constants of its loop module
-# (cso.macrokernel.specialise.rows_module), the rest arguments.
+# The fields of a row or lane plan's plane geometry (bounds[START:END]):
+# constants of its loop module (cso.macrokernel.family_modules.rows_module,
+# lanes_module), the rest arguments.
 ROW_PLANE_START = RowBounds._fields.index("height")
 ROW_PLANE_END = RowBounds._fields.index("window_rows") + 1
+LANE_PLANE_START = LaneBounds._fields.index("height")
+LANE_PLANE_END = len(LaneBounds._fields)

@@ -15,7 +15,9 @@ carries the key and a hash of every source it depends on, so:
 
 A module serves every thread count: its nests are plain functions of one
 worker's share, which :mod:`.workers` runs on the calling thread for a
-one-thread plan and through one shared parallel loop otherwise.
+one-thread plan and through one shared launch otherwise.  The depthwise
+families' modules are made the same way (:func:`specialised_module`), by
+:mod:`.family_modules`.
 
 The directory is ``$CSO_CACHE_DIR``, else ``~/.cache/cso``; when neither is
 writable a per-process temporary directory is used (no reuse across runs).
@@ -50,11 +52,9 @@ from ..microkernels import outer_product as outer_product_source
 from ..microkernels import outer_product_emitter as outer_product_emitter_source
 from ..microkernels import plane_taps as plane_taps_source
 from ..microkernels import row_taps as row_taps_source
-from ..microkernels.row_taps import masked_fma_vectors
 from ..microkernels import taps as taps_source
 from ..microkernels import tile_stores as tile_stores_source
 from ..microkernels import vector_ir as vector_ir_source
-from ..microkernels.vector_ir import target_has_mask_registers
 from ..microkernels import whole_plane_taps as whole_plane_taps_source
 from ..packing import depthwise as depthwise_packing_source
 from ..packing import filters as filters_source
@@ -63,7 +63,6 @@ from ..packing import transpose as transpose_source
 from ..packing import run_stores as run_stores_source
 from ..packing import vector_copy as vector_copy_source
 from . import bounds as bounds_source
-from .bounds import ROW_PLANE_END, ROW_PLANE_START
 from . import depthwise as depthwise_source
 from . import input_tiles as input_tiles_source
 from . import lanes as lanes_source
@@ -187,7 +186,7 @@ def loop_module(
         With ``convolve_input_stationary`` and ``convolve_weight_stationary``
         bound to the ``Nf x Nwin`` micro-kernel for ``dtype_name``.
     """
-    _check_patch(patch, kernel_options=True)
+    check_patch(patch, kernel_options=True)
     key = (
         int(filters_per_tile),
         int(windows_per_tile),
@@ -199,199 +198,11 @@ def loop_module(
     orientation = {"windows": "", "filters": "_fvec", "reduction": "_dot"}[key[4].value]
     distance = "" if key[5] == KERNEL_PREFETCH_DISTANCE else f"_p{key[5]}"
     name = f"cso_loops_f{key[0]}_w{key[1]}_{key[2]}_l{key[3]}{orientation}{distance}"
-    name += _patch_suffix(patch)
-    return _specialised((key, patch), name, lambda: _module_source(key, patch))
+    name += patch_suffix(patch)
+    return specialised_module((key, patch), name, lambda: _module_source(key, patch))
 
 
-def depthwise_module(
-    kernel_height: int,
-    stride_h: int,
-    dilation_h: int,
-    rows: int,
-    vectors: int,
-    dtype_name: str,
-    vector_lanes: int,
-    masked_rows: int = 0,
-    filters: int = 1,
-    patch: LoopPatch = None,
-):
-    """The depthwise loop nest (:mod:`.depthwise`) bound to the tap kernel of
-    ``rows x vectors`` accumulators for filters ``kernel_height`` high at
-    ``stride_h`` and ``dilation_h`` down, of ``vector_lanes`` ``dtype_name``
-    elements, its last ``masked_rows`` rows' stores masked
-    (:func:`~cso.microkernels.taps.build_tap_kernel`), ``filters`` filters
-    a call, memoised; ``patch``: a measurement variant (:class:`LoopPatch`:
-    its source rebinding ``tap_kernel`` or ``pack_channel_phases``), None for
-    the real thing."""
-    shape = tuple(int(n) for n in (kernel_height, stride_h, dilation_h, rows, vectors))
-    arguments = ", ".join(str(n) for n in shape)
-    binding = (
-        "from cso.microkernels.taps import build_tap_kernel\n"
-        f"tap_kernel = build_tap_kernel({arguments}, {dtype_name!r}, {int(vector_lanes)}, "
-        f"{int(masked_rows)}, {int(filters)})\n"
-        f"VECTOR_TOKEN = (None,) * {int(vector_lanes)}\n"
-    )
-    name = "cso_depthwise_r{}_s{}_d{}_b{}_v{}".format(*shape)
-    name += f"_{dtype_name}_l{int(vector_lanes)}" + (f"_m{int(masked_rows)}" if masked_rows else "")
-    name += f"_f{int(filters)}" if filters > 1 else ""
-    key = ("depthwise",) + shape + (str(dtype_name), int(vector_lanes), int(masked_rows))
-    key += (int(filters),)
-    return _family_module(key, name, depthwise_source, binding, patch)
-
-
-def lanes_module(
-    kernel_width: int, stride_w: int, dilation_w: int, outputs: int, dtype_name: str,
-    vector_lanes: int, patch: LoopPatch = None,
-):  # fmt: skip
-    """The lane loop nest (:mod:`.lanes`) bound to the lane tap kernel of
-    ``outputs`` pixels for filters ``kernel_width`` wide at ``stride_w`` and
-    ``dilation_w`` across, and to the pixel-vector packing of
-    ``vector_lanes`` ``dtype_name`` lanes
-    (:mod:`cso.microkernels.lane_taps`, :mod:`cso.microkernels.lane_transposes`), memoised;
-    ``patch``: a measurement variant (:class:`LoopPatch`: its source rebinding
-    ``lane_tap_kernel``, ``lane_pack`` or ``lane_unpack``), None for the
-    real thing."""
-    shape = tuple(int(n) for n in (kernel_width, stride_w, dilation_w, outputs))
-    arguments = ", ".join(str(n) for n in shape)
-    kind = f"{dtype_name!r}, {int(vector_lanes)}"
-    binding = (
-        "from cso.microkernels.lane_taps import build_lane_tap_kernel\n"
-        "from cso.microkernels.lane_transposes import build_lane_pack, build_lane_unpack\n"
-        f"lane_tap_kernel = build_lane_tap_kernel({arguments}, {kind})\n"
-        f"lane_pack = build_lane_pack({kind})\n"
-        f"lane_unpack = build_lane_unpack({kind})\n"
-        f"LANES = {int(vector_lanes)}\n"
-    )
-    name = "cso_lanes_s{}_sw{}_dw{}_o{}".format(*shape) + f"_{dtype_name}_l{int(vector_lanes)}"
-    key = ("lanes",) + shape + (str(dtype_name), int(vector_lanes))
-    return _family_module(key, name, lanes_source, binding, patch)
-
-
-def planes_module(
-    kernel_height: int, kernel_width: int, dilation_h: int, dilation_w: int, vectors: int,
-    dtype_name: str, vector_lanes: int, tail_lanes: int = 0, patch: LoopPatch = None,
-    whole_plane: tuple = None,
-):  # fmt: skip
-    """The plane loop nest (:mod:`.planes`) bound to the plane tap kernels of
-    ``vectors`` output vectors for ``kernel_height x kernel_width`` filters
-    at ``dilation_h, dilation_w``, of ``vector_lanes`` ``dtype_name`` lanes,
-    unchecked, checked with whole loads (a plane's last vector storing
-    ``tail_lanes``) and checked with masked ones
-    (:mod:`cso.microkernels.plane_taps`), memoised; where a call computes a
-    whole plane, ``whole_plane`` (:func:`cso.analysis.planes.plane_key`)
-    binds the whole-load one to the kernel built for those planes
-    (:mod:`cso.microkernels.whole_plane_taps`).  ``patch``: a measurement
-    variant (:class:`LoopPatch`: its source rebinding the kernels), None for
-    the real thing."""
-    shape = tuple(int(n) for n in (kernel_height, kernel_width, dilation_h, dilation_w, vectors))
-    arguments = ", ".join(str(n) for n in shape)
-    kind = f"{dtype_name!r}, {int(vector_lanes)}"
-    tail_lanes = int(tail_lanes)
-    unchecked = f"build_plane_tap_kernel({arguments}, False, {kind})"
-    if whole_plane is None:
-        edges = f"build_plane_tap_kernel({arguments}, True, {kind}, True, {tail_lanes})"
-    else:
-        # The nest's whole-plane path takes no unchecked table call: that name is
-        # bound to the same kernel rather than built.
-        whole_plane = tuple(int(n) for n in whole_plane)
-        edges = unchecked = f"build_whole_plane_kernel({whole_plane!r}, {kind})"
-    binding = (
-        "from cso.microkernels.plane_taps import build_plane_tap_kernel\n"
-        "from cso.microkernels.whole_plane_taps import build_whole_plane_kernel\n"
-        f"plane_tap_kernel = {unchecked}\n"
-        f"plane_tap_kernel_edges = {edges}\n"
-        f"plane_tap_kernel_checked = build_plane_tap_kernel({arguments}, True, {kind})\n"
-        f"LANES = {int(vector_lanes)}\n"
-        f"WHOLE_PLANE = {whole_plane is not None}\n"
-    )
-    name = "cso_planes_r{}_s{}_dh{}_dw{}_u{}".format(*shape) + f"_{dtype_name}_l{int(vector_lanes)}"
-    name += f"_t{tail_lanes}"
-    if whole_plane is not None:
-        name += "_plane" + "_".join(str(n) for n in whole_plane[4:])
-    key = ("planes",) + shape + (str(dtype_name), int(vector_lanes), tail_lanes, whole_plane)
-    return _family_module(key, name, planes_source, binding, patch)
-
-
-def rows_module(
-    kernel_height: int, kernel_width: int, dilation_h: int, dilation_w: int, stride_h: int,
-    stride_w: int, rows: int, vectors: int, dtype_name: str, vector_lanes: int,
-    plane: tuple, unmasked_inner: bool = False, tail_lanes: int = 0, patch: LoopPatch = None,
-    masked_fmas: bool = None,
-):  # fmt: skip
-    """The row loop nest (:mod:`.rows`) for planes of geometry ``plane`` (the
-    :class:`~cso.macrokernel.bounds.RowBounds` fields from ``height`` to
-    ``window_rows``, constants of the module; None: read from the bounds,
-    for a measurement) bound to the row tap kernel of
-    ``rows x vectors`` output vectors for ``kernel_height x kernel_width``
-    filters at ``dilation_h, dilation_w`` and strides ``stride_h, stride_w``,
-    of ``vector_lanes`` ``dtype_name`` lanes (:mod:`cso.microkernels.row_taps`),
-    its inner vectors unmasked when ``unmasked_inner``, its whole-load kernel
-    storing ``tail_lanes`` of a row's last vector (0: all), its masked
-    columns' FMAs under mask registers when ``masked_fmas`` (None: where
-    the target has them,
-    :func:`~cso.microkernels.vector_ir.target_has_mask_registers`), memoised;
-    ``patch``: a measurement variant (:class:`LoopPatch`: its source
-    rebinding the kernel), None for the real thing."""
-    shape = tuple(
-        int(n)
-        for n in (
-            kernel_height, kernel_width, dilation_h, dilation_w, stride_h, stride_w, rows,
-            vectors,
-        )
-    )  # fmt: skip
-    unmasked_inner = bool(unmasked_inner)
-    arguments = ", ".join(str(n) for n in shape)
-    tail_lanes = int(tail_lanes)
-    if masked_fmas is None:
-        # Masked FMAs where the target has AVX-512's mask registers (row_taps).
-        masked_fmas = masked_fma_vectors(dtype_name, vector_lanes) and target_has_mask_registers()
-    masked_fmas = bool(masked_fmas)
-    plane = None if plane is None else tuple(int(n) for n in plane)
-    if plane is not None and len(plane) != ROW_PLANE_END - ROW_PLANE_START:
-        fields = ROW_PLANE_END - ROW_PLANE_START
-        raise ValueError(f"plane must hold the {fields} plane fields, got {plane}")
-    binding = (
-        "from cso.microkernels.row_taps import build_row_tap_kernel\n"
-        f"row_tap_kernel = build_row_tap_kernel({arguments}, {dtype_name!r}, "
-        f"{int(vector_lanes)}, {unmasked_inner}, True, {tail_lanes}, {masked_fmas})\n"
-        f"row_tap_kernel_checked = build_row_tap_kernel({arguments}, {dtype_name!r}, "
-        f"{int(vector_lanes)}, {unmasked_inner}, masked_fmas={masked_fmas})\n"
-        f"ROWS = {int(rows)}\n"
-        f"LANES = {int(vector_lanes)}\n"
-        f"PLANE = {plane!r}\n"
-    )
-    name = "cso_rows_r{}_s{}_dh{}_dw{}_sh{}_sw{}_b{}_u{}".format(*shape)
-    if plane is not None:
-        # The plane's size and padding, and a digest of all its fields.
-        digest = hashlib.sha1(repr(plane).encode()).hexdigest()[:8]
-        name += "_h{}w{}t{}l{}".format(*plane[:2], *plane[6:8]) + f"_{digest}"
-    name += f"_{dtype_name}_l{int(vector_lanes)}" + ("_inner" if unmasked_inner else "")
-    name += f"_t{tail_lanes}" + ("_kfma" if masked_fmas else "")
-    key = ("rows",) + shape + (
-        str(dtype_name), int(vector_lanes), unmasked_inner, tail_lanes, masked_fmas, plane
-    )  # fmt: skip
-    return _family_module(key, name, rows_source, binding, patch)
-
-
-def _family_module(key, name, template, binding, patch):
-    """A depthwise family's loop module: its nest ``template`` (a module whose
-    file is the template) followed by ``binding`` (the lines binding the
-    template's kernels for ``key``) and ``patch``'s source, memoised by
-    ``key`` and ``patch`` (:func:`_specialised`)."""
-    _check_patch(patch)
-
-    def source():
-        return (
-            pathlib.Path(template.__file__).read_text()
-            + "\n\n# ---- specialisation written by cso.macrokernel.specialise ----\n"
-            + binding
-            + (patch.source if patch else "")
-        )
-
-    return _specialised(key + (patch,), name + _patch_suffix(patch), source)
-
-
-def _check_patch(patch, kernel_options: bool = False) -> None:
+def check_patch(patch, kernel_options: bool = False) -> None:
     if patch is not None and not isinstance(patch, LoopPatch):
         raise TypeError(f"patch must be a LoopPatch or None, got {type(patch).__name__}")
     if patch is not None and patch.kernel_options and not kernel_options:
@@ -401,12 +212,12 @@ def _check_patch(patch, kernel_options: bool = False) -> None:
         )
 
 
-def _patch_suffix(patch) -> str:
+def patch_suffix(patch) -> str:
     """What a measurement variant adds to its module's name (and cache)."""
     return "" if patch is None else "_" + patch.name.replace("-", "_")
 
 
-def _specialised(key, name, source_of):
+def specialised_module(key, name, source_of):
     """The module ``name`` (plus the sources' hash) written from ``source_of()``
     and imported, memoised by ``key``."""
     with _lock:
