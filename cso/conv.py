@@ -128,7 +128,10 @@ def conv2d(
         if call is not None:
             quick = call.quick
             if quick:
-                return quick(x, w, bias)
+                try:
+                    return quick(x, w, bias)
+                except TypeError:
+                    pass  # raised before any work: operands to convert, below
             repeated = call.repeated
             if repeated is not None:
                 y = repeated(x, w, bias, call.activation, None)

@@ -50,7 +50,10 @@ def conv2d_packed(
             if out is None:
                 quick = entry[3]
                 if quick and residual is None and entry[2] == activation:
-                    return quick(x, packed.panels, packed.bias)
+                    try:
+                        return quick(x, packed.panels, packed.bias)
+                    except TypeError:
+                        pass  # raised before any work: an input to convert, below
                 residual = check_residual(residual, repeated.shape)
                 code = activation_code(activation)
                 y = repeated(x, packed.panels, packed.bias, code, residual)

@@ -15,6 +15,8 @@ the general path and 18.5-19.0 through this one.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from . import executor
@@ -22,6 +24,7 @@ from .analysis.choices import KCRS_ALGORITHMS, Algorithm
 from .analysis.plan import Plan
 from .launch import launch_for
 from .macrokernel.workers import launch_workers, nest_address, typed_launch
+from .quick_launch import kcrs_state, typed_launch_kcrs
 from .packing.filters import aligned_empty
 from .workspace import placeholder, workspace
 
@@ -105,13 +108,18 @@ class RepeatedCall:
         not found its address yet, or a launch that cannot raise Numba's
         thread count itself).
 
-        An operand read-only or unaligned takes :meth:`__call__` (the launch
-        is compiled for the first call's writeable, aligned operands only:
-        :func:`~cso.macrokernel.workers.typed_launch`).  Every Python step
-        costs several times more right after other work than warm:
-        ``cso.conv2d``'s repeated call through this, EfficientNet-B0's
-        depthwise layers at two threads in the benchmark's rounds on a Xeon,
-        3-8 microseconds a call less than through :meth:`__call__`.
+        ``quick`` raises ``TypeError``, before any work, for operands of
+        other types than the first call's (read-only, unaligned, not
+        C-contiguous): its caller then takes :meth:`__call__`, which converts
+        them (the launch is compiled for the first call's types only:
+        :func:`~cso.macrokernel.workers.typed_launch`,
+        :func:`~cso.quick_launch.typed_launch_kcrs`).  A KCRS plan's quick
+        call is one compiled function (:mod:`cso.quick_launch`); the others
+        a Python closure.  Every Python step costs several times more right
+        after other work than warm: ``cso.conv2d``'s repeated call through
+        the closure, EfficientNet-B0's depthwise layers at two threads in the
+        benchmark's rounds on a Xeon, 3-8 microseconds a call less than
+        through :meth:`__call__`.
         """
         dtype = self.dtype
         if x.dtype is not dtype or w.dtype is not dtype:
@@ -128,6 +136,8 @@ class RepeatedCall:
             head = (nest.address, nest.workers, nest.counts)
         else:
             return None
+        if self.kcrs and len(self.tail) == 2:
+            return self._kcrs_quick(head, activation, x, w, bias)
         shape, size, rows, scratch = self.shape, self.size, self.panel_rows, self.scratch
         elements = self.launch.workspace_elements
         numpy_output = self.numpy_output
@@ -136,9 +146,8 @@ class RepeatedCall:
         no_bias = (self.zero_bias, False)
         epilogue = (self.no_residual, activation, False)
         tail = self.tail
-        repeated = self
         # Refuses arguments of other types than these (a read-only or
-        # unaligned operand): __call__ then copies them.
+        # unaligned operand): the caller then takes __call__, which copies them.
         launch = typed_launch(head + sample)
         # (quick builds those arguments in line, as _arguments does: a
         # Python call less each call.)
@@ -157,11 +166,31 @@ class RepeatedCall:
                 arguments = (x.ravel(), filters, filters[:rows])
             arguments += no_bias if bias is None else (bias.ravel(), True)
             work = scratch if scratch is not None else workspace(elements, dtype)
-            try:
-                launch(*head, *arguments, *epilogue, y, work, *tail)
-            except TypeError:  # raised before any work: no launch for these types
-                return repeated(x, w, bias, activation, None)
+            launch(*head, *arguments, *epilogue, y, work, *tail)
             return shaped
+
+        return quick
+
+    def _kcrs_quick(self, head: tuple, activation: int, x, w, bias):
+        """:meth:`quick_call`'s call for a KCRS plan (its nest's offsets and
+        bounds last): :func:`~cso.quick_launch.launch_kcrs`, compiled for
+        the types of ``x``, ``w`` and ``bias``, with its state, offsets and
+        bounds (and the workspace, where constant) bound."""
+        state = kcrs_state(
+            head[0], head[1], head[2], self.zero_bias, self.no_residual, activation,
+            not self.numpy_output, self.shape,
+        )  # fmt: skip
+        offsets, bounds = self.tail
+        scratch, elements, dtype = self.scratch, self.launch.workspace_elements, self.dtype
+        work = scratch if scratch is not None else workspace(elements, dtype)
+        launch = typed_launch_kcrs((state, work, offsets, bounds, x, w, bias))
+        if scratch is not None:
+            # The state holds the placeholders' addresses: the RepeatedCall
+            # that holds them is kept beside its quick call.
+            return functools.partial(launch, state, scratch, offsets, bounds)
+
+        def quick(x, w, bias):
+            return launch(state, workspace(elements, dtype), offsets, bounds, x, w, bias)
 
         return quick
 

@@ -20,12 +20,16 @@ from numba.extending import intrinsic
 def canonical_type(numba_type):
     """The type a nest is compiled for to take an argument of ``numba_type``
     by address: an array without its read-only and alignment flags (they do
-    not change its machine representation), any integer as ``int64`` (the
-    calls convert it)."""
+    not change its machine representation), any integer as ``int64`` and
+    any boolean as ``boolean`` (the calls convert them)."""
     if isinstance(numba_type, types.Array):
         return types.Array(numba_type.dtype, numba_type.ndim, numba_type.layout)
     if isinstance(numba_type, types.Integer):
         return types.int64
+    if isinstance(numba_type, types.Boolean):
+        # A literal True or False (compiled code's own constants) too: its
+        # model differs from a boolean's, which the nests take.
+        return types.boolean
     return numba_type
 
 

@@ -85,8 +85,10 @@ def test_a_repeated_call_matches_the_reference_every_time(rng, problem, dtype, t
 @_every_plan
 def test_a_quick_call_matches_the_reference_every_time(rng, problem, dtype, threads):
     # RepeatedCall.quick_call: the call's arguments prepared once, for every
-    # way of reading filters but those that pack a tile or panels per call.
+    # way of reading filters but those that pack a tile or panels per call;
+    # operands of other types (read-only) refused before any work.
     from cso.macrokernel.workers import launch_typed, launch_workers
+    from cso.quick_launch import launch_kcrs
 
     x_shape, w_shape, params, forced, kind = problem
     plan = cso.plan_conv2d(x_shape, w_shape, dtype=dtype, threads=threads, **params, **forced)
@@ -100,14 +102,20 @@ def test_a_quick_call_matches_the_reference_every_time(rng, problem, dtype, thre
             continue
         nest = call.launch.loop_nest
         compiled = len((nest.func if threads == 1 else nest.nest).overloads)
-        launches = len(launch_workers.overloads), len(launch_typed.overloads)
+        launches = [len(f.overloads) for f in (launch_workers, launch_typed, launch_kcrs)]
         outputs = []
         for read_only in (False, True, False):
             x, w, bias = _operands(rng, x_shape, w_shape, dtype, with_bias)
             # Read-only operands take __call__'s copies: nothing compiled again.
             for operand in (x, w) if read_only else ():
                 operand.flags.writeable = False
-            y = quick(x, w, bias)
+            try:
+                y = quick(x, w, bias)
+                assert not read_only, "a read-only operand must be refused"
+            except TypeError:
+                # Refused before any work: the caller takes __call__'s copies.
+                assert read_only
+                y = call(x, w, bias, activation_code("relu"))
             assert y.dtype == dtype and y.shape == plan.geometry.output_shape
             expected = cso.reference.conv2d(x, w, bias, **params)
             bound = activation_bound(expected, error_bound(x, w, bias, dtype, **params), dtype)
@@ -115,7 +123,7 @@ def test_a_quick_call_matches_the_reference_every_time(rng, problem, dtype, thre
             outputs.append(y)
         assert not np.shares_memory(outputs[0], outputs[2])
         assert len((nest.func if threads == 1 else nest.nest).overloads) == compiled
-        assert (len(launch_workers.overloads), len(launch_typed.overloads)) == launches
+        assert [len(f.overloads) for f in (launch_workers, launch_typed, launch_kcrs)] == launches
     # Operands of another dtype than the plan's need converting: no quick call.
     other = np.float64 if dtype == np.float32 else np.float32
     x = rng.standard_normal(x_shape).astype(other)
@@ -159,6 +167,41 @@ def test_conv2d_takes_the_quick_call_once_it_has_one(rng, monkeypatch):
     expected = cso.reference.conv2d(x, w, bias, **params) + residual
     bound = error_bound(x, w, bias, np.float32, **params) + np.abs(expected) * 1e-7
     assert np.all(np.abs(y - activate("relu", expected)) <= bound) and len(general) == 4
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_conv2d_converts_what_its_quick_call_refuses(rng, threads, monkeypatch):
+    """Once a problem has its quick call (a compiled one: a depthwise plan),
+    operands of other types than it was compiled for (read-only, strided,
+    Fortran-ordered) take RepeatedCall's conversions, with the right result;
+    the quick call is kept for the next plain call."""
+    from cso.repeated import RepeatedCall as Repeated
+
+    general = []
+    original = Repeated.__call__
+
+    def counted(self, *arguments):
+        general.append(1)
+        return original(self, *arguments)
+
+    monkeypatch.setattr(Repeated, "__call__", counted)
+    params = dict(padding=2, groups=24)
+    w = rng.standard_normal((24, 1, 5, 5)).astype(np.float32)
+    for _ in range(3):  # plans, then makes the quick call
+        x = rng.standard_normal((1, 24, 14, 14)).astype(np.float32)
+        cso.conv2d(x, w, threads=threads, **params)
+    assert len(general) == 1
+    read_only = rng.standard_normal((1, 24, 14, 14)).astype(np.float32)
+    read_only.flags.writeable = False
+    strided = rng.standard_normal((1, 24, 14, 28)).astype(np.float32)[..., ::2]
+    fortran = np.asfortranarray(rng.standard_normal((1, 24, 14, 14)).astype(np.float32))
+    for x in (read_only, strided, fortran):
+        y = cso.conv2d(x, w, threads=threads, **params)
+        assert_matches_reference(y, x, w, None, **params)
+    assert len(general) == 1 + 3
+    x = rng.standard_normal((1, 24, 14, 14)).astype(np.float32)
+    assert_matches_reference(cso.conv2d(x, w, threads=threads, **params), x, w, None, **params)
+    assert len(general) == 1 + 3
 
 
 @pytest.mark.parametrize("threads", [1, 2])
