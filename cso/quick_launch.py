@@ -29,16 +29,12 @@ The addresses are of arrays the :class:`~cso.repeated.RepeatedCall` (and
 
 from __future__ import annotations
 
-import threading
-
-import numba
 import numpy as np
 from numba import carray, njit, types
 from numba.extending import intrinsic
 
 from .macrokernel.calling import call_worker
-from .macrokernel.workers import launch_workers
-from .openmp import kept_openmp_threads
+from .macrokernel.workers import compiled_only_for, launch_workers
 
 NEST, WORKERS, COUNTS, COUNTS_SIZE, ZERO_BIAS, NO_RESIDUAL = 0, 1, 2, 3, 4, 5
 ACTIVATION, ALIGNED, SIZE, SHAPE = 6, 7, 8, 9
@@ -92,25 +88,12 @@ def launch_kcrs(state, work, offsets, bounds, x, w, bias):
     return y.reshape((state[SHAPE], state[SHAPE + 1], state[SHAPE + 2], state[SHAPE + 3]))
 
 
-_lock = threading.Lock()
-
-
 def typed_launch_kcrs(arguments: tuple):
-    """:func:`launch_kcrs`, compiled (or loaded from the disk cache) for the
-    types of ``arguments`` and refusing any other: a call whose operands'
-    types differ (read-only, not C-contiguous, another dtype) raises
-    ``TypeError`` before any work, for its caller to take the path that
-    converts them (as :func:`cso.macrokernel.workers.typed_launch`)."""
-    signature = tuple(numba.typeof(argument) for argument in arguments)
-    with _lock:
-        if signature not in launch_kcrs.overloads:
-            launch_kcrs.disable_compile(False)
-            try:
-                with kept_openmp_threads():
-                    launch_kcrs.compile(signature)
-            finally:
-                launch_kcrs.disable_compile(True)
-    return launch_kcrs
+    """:func:`launch_kcrs` compiled for the types of ``arguments`` and
+    refusing any other (:func:`~cso.macrokernel.workers.compiled_only_for`):
+    operands read-only, strided or of another dtype raise ``TypeError``
+    before any work, for the caller to take the path that converts them."""
+    return compiled_only_for(launch_kcrs, arguments)
 
 
 def kcrs_state(

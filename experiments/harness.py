@@ -179,20 +179,22 @@ def row_variant_programs(layer, plan, rng, shipped: str, variant: str, **options
     return programs
 
 
-def row_plan_layers(threads: int) -> list:
+def row_plan_layers(threads: int, algorithms=None) -> list:
     """``[(layer, plan)]``: each distinct depthwise layer of EfficientNet-B0
-    and MobileNetV2 to which the analysis gives the row plan at ``threads``."""
+    and MobileNetV2 to which the analysis gives the row plan at ``threads``
+    (or any plan of ``algorithms``, a collection of ``Algorithm``)."""
     import cso
     from cso.analysis.choices import Algorithm
     from cso.models import efficientnet_b0, mobilenetv2_100
 
+    wanted = (Algorithm.DEPTHWISE_ROWS,) if algorithms is None else tuple(algorithms)
     chosen, seen = [], set()
     for layer in efficientnet_b0() + mobilenetv2_100():
         if not layer.depthwise or layer.name in seen:
             continue
         seen.add(layer.name)
         plan = cso.plan_conv2d(layer.x_shape, layer.w_shape, threads=threads, **layer.params)
-        if plan.algorithm == Algorithm.DEPTHWISE_ROWS:
+        if plan.algorithm in wanted:
             chosen.append((layer, plan))
     return chosen
 

@@ -22,27 +22,11 @@ from __future__ import annotations
 import harness  # noqa: F401  (pins BLAS threads before NumPy loads)
 import numpy as np
 
-import cso
 from cso.analysis.choices import Algorithm
 from cso.launch import launch_for, lanes_module_for, rows_module_for
 from cso.measure import im2col_gemm, kernel_name, paired_ratios, round_times, torch_peer
-from cso.models import efficientnet_b0, mobilenetv2_100
 
 MODULES = {Algorithm.DEPTHWISE_ROWS: rows_module_for, Algorithm.DEPTHWISE_LANES: lanes_module_for}
-
-
-def planned_layers(threads: int) -> list:
-    """``[(layer, plan)]``: each distinct depthwise layer of the two models
-    that the analysis gives a row or lane plan at ``threads``."""
-    chosen, seen = [], set()
-    for layer in efficientnet_b0() + mobilenetv2_100():
-        if not layer.depthwise or layer.name in seen:
-            continue
-        seen.add(layer.name)
-        plan = cso.plan_conv2d(layer.x_shape, layer.w_shape, threads=threads, **layer.params)
-        if plan.algorithm in MODULES:
-            chosen.append((layer, plan))
-    return chosen
 
 
 def main():
@@ -54,7 +38,7 @@ def main():
     rng = np.random.default_rng(0)
     totals = {"from bounds": 0.0, "constants": 0.0}
     print(f"{threads} thread(s), float32; times of the loop nest alone")
-    for layer, plan in planned_layers(threads):
+    for layer, plan in harness.row_plan_layers(threads, MODULES):
         x = rng.standard_normal(layer.x_shape).astype(np.float32)
         w = rng.standard_normal(layer.w_shape).astype(np.float32)
         variant = MODULES[plan.algorithm](plan, fixed_plane=False)

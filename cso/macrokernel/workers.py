@@ -210,26 +210,33 @@ def launch_typed(address, workers, counts, a0, a1, a2, a3, a4, a5, a6, a7, a8, a
 # launch_typed is handed out only by typed_launch, which compiles it for the
 # types it is given and then refuses others (Numba disables compilation only
 # once a function has a signature, so not from import on).
-_typed_launch_lock = threading.Lock()
+_typed_lock = threading.Lock()
 
 
 def typed_launch(arguments: tuple):
     """:func:`launch_typed`, compiled (or loaded from the disk cache) for the
     types of ``arguments`` (its own, the address, workers and counts first),
+    and refusing any other (:func:`compiled_only_for`).  What that buys: no
+    Python check of each operand's flags before a launch, 1-2 microseconds a
+    call in the benchmark's rounds (a Xeon, two threads,
+    ``experiments/call_steps.py``'s way of timing)."""
+    return compiled_only_for(launch_typed, arguments)
+
+
+def compiled_only_for(dispatcher, arguments: tuple):
+    """``dispatcher`` (a Numba function compiled only through here),
+    compiled (or loaded from the disk cache) for the types of ``arguments``
     and refusing any other: a call whose arguments' types differ (an
-    operand read-only or unaligned) raises ``TypeError`` before any work
-    instead of compiling the launch for them, so that its caller can take a
-    path that copies such operands.  What that buys: no Python check of each
-    operand's flags before a launch, 1-2 microseconds a call in the
-    benchmark's rounds (a Xeon, two threads, ``experiments/call_steps.py``'s
-    way of timing)."""
+    operand read-only, unaligned or strided) raises ``TypeError`` before any
+    work instead of compiling it for them, so that its caller can take a
+    path that converts such operands."""
     signature = tuple(numba.typeof(argument) for argument in arguments)
-    with _typed_launch_lock:
-        if signature not in launch_typed.overloads:
-            launch_typed.disable_compile(False)
+    with _typed_lock:
+        if signature not in dispatcher.overloads:
+            dispatcher.disable_compile(False)
             try:
                 with kept_openmp_threads():
-                    launch_typed.compile(signature)
+                    dispatcher.compile(signature)
             finally:
-                launch_typed.disable_compile(True)
-    return launch_typed
+                dispatcher.disable_compile(True)
+    return dispatcher

@@ -130,17 +130,22 @@ def test_a_quick_call_matches_the_reference_every_time(rng, problem, dtype, thre
     assert call.quick_call(0, x, rng.standard_normal(w_shape).astype(dtype), None) is None
 
 
-def test_conv2d_takes_the_quick_call_once_it_has_one(rng, monkeypatch):
-    from cso.repeated import RepeatedCall as Repeated
-
+@pytest.fixture
+def general_calls(monkeypatch) -> list:
+    """A list that grows by one at each call through ``RepeatedCall.__call__``."""
     general = []
-    original = Repeated.__call__
+    original = RepeatedCall.__call__
 
     def counted(self, *arguments):
         general.append(1)
         return original(self, *arguments)
 
-    monkeypatch.setattr(Repeated, "__call__", counted)
+    monkeypatch.setattr(RepeatedCall, "__call__", counted)
+    return general
+
+
+def test_conv2d_takes_the_quick_call_once_it_has_one(rng, general_calls):
+    general = general_calls
     params = dict(padding=1, groups=32)
     for _ in range(4):
         x = rng.standard_normal((1, 32, 16, 16)).astype(np.float32)
@@ -170,21 +175,12 @@ def test_conv2d_takes_the_quick_call_once_it_has_one(rng, monkeypatch):
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_conv2d_converts_what_its_quick_call_refuses(rng, threads, monkeypatch):
+def test_conv2d_converts_what_its_quick_call_refuses(rng, threads, general_calls):
     """Once a problem has its quick call (a compiled one: a depthwise plan),
     operands of other types than it was compiled for (read-only, strided,
     Fortran-ordered) take RepeatedCall's conversions, with the right result;
     the quick call is kept for the next plain call."""
-    from cso.repeated import RepeatedCall as Repeated
-
-    general = []
-    original = Repeated.__call__
-
-    def counted(self, *arguments):
-        general.append(1)
-        return original(self, *arguments)
-
-    monkeypatch.setattr(Repeated, "__call__", counted)
+    general = general_calls
     params = dict(padding=2, groups=24)
     w = rng.standard_normal((24, 1, 5, 5)).astype(np.float32)
     for _ in range(3):  # plans, then makes the quick call
