@@ -89,30 +89,38 @@ def test_out_overlapping_the_input_is_refused():
         cso.conv2d(x, W, out=out)
 
 
-def test_concurrent_calls_from_four_threads(rng):
+def test_concurrent_calls_from_six_threads(rng):
+    # Dense and depthwise problems (the latter's repeated calls through their
+    # compiled quick call), one and two threads each: every parallel launch
+    # opens its own region from its own calling thread.
     problems = []
-    for index in range(4):
-        x = rng.standard_normal((1, 8 + index, 20, 17)).astype(np.float32)
-        w = rng.standard_normal((12 + index, 8 + index, 3, 3)).astype(np.float32)
-        problems.append((x, w))
+    for index in range(6):
+        channels = 8 + index
+        groups = channels if index >= 2 else 1
+        x = rng.standard_normal((1, channels, 20, 17)).astype(np.float32)
+        filters = channels if groups > 1 else 12 + index
+        w = rng.standard_normal((filters, channels // groups, 3, 3)).astype(np.float32)
+        problems.append((x, w, groups))
     results, errors = {}, []
 
     def work(index):
         try:
-            x, w = problems[index]
+            x, w, groups = problems[index]
             for _ in range(5):
-                results[index] = cso.conv2d(x, w, padding=1, threads=1 + index % 2)
+                results[index] = cso.conv2d(
+                    x, w, padding=1, groups=groups, threads=1 + index % 2
+                )
         except Exception as error:  # surfaced below, not swallowed
             errors.append(error)
 
-    workers = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    workers = [threading.Thread(target=work, args=(i,)) for i in range(6)]
     for worker in workers:
         worker.start()
     for worker in workers:
         worker.join()
     assert errors == []
-    for index, (x, w) in enumerate(problems):
-        assert_matches_reference(results[index], x, w, padding=1)
+    for index, (x, w, groups) in enumerate(problems):
+        assert_matches_reference(results[index], x, w, padding=1, groups=groups)
 
 
 def test_a_kept_workspace_left_full_by_another_layer_does_not_change_a_result(rng):
