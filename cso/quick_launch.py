@@ -6,7 +6,7 @@ grouped families' repeated calls (their filters read as KCRS rows,
 :func:`launch_kcrs`, with everything that does not depend on the operands
 bound once: an int64 ``state`` (below), the nest's workspace where it is
 constant, its offsets and its bounds.  A call then takes one Numba dispatch
-of six arguments, where the Python closure before it allocated the output,
+of seven arguments, where the Python closure before it allocated the output,
 flattened both operands, looked up the workspace and dispatched fourteen;
 and each step costs several times more right after other work than warm.
 
@@ -23,8 +23,10 @@ Layout of ``state`` (int64, one per quick call)::
     [SIZE]       the output's elements
     [SHAPE:SHAPE+4] the output's shape (N, K, P, Q)
 
-The addresses are of arrays the :class:`~cso.repeated.RepeatedCall` (and
-:mod:`cso.openmp`) hold for the life of the process or of the call.
+The addresses are of arrays kept for the life of the process: the
+placeholders of :func:`cso.workspace.placeholder` and the array of
+:func:`cso.openmp.launch_addresses` (a one-thread plan's, which reads none:
+a module-level array of :mod:`cso.repeated`).
 """
 
 from __future__ import annotations

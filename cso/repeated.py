@@ -185,8 +185,8 @@ class RepeatedCall:
         work = scratch if scratch is not None else workspace(elements, dtype)
         launch = typed_launch_kcrs((state, work, offsets, bounds, x, w, bias))
         if scratch is not None:
-            # The state holds the placeholders' addresses: the RepeatedCall
-            # that holds them is kept beside its quick call.
+            # The state holds the placeholders' addresses: shared arrays
+            # cso.workspace.placeholder keeps for the life of the process.
             return functools.partial(launch, state, scratch, offsets, bounds)
 
         def quick(x, w, bias):
