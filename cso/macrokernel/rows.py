@@ -1,10 +1,11 @@
 """The row loop nest: depthwise convolutions on the planes as given, a block
 of output rows at a time.
 
-This file is a template as well as a module: ``row_tap_kernel``, ``ROWS``
-and ``LANES`` are bound per specialisation (the filter size, dilations,
-strides, rows and vectors a call, dtype, vector lanes) by
-:mod:`cso.macrokernel.specialise`.  Only loops live here.
+This file is a template as well as a module: ``row_tap_kernel``, ``ROWS``,
+``LANES``, ``PLANE`` and ``row_blocks`` are bound per specialisation (the
+filter size, dilations, strides, rows and vectors a call, dtype, vector
+lanes, the plane's geometry) by :mod:`cso.macrokernel.family_modules`.
+Only loops live here.
 
 Contracts relied on (:mod:`cso.microkernels.row_taps` for the kernel's)
 -----------------------------------------------------------------------
@@ -51,6 +52,63 @@ LANES = None
 # (bounds[ROW_PLANE_START:ROW_PLANE_END]), constants of the specialisation;
 # None in a module that reads them from the bounds (for measurements).
 PLANE = None
+# A job's blocks: loop_row_blocks, or where the plane's geometry is constant
+# and its blocks few, a function calling row_block at each block's first
+# row written out (cso.macrokernel.family_modules).
+row_blocks = None
+
+
+@njit(nogil=True, inline="always")
+def row_block(
+    p, b, job, k, source, x_flat, w_flat, bias, has_bias, residual, activation, has_residual,
+    y_flat, workspace, offsets,
+):  # fmt: skip
+    """The block of ``ROWS`` output rows from row ``p`` of job ``(image,
+    k)``'s plane (its input plane at ``source``): each of a row's calls."""
+    calls = offsets[0]
+    masks_at = 1 + calls
+    vector_masks_at = masks_at + calls * b.entries
+    inputs = x_flat.size
+    top = p * b.stride_h - b.pad_top
+    i_first = max(0, -top)
+    i_last = min(b.window_rows, b.height - top)
+    row = source + top * b.width - b.pad_left
+    target = job * b.out_height * b.out_width + p * b.out_width
+    for call in range(calls):
+        q0 = offsets[1 + call]
+        at = row + q0 * b.stride_w
+        if at + i_first * b.width >= 0 and (at + (i_last - 1) * b.width + b.load_span <= inputs):
+            row_tap_kernel(
+                x_flat, at, b.width,
+                workspace, q0 * b.stride_w, i_first, i_last,
+                w_flat, k * b.taps, y_flat, target + q0, b.out_width,
+                offsets, masks_at + call * b.entries,
+                vector_masks_at + call * b.vector_entries,
+                bias, k, has_bias, residual, target + q0, activation, has_residual,
+            )  # fmt: skip
+        else:
+            row_tap_kernel_checked(
+                x_flat, at, b.width,
+                workspace, q0 * b.stride_w, i_first, i_last,
+                w_flat, k * b.taps, y_flat, target + q0, b.out_width,
+                offsets, masks_at + call * b.entries,
+                vector_masks_at + call * b.vector_entries,
+                bias, k, has_bias, residual, target + q0, activation, has_residual,
+            )  # fmt: skip
+
+
+@njit(nogil=True, inline="always")
+def loop_row_blocks(
+    b, job, k, source, x_flat, w_flat, bias, has_bias, residual, activation, has_residual,
+    y_flat, workspace, offsets,
+):  # fmt: skip
+    """Every block of a job's plane, in a loop: the first rows every
+    ``ROWS``, the last at ``P - ROWS``."""
+    for block in range(0, b.out_height, ROWS):
+        row_block(
+            min(block, b.out_height - ROWS), b, job, k, source, x_flat, w_flat, bias, has_bias,
+            residual, activation, has_residual, y_flat, workspace, offsets,
+        )  # fmt: skip
 
 
 @njit(nogil=True, cache=True)
@@ -91,43 +149,12 @@ def convolve_rows(
         b = RowBounds(*(bounds[:ROW_PLANE_START] + PLANE + bounds[ROW_PLANE_END:]))
     jobs = b.batch * b.filters
     plane = b.height * b.width
-    outputs = b.out_height * b.out_width
-    calls = offsets[0]
-    masks_at = 1 + calls
-    vector_masks_at = masks_at + calls * b.entries
-    inputs = x_flat.size
     if worker < b.workers:  # this call's share of the work
         for job in range(worker * jobs // b.workers, (worker + 1) * jobs // b.workers):
             image = job // b.filters
             k = job % b.filters
             source = (image * b.channels + k // b.multiplier) * plane
-            for block in range(0, b.out_height, ROWS):
-                p = min(block, b.out_height - ROWS)
-                top = p * b.stride_h - b.pad_top
-                i_first = max(0, -top)
-                i_last = min(b.window_rows, b.height - top)
-                row = source + top * b.width - b.pad_left
-                target = job * outputs + p * b.out_width
-                for call in range(calls):
-                    q0 = offsets[1 + call]
-                    at = row + q0 * b.stride_w
-                    if at + i_first * b.width >= 0 and (
-                        at + (i_last - 1) * b.width + b.load_span <= inputs
-                    ):
-                        row_tap_kernel(
-                            x_flat, at, b.width,
-                            workspace, q0 * b.stride_w, i_first, i_last,
-                            w_flat, k * b.taps, y_flat, target + q0, b.out_width,
-                            offsets, masks_at + call * b.entries,
-                            vector_masks_at + call * b.vector_entries,
-                            bias, k, has_bias, residual, target + q0, activation, has_residual,
-                        )  # fmt: skip
-                    else:
-                        row_tap_kernel_checked(
-                            x_flat, at, b.width,
-                            workspace, q0 * b.stride_w, i_first, i_last,
-                            w_flat, k * b.taps, y_flat, target + q0, b.out_width,
-                            offsets, masks_at + call * b.entries,
-                            vector_masks_at + call * b.vector_entries,
-                            bias, k, has_bias, residual, target + q0, activation, has_residual,
-                        )  # fmt: skip
+            row_blocks(
+                b, job, k, source, x_flat, w_flat, bias, has_bias, residual, activation,
+                has_residual, y_flat, workspace, offsets,
+            )  # fmt: skip
