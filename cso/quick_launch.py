@@ -31,12 +31,15 @@ a module-level array of :mod:`cso.repeated`).
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 from numba import carray, njit, types
 from numba.extending import intrinsic
 
 from .macrokernel.calling import call_worker
 from .macrokernel.workers import compiled_only_for, launch_workers
+from .numba_cache import guard_module
 
 NEST, WORKERS, COUNTS, COUNTS_SIZE, ZERO_BIAS, NO_RESIDUAL = 0, 1, 2, 3, 4, 5
 ACTIVATION, ALIGNED, SIZE, SHAPE = 6, 7, 8, 9
@@ -111,3 +114,8 @@ def kcrs_state(
     state[SIZE] = int(np.prod(shape))
     state[SHAPE : SHAPE + 4] = shape
     return state
+
+
+# Every cached function here compiles for several argument types, in
+# whichever processes come first (cso.numba_cache).
+guard_module(sys.modules[__name__])

@@ -43,6 +43,7 @@ from ..analysis import tap_layout as tap_layout_source
 from ..analysis.choices import VectorOperand
 from ..analysis.hardware import KERNEL_PREFETCH_DISTANCE
 from ..cachedir import cache_directory, write_text_atomically
+from ..numba_cache import guard_module
 from ..microkernels import activations as activations_source
 from ..microkernels import dot_products as dot_products_source
 from ..microkernels import epilogue as epilogue_source
@@ -234,5 +235,7 @@ def specialised_module(key, name, source_of):
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         spec.loader.exec_module(module)
+        # Its nests compile for each dtype, in whichever processes come first.
+        guard_module(module)
         _modules[key] = module
         return module

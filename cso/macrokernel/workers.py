@@ -44,6 +44,8 @@ anything in it could read it.
 
 from __future__ import annotations
 
+import sys
+
 import functools
 import threading
 
@@ -56,6 +58,7 @@ from llvmlite import ir
 from ..openmp import RUNTIME_SLOTS, TEAM_SLOT, kept_openmp_threads, launch_addresses
 from .calling import call_worker, canonical_type
 from .team import run_team
+from ..numba_cache import guard_module
 
 
 # Every family's nest takes eleven arguments after the worker's index
@@ -240,3 +243,8 @@ def compiled_only_for(dispatcher, arguments: tuple):
             finally:
                 dispatcher.disable_compile(True)
     return dispatcher
+
+
+# Every cached function here compiles for several argument types, in
+# whichever processes come first (cso.numba_cache).
+guard_module(sys.modules[__name__])

@@ -10,12 +10,15 @@ operands in a warm, repeated call: the roofline the benchmark compares with.
 
 from __future__ import annotations
 
+import sys
+
 import time
 
 import numba
 import numpy as np
 
 from ..openmp import kept_openmp_threads
+from ..numba_cache import guard_module
 
 
 @numba.njit(fastmath=True, nogil=True, cache=True)
@@ -95,3 +98,8 @@ def _best_stream(source, destination, threads, rounds, min_seconds) -> float:
     finally:
         numba.set_num_threads(previous)
     return best
+
+
+# Every cached function here compiles for several argument types, in
+# whichever processes come first (cso.numba_cache).
+guard_module(sys.modules[__name__])

@@ -24,12 +24,15 @@ not depend on the channel tile at all, only on ``Nf``.
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 from numba import njit
 from numba.extending import register_jitable
 
 from ..geometry import ceil_div
 from .transpose import transpose_into_panels, transpose_into_panels_serial, vector_token
+from ..numba_cache import guard_module
 
 
 ALIGN_BYTES = 64
@@ -180,3 +183,8 @@ def filter_panel_offset(
     return (
         (group * filter_tiles + filter_tile) * reduction + channel_start * kernel_area
     ) * filters_per_tile
+
+
+# Every cached function here compiles for several argument types, in
+# whichever processes come first (cso.numba_cache).
+guard_module(sys.modules[__name__])

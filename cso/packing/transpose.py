@@ -26,10 +26,14 @@ a constant here.
 
 from __future__ import annotations
 
+import sys
+
 from llvmlite import ir
 from numba import njit, prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic
+
+from ..numba_cache import guard_module
 
 def vector_token(lanes: int) -> tuple:
     """The vector token for ``lanes`` elements per vector: ``(None,) * lanes``."""
@@ -373,3 +377,8 @@ def pack_filter_tiles_in_turn(
                 source, filters_per_group, reduction, filters_per_tile, 0, tile, row_start,
                 rows, buffer, 0, vector,
             )  # fmt: skip
+
+
+# Every cached function here compiles for several argument types, in
+# whichever processes come first (cso.numba_cache).
+guard_module(sys.modules[__name__])

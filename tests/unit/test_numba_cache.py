@@ -1,0 +1,112 @@
+"""cso.numba_cache: cached functions' saves and loads hold a lock beside
+their index, so that processes compiling one function for different types
+at once leave an index whose every entry names its own machine code."""
+
+import os
+import subprocess
+import sys
+
+import numba
+import pytest
+
+from cso import numba_cache
+
+pytestmark = pytest.mark.skipif(numba_cache.fcntl is None, reason="no flock here")
+
+MODULE = '''
+import sys
+import numba
+sys.path.insert(0, {directory!r})
+from cso.numba_cache import guard_module
+
+
+@numba.njit(cache=True)
+def scaled(x):
+    return x * 3 + 1
+
+
+guard_module(sys.modules[__name__])
+'''
+
+# Each process compiles the function for its own types, the two at once;
+# each read of the index waits a little, so that two saves meet in the window
+# where an unguarded one has read the index and not yet written it.
+COMPILE = '''
+import sys
+import time
+import numpy as np
+from numba.core import caching
+sys.path.insert(0, {directory!r})
+read_index = caching.IndexDataCacheFile._load_index
+
+
+def slow_read(self):
+    index = read_index(self)
+    time.sleep(0.05)
+    return index
+
+
+caching.IndexDataCacheFile._load_index = slow_read
+import guarded
+for dtype in {dtypes!r}:
+    for ndim in (1, 2, 3):
+        guarded.scaled(np.ones((2,) * ndim, dtype))
+'''
+
+# A fresh process loads every overload and checks what it computes.
+CHECK = '''
+import sys
+import numpy as np
+sys.path.insert(0, {directory!r})
+import guarded
+for dtype in {dtypes!r}:
+    for ndim in (1, 2, 3):
+        x = np.arange(2 ** ndim, dtype=dtype).reshape((2,) * ndim)
+        assert (guarded.scaled(x) == x * 3 + 1).all(), (dtype, ndim)
+print(len(guarded.scaled.overloads), sum(guarded.scaled.stats.cache_hits.values()))
+'''
+
+
+def test_guard_wraps_saves_and_loads_once():
+    @numba.njit(cache=True)
+    def cached(x):
+        return x + 1
+
+    @numba.njit
+    def uncached(x):
+        return x + 1
+
+    guarded = numba_cache.guard(cached)
+    assert guarded is cached
+    cache_file = cached._cache._cache_file
+    save, load = cache_file.save, cache_file.load
+    assert save.cso_guarded and load.cso_guarded
+    numba_cache.guard(cached)
+    assert cache_file.save is save and cache_file.load is load  # not wrapped twice
+    assert numba_cache.guard(uncached) is uncached
+
+
+def test_processes_compiling_one_function_at_once_leave_a_sound_cache(tmp_path):
+    directory = str(tmp_path)
+    (tmp_path / "guarded.py").write_text(MODULE.format(directory=directory))
+    first = ["int8", "int16", "int32", "int64", "uint8", "uint16"]
+    second = ["float32", "float64", "uint32", "uint64", "complex64", "complex128"]
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
+    for _ in range(2):
+        runs = [
+            subprocess.Popen(
+                [sys.executable, "-c", COMPILE.format(directory=directory, dtypes=dtypes)],
+                env=env,
+            )
+            for dtypes in (first, second)
+        ]
+        assert [run.wait(timeout=300) for run in runs] == [0, 0]
+    result = subprocess.run(
+        [sys.executable, "-c", CHECK.format(directory=directory, dtypes=first + second)],
+        env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    overloads, hits = map(int, result.stdout.split()[:2])
+    # Every overload came from the disk cache: none was missing or refused.
+    assert overloads == len(first + second) * 3
+    assert hits == overloads
