@@ -260,7 +260,9 @@ def test_the_hash_covers_every_kernel_source_a_hashed_source_imports():
         for imported in _cso_imports(module)
     }
     bound = set(re.findall(r"cso\.(?:microkernels|packing)\.\w+", inspect.getsource(specialise)))
-    assert not (read | bound) - hashed - {"cso.cachedir", "cso.geometry"}
+    # (cso.numba_cache locks Numba's cache files around saves and loads: it
+    # generates no code, so an edit to it changes no compiled module.)
+    assert not (read | bound) - hashed - {"cso.cachedir", "cso.geometry", "cso.numba_cache"}
 
 
 def test_the_parallel_loop_refuses_arrays_of_two_dtypes():
