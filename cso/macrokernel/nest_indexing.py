@@ -7,7 +7,11 @@ each worker's buffers and their data addresses.  They hold no kernel and
 no packing, so they live outside the template that binds those.
 """
 
+import sys
+
 from numba import njit
+
+from ..numba_cache import guard_module
 
 
 @njit(nogil=True, cache=True)
@@ -81,3 +85,8 @@ def operand_addresses(operands):
         scratch.ctypes.data,
         filter_tile.ctypes.data,
     )
+
+
+# Every cached function here compiles for several argument types, in
+# whichever processes come first (cso.numba_cache).
+guard_module(sys.modules[__name__])

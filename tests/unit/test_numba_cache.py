@@ -110,3 +110,30 @@ def test_processes_compiling_one_function_at_once_leave_a_sound_cache(tmp_path):
     # Every overload came from the disk cache: none was missing or refused.
     assert overloads == len(first + second) * 3
     assert hits == overloads
+
+
+# Templates: their functions are compiled only as the generated modules'
+# copies, which cso.macrokernel.specialise guards as it imports them.
+TEMPLATES = {
+    f"cso.macrokernel.{name}" for name in ("loops", "rows", "lanes", "planes", "depthwise")
+}
+
+
+def test_every_cached_function_of_the_package_is_guarded():
+    import importlib
+    import pkgutil
+
+    import cso
+    from numba.core.registry import CPUDispatcher
+
+    unguarded = []
+    for info in pkgutil.walk_packages(cso.__path__, "cso."):
+        if info.name in TEMPLATES or info.name.startswith(("cso.__main__", "cso.onnx", "cso.dask")):
+            continue
+        module = importlib.import_module(info.name)
+        for name, value in vars(module).items():
+            cache_file = getattr(getattr(value, "_cache", None), "_cache_file", None)
+            if isinstance(value, CPUDispatcher) and value.__module__ == info.name and cache_file:
+                if not getattr(cache_file.save, "cso_guarded", False):
+                    unguarded.append(f"{info.name}.{name}")
+    assert unguarded == []
