@@ -16,7 +16,10 @@ first, so :func:`guard` makes each of their saves and loads hold an
 exclusive lock on a file beside the index (``<index>.lock``, ``flock``):
 a save's index and data are then written before any other process reads or
 writes that index.  Where ``fcntl`` is missing (not POSIX), nothing is
-locked, as before.
+locked, as before.  This reaches into Numba's private cache objects
+(``dispatcher._cache._cache_file``, its ``save``, ``load`` and
+``_index_path``; Numba 0.68): where a later Numba renames them, :func:`guard`
+leaves the function as it is.
 """
 
 from __future__ import annotations
