@@ -298,21 +298,19 @@ def row_bounds(plan: Plan) -> RowBounds:
     )
 
 
-def rows_module_for(plan: Plan, patch: LoopPatch = None, **options):
+def rows_module_for(plan: Plan, patch: LoopPatch = None, fixed_plane: bool = True, **options):
     """A row plan's loop module (:func:`~cso.macrokernel.family_modules.rows_module`)
     for its planes' geometry, its kernel's inner vectors whole where every
     call's lie inside the row and its whole-load kernel storing the plan's
-    tail lanes; ``options`` (``unmasked_inner``, ``masked_fmas``,
-    ``fixed_plane=False``: the plane's geometry read from the bounds) override
+    tail lanes; ``fixed_plane=False`` (the plane's geometry read from the
+    bounds) and ``options`` (``unmasked_inner``, ``masked_fmas``) override
     those choices, for a measurement or a test of the same plan through
     another build."""
     g = plan.geometry
     vectors = plan.windows_per_tile // plan.vector_lanes
     chosen = {"unmasked_inner": rows.full_interior_vectors(g, plan.vector_lanes, vectors)}
     chosen.update(options)
-    plane = tuple(row_bounds(plan)[ROW_PLANE_START:ROW_PLANE_END])
-    if not chosen.pop("fixed_plane", True):
-        plane = None
+    plane = tuple(row_bounds(plan)[ROW_PLANE_START:ROW_PLANE_END]) if fixed_plane else None
     return rows_module(
         g.kernel_height, g.kernel_width, g.dilation_h, g.dilation_w, g.stride_h, g.stride_w,
         plan.rows_per_call, vectors, plan.dtype, plan.vector_lanes, plane,

@@ -37,9 +37,9 @@ import numpy as np
 from numba import carray, njit, types
 from numba.extending import intrinsic
 
-from .macrokernel.calling import call_worker
-from .macrokernel.workers import compiled_only_for, launch_workers
+from .macrokernel.workers import compiled_only_for, launch_any
 from .numba_cache import guard_module
+from .packing.filters import ALIGN_BYTES
 
 NEST, WORKERS, COUNTS, COUNTS_SIZE, ZERO_BIAS, NO_RESIDUAL = 0, 1, 2, 3, 4, 5
 ACTIVATION, ALIGNED, SIZE, SHAPE = 6, 7, 8, 9
@@ -63,10 +63,10 @@ def launch_kcrs(state, work, offsets, bounds, x, w, bias):
     ``bounds`` the nest's (:func:`cso.executor.nest_arguments`)."""
     size = state[SIZE]
     if state[ALIGNED]:
-        # 64-byte aligned as cso.outputs.new_output makes it: 16 elements
-        # spare, the view starting at the first aligned one.
-        spare = np.empty(size + 64 // x.itemsize, x.dtype)
-        start = ((-spare.ctypes.data) % 64) // x.itemsize
+        # On a cache line, as cso.packing.filters.aligned_empty makes it: a
+        # line's elements spare, the view starting at the first aligned one.
+        spare = np.empty(size + ALIGN_BYTES // x.itemsize, x.dtype)
+        start = (-spare.ctypes.data) % ALIGN_BYTES // x.itemsize
         y = spare[start : start + size]
     else:
         y = np.empty(size, x.dtype)
@@ -79,17 +79,10 @@ def launch_kcrs(state, work, offsets, bounds, x, w, bias):
         terms, has_bias = zero_bias, False
     else:
         terms, has_bias = bias.reshape(bias.size), True
-    activation = state[ACTIVATION]
-    if state[WORKERS] == 1:
-        call_worker(
-            state[NEST], np.int64(0), x_flat, w_flat, terms, has_bias, no_residual, activation,
-            False, y, work, offsets, bounds,
-        )  # fmt: skip
-    else:
-        launch_workers(
-            state[NEST], state[WORKERS], counts, x_flat, w_flat, terms, has_bias, no_residual,
-            activation, False, y, work, offsets, bounds,
-        )  # fmt: skip
+    launch_any(
+        state[NEST], state[WORKERS], counts, x_flat, w_flat, terms, has_bias, no_residual,
+        state[ACTIVATION], False, y, work, offsets, bounds,
+    )  # fmt: skip
     return y.reshape((state[SHAPE], state[SHAPE + 1], state[SHAPE + 2], state[SHAPE + 3]))
 
 

@@ -182,7 +182,7 @@ class RepeatedCall:
         )  # fmt: skip
         offsets, bounds = self.tail
         scratch, elements, dtype = self.scratch, self.launch.workspace_elements, self.dtype
-        work = scratch if scratch is not None else workspace(elements, dtype)
+        work = executor.nest_workspace(self.launch, dtype)
         launch = typed_launch_kcrs((state, work, offsets, bounds, x, w, bias))
         if scratch is not None:
             # The state holds the placeholders' addresses: shared arrays

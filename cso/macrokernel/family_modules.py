@@ -17,15 +17,16 @@ serves it after).
 from __future__ import annotations
 
 import hashlib
+import inspect
 import pathlib
 
+from ..analysis.rows import block_starts
 from ..microkernels.row_taps import masked_fma_vectors
 from ..microkernels.vector_ir import target_has_mask_registers
 from . import depthwise as depthwise_source
 from . import lanes as lanes_source
 from . import planes as planes_source
 from . import rows as rows_source
-from ..analysis.rows import block_starts
 from .bounds import LANE_PLANE_END, LANE_PLANE_START, ROW_PLANE_END, ROW_PLANE_START, RowBounds
 from .specialise import LoopPatch, check_patch, patch_suffix, specialised_module
 
@@ -236,10 +237,8 @@ def _row_blocks_binding(plane, rows: int) -> str:
     starts = block_starts(plane[ROW_OUT_HEIGHT], rows)
     if len(starts) > MAX_UNROLLED_BLOCKS:
         return "row_blocks = loop_row_blocks\n"
-    arguments = (
-        "b, job, k, source, x_flat, w_flat, bias, has_bias, residual, activation, "
-        "has_residual, y_flat, workspace, offsets"
-    )
+    # The template's loop takes the same arguments.
+    arguments = ", ".join(inspect.signature(rows_source.loop_row_blocks.py_func).parameters)
     calls = "".join(f"    row_block({start}, {arguments})\n" for start in starts)
     return f'\n@njit(nogil=True, inline="always")\ndef row_blocks({arguments}):\n{calls}'
 

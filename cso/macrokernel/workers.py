@@ -44,9 +44,8 @@ anything in it could read it.
 
 from __future__ import annotations
 
-import sys
-
 import functools
+import sys
 import threading
 
 import numba
@@ -55,10 +54,10 @@ from numba import njit, prange, types
 from numba.extending import intrinsic
 from llvmlite import ir
 
+from ..numba_cache import guard_module
 from ..openmp import RUNTIME_SLOTS, TEAM_SLOT, kept_openmp_threads, launch_addresses
 from .calling import call_worker, canonical_type
 from .team import run_team
-from ..numba_cache import guard_module
 
 
 # Every family's nest takes eleven arguments after the worker's index
@@ -199,15 +198,21 @@ class ParallelNest:
         launch_workers(self.address, self.workers, self.counts, *arguments)
 
 
-@njit(nogil=True, cache=True)
-def launch_typed(address, workers, counts, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10):
+@njit(nogil=True, inline="always")
+def launch_any(address, workers, counts, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10):
     """:func:`launch_workers`, or with one worker the nest at ``address`` as
-    worker 0 on the calling thread (no parallel region): the launch of
-    :func:`typed_launch`, compiled only for the types it is given."""
+    worker 0 on the calling thread (no parallel region, ``counts`` unread)."""
     if workers == 1:
         call_worker(address, np.int64(0), a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10)
     else:
         launch_workers(address, workers, counts, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10)
+
+
+@njit(nogil=True, cache=True)
+def launch_typed(address, workers, counts, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10):
+    """:func:`launch_any`: the launch of :func:`typed_launch`, compiled only
+    for the types it is given."""
+    launch_any(address, workers, counts, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10)
 
 
 # launch_typed is handed out only by typed_launch, which compiles it for the

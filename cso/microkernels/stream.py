@@ -11,14 +11,13 @@ operands in a warm, repeated call: the roofline the benchmark compares with.
 from __future__ import annotations
 
 import sys
-
 import time
 
 import numba
 import numpy as np
 
-from ..openmp import kept_openmp_threads
 from ..numba_cache import guard_module
+from ..openmp import kept_openmp_threads
 
 
 @numba.njit(fastmath=True, nogil=True, cache=True)

@@ -10,6 +10,8 @@ the same way lives here once.
 
 from __future__ import annotations
 
+import functools
+
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
@@ -172,7 +174,6 @@ def target_has_mask_registers() -> bool:
     AVX-512's mask registers: it compiles for the host (no
     ``NUMBA_CPU_NAME``), whose features have ``avx512f``, or for the
     features ``NUMBA_CPU_FEATURES`` names, which have it."""
-    import llvmlite.binding as llvm
     from numba.core import config
 
     if config.CPU_FEATURES is not None:
@@ -180,8 +181,17 @@ def target_has_mask_registers() -> bool:
     elif config.CPU_NAME is not None:
         return False  # a named CPU's features are not listed here: assume none
     else:
-        features = llvm.get_host_cpu_features().flatten()
+        features = _host_features()
     return "+avx512f" in features.split(",")
+
+
+@functools.lru_cache(maxsize=None)
+def _host_features() -> str:
+    """LLVM's list of the host's features, asked once: each query took ~0.3
+    ms, and a kernel's generation asks at every partial store it emits."""
+    import llvmlite.binding as llvm
+
+    return llvm.get_host_cpu_features().flatten()
 
 
 _asm_parser = []  # [True] once LLVM can read inline assembly (Numba does not ask)
