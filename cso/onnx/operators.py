@@ -12,28 +12,43 @@ NumPy's rules, which are ONNX's for the types ONNX allows together.
 from __future__ import annotations
 
 import math
+import sys
 
 import numba
 import numpy as np
 
+from ..numba_cache import guard_module
 from .errors import OperatorError
 from .pooling import average_pool, global_average_pool, max_pool
 
 
-_erf_ufunc = []
+@numba.njit(cache=True, nogil=True)
+def _erf_into(values, out):
+    for index in range(values.size):
+        out[index] = math.erf(values[index])
 
 
-def _erf_scalar(value):
-    return math.erf(value)
+# A cached Numba function, its disk cache locked against other processes
+# saving at once (cso.numba_cache; a numba.vectorize ufunc, as Erf was
+# before, has no dispatcher to guard).
+guard_module(sys.modules[__name__])
 
 
 def _erf(x):
-    """``erf`` elementwise, as a NumPy ufunc compiled by Numba on first use."""
-    if not _erf_ufunc:
-        _erf_ufunc.append(
-            numba.vectorize(["float32(float32)", "float64(float64)"], cache=True)(_erf_scalar)
-        )
-    return _erf_ufunc[0](x)
+    """``erf`` elementwise, in float32 for the types that cast to it safely
+    and float64 for the others, compiled by Numba; the result in ``x``'s
+    type, as ONNX's ``Erf`` (``T -> T``) and ``onnx.reference`` give it."""
+    x = np.asarray(x)
+    if np.can_cast(x.dtype, np.float32):
+        dtype = np.dtype(np.float32)
+    elif np.can_cast(x.dtype, np.float64):
+        dtype = np.dtype(np.float64)
+    else:
+        raise TypeError(f"Erf takes real numbers, got elements of {x.dtype}")
+    values = np.ascontiguousarray(x, dtype=dtype).reshape(-1)
+    out = np.empty(x.shape, dtype)
+    _erf_into(values, out.reshape(-1))
+    return out.astype(x.dtype, copy=False)
 
 
 def _unary(function):

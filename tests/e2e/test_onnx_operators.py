@@ -67,6 +67,15 @@ def test_unary(op_type):
     check(single_node_model(op_type, [("x", X)]), {"x": X})
 
 
+@pytest.mark.parametrize("dtype", [np.float16, np.float64])
+def test_erf_keeps_the_input_type(dtype):
+    # ONNX's Erf is T -> T: computed in float32 (float64 for float64) and
+    # given back in the input's type, as onnx.reference does.
+    x = X.astype(dtype)
+    output_type = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    check(single_node_model("Erf", [("x", x)], output_type=output_type), {"x": x}, rtol=1e-3)
+
+
 def test_sqrt():
     positive = np.abs(X) + 0.1
     check(single_node_model("Sqrt", [("x", positive)]), {"x": positive})
