@@ -16,15 +16,35 @@ first, so :func:`guard` makes each of their saves and loads hold an
 exclusive lock on a file beside the index (``<index>.lock``, ``flock``):
 a save's index and data are then written before any other process reads or
 writes that index.  Where ``fcntl`` is missing (not POSIX), nothing is
-locked, as before.  This reaches into Numba's private cache objects
-(``dispatcher._cache._cache_file``, its ``save``, ``load`` and
-``_index_path``; Numba 0.68): where a later Numba renames them, :func:`guard`
-leaves the function as it is.
+locked, as before (the fingerprint below still applies).
+
+Numba also judges a cached function fresh by its own file alone (its
+modification time and size, the index's "stamp"): the functions it calls or
+inlines from other modules are compiled into its machine code, and a change
+to one of those files alone left the old code in use.  On a Xeon a stale
+:func:`cso.quick_launch.launch_kcrs`, whose launch intrinsics live in
+:mod:`cso.macrokernel.calling`, crashed the interpreter after only that file
+had changed; anyone running cso from a checkout (``pip install -e .``) meets
+the same after pulling a change to a callee.  So :func:`guard` also puts a
+hash of the package's sources that machine code is generated from
+(:func:`source_fingerprint`: every file that imports Numba or llvmlite, the
+packages of compiled code, and the analysis and geometry that kernel
+builders consult) into the stamp: a
+change to any of them makes every guarded function's cache stale, and Numba
+recompiles it, as it does when its own file changes.
+
+This reaches into Numba's private cache objects
+(``dispatcher._cache._cache_file``, its ``save``, ``load``,
+``_index_path`` and ``_source_stamp``; Numba 0.68): where a later Numba
+renames them, :func:`guard` leaves the function as it is.
 """
 
 from __future__ import annotations
 
+import ast
 import functools
+import hashlib
+from pathlib import Path
 
 try:
     import fcntl
@@ -35,10 +55,13 @@ except ImportError:  # not POSIX: no locks
 def _under_lock(method, lock_path: str):
     """``method`` holding an exclusive ``flock`` on ``lock_path`` (created
     if missing) while it runs; as it is where that file cannot be opened
-    (an unwritable directory, whose cache Numba does not write either)."""
+    (an unwritable directory, whose cache Numba does not write either) or
+    there is no ``flock`` (not POSIX)."""
 
     @functools.wraps(method)
     def locked(*arguments, **keywords):
+        if fcntl is None:
+            return method(*arguments, **keywords)
         try:
             handle = open(lock_path, "a+b")
         except OSError:
@@ -54,27 +77,87 @@ def _under_lock(method, lock_path: str):
     return locked
 
 
-def guard(dispatcher):
+# The directory whose sources every guarded function's cache depends on.
+PACKAGE_SOURCES = Path(__file__).resolve().parent
+# Besides the files that import Numba or llvmlite, the packages of compiled
+# code (the loop nests' bounds, say, are a named tuple compiled code reads
+# by position) and what kernel builders consult as they generate code
+# (relative to the sources' root).
+GENERATION_SOURCES = ("analysis", "geometry.py", "macrokernel", "microkernels", "packing")
+
+
+def _generates_code(root: Path, path: Path) -> bool:
+    """Whether ``path``'s code can end up in machine code: it imports Numba
+    or llvmlite, or it is one of :data:`GENERATION_SOURCES`."""
+    relative = path.relative_to(root).as_posix()
+    if any(relative == name or relative.startswith(name + "/") for name in GENERATION_SOURCES):
+        return True
+    text = path.read_bytes()
+    if b"numba" not in text and b"llvmlite" not in text:
+        return False
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            names = [node.module or ""]
+        else:
+            continue
+        if any(name.split(".")[0] in ("numba", "llvmlite") for name in names):
+            return True
+    return False
+
+
+@functools.lru_cache(maxsize=None)
+def source_fingerprint(root: Path) -> str:
+    """The SHA-256 of the ``.py`` files under ``root`` that machine code is
+    generated from (:func:`_generates_code`): their paths relative to it and
+    their contents, in sorted order (read once a process)."""
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        if _generates_code(root, path):
+            digest.update(path.relative_to(root).as_posix().encode() + b"\0")
+            digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def guard(dispatcher, sources: Path | None = None):
     """Make ``dispatcher``'s cache saves and loads (a Numba function
-    compiled with ``cache=True``) hold the lock beside its index; return it
-    (usable as a decorator).  Idempotent; a dispatcher without a disk cache
-    is returned as it is."""
+    compiled with ``cache=True``) hold the lock beside its index, and its
+    cache stale whenever any source under ``sources`` (default: the cso
+    package, :data:`PACKAGE_SOURCES`) changes; return it (usable as a
+    decorator).  Idempotent; a dispatcher without a disk cache is returned
+    as it is."""
     cache = getattr(dispatcher, "_cache", None)
     cache_file = getattr(cache, "_cache_file", None)
-    if fcntl is None or cache_file is None:
+    if cache_file is None or not hasattr(cache_file, "_source_stamp"):
         return dispatcher
     if getattr(cache_file.save, "cso_guarded", False):
         return dispatcher
+    root = Path(sources).resolve() if sources is not None else PACKAGE_SOURCES
+    own_stamp = cache_file._source_stamp
+
+    def stamped(method):
+        # Numba writes the stamp into the index and treats an index of another
+        # stamp as empty: its own file's and the sources' together, set at the
+        # first save or load (reading the sources takes some 20 ms, once a
+        # process: not at import).
+        @functools.wraps(method)
+        def with_fingerprint(*arguments, **keywords):
+            cache_file._source_stamp = (own_stamp, source_fingerprint(root))
+            return method(*arguments, **keywords)
+
+        return with_fingerprint
+
     lock_path = str(cache_file._index_path) + ".lock"
-    cache_file.save = _under_lock(cache_file.save, lock_path)
-    cache_file.load = _under_lock(cache_file.load, lock_path)
+    cache_file.save = _under_lock(stamped(cache_file.save), lock_path)
+    cache_file.load = _under_lock(stamped(cache_file.load), lock_path)
     return dispatcher
 
 
-def guard_module(module) -> None:
+def guard_module(module, sources: Path | None = None) -> None:
     """:func:`guard` every cached Numba function of ``module``."""
     from numba.core.registry import CPUDispatcher
 
     for value in list(vars(module).values()):
         if isinstance(value, CPUDispatcher):
-            guard(value)
+            guard(value, sources)

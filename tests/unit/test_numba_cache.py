@@ -112,6 +112,75 @@ def test_processes_compiling_one_function_at_once_leave_a_sound_cache(tmp_path):
     assert hits == overloads
 
 
+CALLEE = """
+import numba
+
+
+@numba.njit
+def step(x):
+    return x + {increment}
+"""
+
+CALLER = """
+import sys
+import numba
+sys.path.insert(0, {directory!r})
+import callee
+from cso.numba_cache import guard_module
+
+
+@numba.njit(cache=True)
+def stepped(x):
+    return callee.step(x)
+
+
+if {guarded!r}:
+    guard_module(sys.modules[__name__], {directory!r})
+print(stepped(1), sum(stepped.stats.cache_hits.values()))
+"""
+
+
+@pytest.mark.parametrize("guarded", [False, True])
+def test_a_change_to_a_callee_alone_makes_a_guarded_cache_stale(tmp_path, guarded):
+    # Numba's stamp is the caller's own file: unguarded, the caller keeps the
+    # callee's old machine code after only the callee changed; guarded, the
+    # sources' fingerprint in the stamp makes it recompile.
+    directory = str(tmp_path)
+    (tmp_path / "caller.py").write_text(CALLER.format(directory=directory, guarded=guarded))
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
+
+    def run():
+        result = subprocess.run(
+            [sys.executable, str(tmp_path / "caller.py")],
+            env=env, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        return tuple(map(int, result.stdout.split()))
+
+    (tmp_path / "callee.py").write_text(CALLEE.format(increment=1))
+    assert run() == (2, 0)  # compiled
+    assert run() == (2, 1)  # from the cache
+    (tmp_path / "callee.py").write_text(CALLEE.format(increment=2))
+    assert run() == ((3, 0) if guarded else (2, 1))
+    if guarded:
+        assert run() == (3, 1)
+
+
+def test_the_fingerprint_covers_the_sources_machine_code_comes_from():
+    root = numba_cache.PACKAGE_SOURCES
+    covered = {
+        path.relative_to(root).as_posix()
+        for path in root.rglob("*.py")
+        if numba_cache._generates_code(root, path)
+    }
+    # Compiled code and what its generation reads, not the interface modules.
+    for name in ("quick_launch.py", "macrokernel/calling.py", "macrokernel/bounds.py",
+                 "analysis/rows.py", "packing/transpose.py", "onnx/operators.py"):  # fmt: skip
+        assert name in covered
+    for name in ("bench.py", "conv.py", "onnx/graph.py"):
+        assert name not in covered
+
+
 # Templates: their functions are compiled only as the generated modules'
 # copies, which cso.macrokernel.specialise guards as it imports them.
 TEMPLATES = {
