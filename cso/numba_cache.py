@@ -29,9 +29,9 @@ the same after pulling a change to a callee.  So :func:`guard` also puts a
 hash of the package's sources that machine code is generated from
 (:func:`source_fingerprint`: every file that imports Numba or llvmlite, the
 packages of compiled code, and the analysis and geometry that kernel
-builders consult) into the stamp: a
-change to any of them makes every guarded function's cache stale, and Numba
-recompiles it, as it does when its own file changes.
+builders consult) into the stamp: a change to any of them makes every
+guarded function's cache stale, and Numba recompiles it, as it does when
+its own file changes.
 
 This reaches into Numba's private cache objects
 (``dispatcher._cache._cache_file``, its ``save``, ``load``,
