@@ -39,7 +39,7 @@ from numba.extending import intrinsic
 
 from .macrokernel.workers import compiled_only_for, launch_any
 from .numba_cache import guard_module
-from .packing.filters import ALIGN_BYTES
+from .packing.filters import ALIGN_BYTES, aligned_part
 
 NEST, WORKERS, COUNTS, COUNTS_SIZE, ZERO_BIAS, NO_RESIDUAL = 0, 1, 2, 3, 4, 5
 ACTIVATION, ALIGNED, SIZE, SHAPE = 6, 7, 8, 9
@@ -63,11 +63,8 @@ def launch_kcrs(state, work, offsets, bounds, x, w, bias):
     ``bounds`` the nest's (:func:`cso.executor.nest_arguments`)."""
     size = state[SIZE]
     if state[ALIGNED]:
-        # On a cache line, as cso.packing.filters.aligned_empty makes it: a
-        # line's elements spare, the view starting at the first aligned one.
-        spare = np.empty(size + ALIGN_BYTES // x.itemsize, x.dtype)
-        start = (-spare.ctypes.data) % ALIGN_BYTES // x.itemsize
-        y = spare[start : start + size]
+        # On a cache line, as cso.packing.filters.aligned_empty makes it.
+        y = aligned_part(np.empty(size + ALIGN_BYTES // x.itemsize, x.dtype), size)
     else:
         y = np.empty(size, x.dtype)
     zero_bias = carray(pointer_to(state[ZERO_BIAS], y), (1,))

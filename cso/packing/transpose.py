@@ -35,6 +35,7 @@ from numba.extending import intrinsic
 
 from ..numba_cache import guard_module
 
+
 def vector_token(lanes: int) -> tuple:
     """The vector token for ``lanes`` elements per vector: ``(None,) * lanes``."""
     if isinstance(lanes, bool) or not isinstance(lanes, int) or not 1 <= lanes <= 64:
