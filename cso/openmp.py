@@ -130,26 +130,30 @@ def team_addresses() -> list:
     Numba's thread pool."""
     import numba
 
+    none = [0] * len(TEAM_FUNCTIONS)
     try:
         numba.get_num_threads()  # starts the pool: the layer is known from then on
         if numba.threading_layer() != "omp" or _forked:
-            return [0, 0, 0]
+            return none
     except (ValueError, RuntimeError):
-        return [0, 0, 0]
-    names = ("GOMP_parallel", "omp_get_thread_num", "omp_get_num_threads")
+        return none
     for opener in (_global_library, _pool_library):
         try:
             library = opener()
-            return [ctypes.cast(getattr(library, name), ctypes.c_void_p).value for name in names]
+            return [
+                ctypes.cast(getattr(library, name), ctypes.c_void_p).value
+                for name in TEAM_FUNCTIONS
+            ]
         except (ImportError, OSError, AttributeError):
             continue
-    return [0, 0, 0]
+    return none
 
 
 # The slots of launch_addresses(): Numba's count getter and setter, the team's
-# three functions, then each runtime's pair.
+# functions, then each runtime's pair.
+TEAM_FUNCTIONS = ("GOMP_parallel", "omp_get_thread_num", "omp_get_num_threads")
 TEAM_SLOT = 2
-RUNTIME_SLOTS = 5
+RUNTIME_SLOTS = TEAM_SLOT + len(TEAM_FUNCTIONS)
 _forked = False
 
 
@@ -158,7 +162,7 @@ def _after_fork_in_child() -> None:
     global _forked
     _forked = True
     if _launch:
-        _launch[0][TEAM_SLOT : TEAM_SLOT + 3] = 0
+        _launch[0][TEAM_SLOT:RUNTIME_SLOTS] = 0
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -159,7 +159,7 @@ counts = openmp.launch_addresses()
 found = bool(counts[openmp.TEAM_SLOT]) if {team} else bool(counts[0])
 if not {team}:
     counts = counts.copy()
-    counts[openmp.TEAM_SLOT : openmp.TEAM_SLOT + 3] = 0
+    counts[openmp.TEAM_SLOT : openmp.RUNTIME_SLOTS] = 0
 numba.set_num_threads(1)
 ids = launch(2, counts)
 after_launch = numba.get_num_threads()
@@ -206,7 +206,7 @@ launch(2, counts)
 before = bool(counts[openmp.TEAM_SLOT])
 child = os.fork()
 if child == 0:
-    cleared = not any(openmp.launch_addresses()[openmp.TEAM_SLOT : openmp.TEAM_SLOT + 3])
+    cleared = not any(openmp.launch_addresses()[openmp.TEAM_SLOT : openmp.RUNTIME_SLOTS])
     os._exit(0 if cleared else 1)
 _, status = os.waitpid(child, 0)
 print([before, os.waitstatus_to_exitcode(status), bool(counts[openmp.TEAM_SLOT])])
