@@ -157,26 +157,66 @@ def nest_programs(plan, x, w, launches: dict) -> tuple:
     return programs, outputs
 
 
-def row_variant_programs(layer, plan, rng, shipped: str, variant: str, **options) -> dict:
-    """Programs running ``plan``'s row nest alone (:func:`nest_programs`) on
-    random operands of ``layer``'s shapes drawn from ``rng``: as shipped,
-    named ``shipped``, and through the row module built with ``options``
-    (:func:`cso.launch.rows_module_for`), named ``variant``; their outputs
+def variant_programs(layer, plan, x, w, shipped: str, variant: str, module) -> dict:
+    """Programs running ``plan``'s nest alone (:func:`nest_programs`) on ``x``
+    and ``w``: as shipped, named ``shipped``, and through the loop module
+    ``module`` (a build of the same plan), named ``variant``; their outputs
     checked bit for bit alike."""
     import numpy as np
 
-    from cso.launch import launch_for, rows_module_for
+    from cso.launch import launch_for
 
-    x = rng.standard_normal(layer.x_shape).astype(np.float32)
-    w = rng.standard_normal(layer.w_shape).astype(np.float32)
     launches = {
         shipped: launch_for(plan, False),
-        variant: launch_for(plan, False, module=rows_module_for(plan, **options)),
+        variant: launch_for(plan, False, module=module),
     }
     programs, outputs = nest_programs(plan, x, w, launches)
     if not np.array_equal(outputs[shipped], outputs[variant]):
         raise SystemExit(f"{layer.name}: the {variant} nest's output differs from the {shipped}")
     return programs
+
+
+def row_variant_programs(layer, plan, rng, shipped: str, variant: str, **options) -> dict:
+    """:func:`variant_programs` of a row plan on random operands of
+    ``layer``'s shapes drawn from ``rng``, the variant the row module built
+    with ``options`` (:func:`cso.launch.rows_module_for`)."""
+    import numpy as np
+
+    from cso.launch import rows_module_for
+
+    x = rng.standard_normal(layer.x_shape).astype(np.float32)
+    w = rng.standard_normal(layer.w_shape).astype(np.float32)
+    module = rows_module_for(plan, **options)
+    return variant_programs(layer, plan, x, w, shipped, variant, module)
+
+
+def report_paired(layer, plan, samples: dict, totals: dict, reference: str, other: str,
+                  labels: dict) -> None:  # fmt: skip
+    """Print ``layer``'s line from :func:`cso.measure.round_times`' ``samples``:
+    both programs' best times (named by ``labels``) and the median of the
+    paired rounds' ratios ``t_reference / t_other``; add each one's best
+    time, times the layer's count, to ``totals``."""
+    from cso.measure import kernel_name, paired_ratios
+
+    speedup = paired_ratios(samples, reference)[other]
+    for name in (reference, other):
+        totals[name] = totals.get(name, 0.0) + min(samples[name]) * layer.count
+    print(
+        f"{layer.name:<22} {kernel_name(plan):>9}"
+        f"  {labels[reference]} {min(samples[reference]) * 1e6:7.1f} us"
+        f"  {labels[other]} {min(samples[other]) * 1e6:7.1f} us"
+        f"  speedup (paired) {speedup:.3f}  x{layer.count}"
+    )
+
+
+def report_paired_totals(totals: dict, reference: str, other: str, labels: dict) -> None:
+    """Print the totals :func:`report_paired` added up, and their ratio."""
+    if totals.get(other):
+        print(
+            f"total: {labels[reference]} {totals[reference] * 1e6:.1f} us, {labels[other]} "
+            f"{totals[other] * 1e6:.1f} us, {labels[reference]} / {labels[other]} "
+            f"{totals[reference] / totals[other]:.3f}"
+        )
 
 
 def row_plan_layers(threads: int, algorithms=None) -> list:

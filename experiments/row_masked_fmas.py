@@ -19,7 +19,7 @@ from __future__ import annotations
 import harness  # noqa: F401  (pins BLAS threads before NumPy loads)
 import numpy as np
 
-from cso.measure import kernel_name, paired_ratios, round_times
+from cso.measure import round_times
 from cso.microkernels.vector_ir import target_has_mask_registers
 
 
@@ -30,27 +30,16 @@ def main():
         raise SystemExit("this target has no AVX-512 mask registers: nothing to compare")
     threads = args.threads
     rng = np.random.default_rng(0)
-    totals = {"anded": 0.0, "masked": 0.0}
+    totals = {}
+    labels = {"anded": "anded", "masked": "masked FMAs"}
     print(f"{threads} thread(s), float32; times of the loop nest alone")
     for layer, plan in harness.row_plan_layers(threads):
         programs = harness.row_variant_programs(
             layer, plan, rng, "masked", "anded", masked_fmas=False
         )
         samples = round_times(programs, args.rounds)
-        speedup = paired_ratios(samples, "anded")["masked"]
-        for name in totals:
-            totals[name] += min(samples[name]) * layer.count
-        print(
-            f"{layer.name:<22} {kernel_name(plan):>9}  anded {min(samples['anded']) * 1e6:7.1f} us"
-            f"  masked FMAs {min(samples['masked']) * 1e6:7.1f} us"
-            f"  speedup (paired) {speedup:.3f}  x{layer.count}"
-        )
-    if totals["masked"]:
-        print(
-            f"total: anded {totals['anded'] * 1e6:.1f} us, masked FMAs "
-            f"{totals['masked'] * 1e6:.1f} us, anded / masked "
-            f"{totals['anded'] / totals['masked']:.3f}"
-        )
+        harness.report_paired(layer, plan, samples, totals, "anded", "masked", labels)
+    harness.report_paired_totals(totals, "anded", "masked", labels)
 
 
 if __name__ == "__main__":

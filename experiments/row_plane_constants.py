@@ -23,8 +23,8 @@ import harness  # noqa: F401  (pins BLAS threads before NumPy loads)
 import numpy as np
 
 from cso.analysis.choices import Algorithm
-from cso.launch import launch_for, lanes_module_for, rows_module_for
-from cso.measure import im2col_gemm, kernel_name, paired_ratios, round_times, torch_peer
+from cso.launch import lanes_module_for, rows_module_for
+from cso.measure import im2col_gemm, round_times, torch_peer
 
 MODULES = {Algorithm.DEPTHWISE_ROWS: rows_module_for, Algorithm.DEPTHWISE_LANES: lanes_module_for}
 
@@ -36,40 +36,24 @@ def main():
     threads = args.threads
     torch_run = torch_peer(threads) if args.peers else None
     rng = np.random.default_rng(0)
-    totals = {"from bounds": 0.0, "constants": 0.0}
+    totals = {}
+    labels = {name: name for name in ("from bounds", "constants")}
     print(f"{threads} thread(s), float32; times of the loop nest alone")
     for layer, plan in harness.row_plan_layers(threads, MODULES):
         x = rng.standard_normal(layer.x_shape).astype(np.float32)
         w = rng.standard_normal(layer.w_shape).astype(np.float32)
         variant = MODULES[plan.algorithm](plan, fixed_plane=False)
-        launches = {
-            "constants": launch_for(plan, False),
-            "from bounds": launch_for(plan, False, module=variant),
-        }
-        programs, outputs = harness.nest_programs(plan, x, w, launches)
-        if not np.array_equal(outputs["constants"], outputs["from bounds"]):
-            raise SystemExit(f"{layer.name}: the two builds' outputs differ")
+        programs = harness.variant_programs(
+            layer, plan, x, w, "constants", "from bounds", variant
+        )
         if args.peers:
             stride, padding, groups = layer.stride, layer.padding, layer.groups
             programs["im2col"] = lambda: im2col_gemm(x, w, stride, padding, groups)
             if torch_run is not None:
                 programs["torch"] = lambda: torch_run(x, w, stride, padding, groups)
         samples = round_times(programs, args.rounds)
-        speedup = paired_ratios(samples, "from bounds")["constants"]
-        for name in totals:
-            totals[name] += min(samples[name]) * layer.count
-        print(
-            f"{layer.name:<22} {kernel_name(plan):>9}"
-            f"  from bounds {min(samples['from bounds']) * 1e6:7.1f} us"
-            f"  constants {min(samples['constants']) * 1e6:7.1f} us"
-            f"  speedup (paired) {speedup:.3f}  x{layer.count}"
-        )
-    if totals["constants"]:
-        print(
-            f"total: from bounds {totals['from bounds'] * 1e6:.1f} us, constants "
-            f"{totals['constants'] * 1e6:.1f} us, from bounds / constants "
-            f"{totals['from bounds'] / totals['constants']:.3f}"
-        )
+        harness.report_paired(layer, plan, samples, totals, "from bounds", "constants", labels)
+    harness.report_paired_totals(totals, "from bounds", "constants", labels)
 
 
 if __name__ == "__main__":
