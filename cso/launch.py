@@ -13,15 +13,17 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .analysis import depthwise, lanes, planes, rows, tap_layout
+from .analysis import depthwise, lanes, planes, rows, tap_layout, winograd
 from .analysis.choices import KCRS_ALGORITHMS, Algorithm, Schedule, VectorOperand
 from .analysis.plan import Plan
 from .geometry import ceil_div
 from .macrokernel.bounds import (
     LANE_PLANE_START, ROW_PLANE_END, ROW_PLANE_START, DepthwiseBounds, LaneBounds, LoopBounds,
-    PlaneBounds, RowBounds,
+    PlaneBounds, RowBounds, WinogradBounds,
 )  # fmt: skip
-from .macrokernel.family_modules import depthwise_module, lanes_module, planes_module, rows_module
+from .macrokernel.family_modules import (
+    depthwise_module, lanes_module, planes_module, rows_module, winograd_module,
+)  # fmt: skip
 from .macrokernel.specialise import LoopPatch, loop_module
 from .macrokernel.workers import ParallelNest, serial_nest
 from .packing.filters import aligned_empty
@@ -83,6 +85,8 @@ def _make_launch(plan: Plan, filters_packed: bool, module) -> Launch:
 
 
 def _family_launch(plan: Plan, filters_packed: bool, module) -> Launch:
+    if plan.algorithm == Algorithm.WINOGRAD:
+        return _winograd_launch(plan, module)
     if plan.algorithm == Algorithm.DEPTHWISE_PLANES:
         return _planes_launch(plan, module)
     if plan.algorithm == Algorithm.DEPTHWISE_ROWS:
@@ -256,6 +260,51 @@ def _planes_launch(plan: Plan, module) -> Launch:
     return Launch(module.convolve_planes, tuple(bounds), 0, offsets, placeholder(1, plan.dtype))
 
 
+def _winograd_launch(plan: Plan, module) -> Launch:
+    """The Winograd nest (:mod:`cso.macrokernel.winograd`), its bounds and
+    workspace: each worker's transformed filters and block of transformed
+    input tiles and products (:func:`~cso.analysis.winograd.workspace_elements`);
+    no offsets (a placeholder)."""
+    bounds = winograd_bounds(plan)
+    offsets = np.zeros(1, dtype=np.intp)
+    return Launch(
+        module.convolve_winograd, tuple(bounds), plan.threads * bounds.workspace_stride, offsets
+    )
+
+
+def winograd_bounds(plan: Plan) -> WinogradBounds:
+    """A Winograd plan's :class:`~cso.macrokernel.bounds.WinogradBounds`."""
+    g = plan.geometry
+    element_bytes = np.dtype(plan.dtype).itemsize
+    th, tw = winograd.tile_grid(g)
+    per_block = winograd.plan_block_tiles(plan)
+    u_stride, v_stride, m_stride, row, elements = winograd.workspace_elements(
+        g, plan.filters_per_tile, per_block, plan.vector_lanes, element_bytes
+    )
+    return WinogradBounds(
+        batch=g.batch,
+        channels=g.channels,
+        filters=g.filters,
+        padded_filters=winograd.padded_filters(g.filters, plan.filters_per_tile),
+        height=g.height,
+        width=g.width,
+        out_height=g.out_height,
+        out_width=g.out_width,
+        pad_top=g.pad_top,
+        pad_left=g.pad_left,
+        tiles_across=tw,
+        tiles=th * tw,
+        block_tiles=per_block,
+        blocks=ceil_div(th * tw, per_block),
+        row=row,
+        u_stride=u_stride,
+        v_stride=v_stride,
+        m_stride=m_stride,
+        workspace_stride=worker_stride(elements, plan.dtype),
+        workers=plan.threads,
+    )
+
+
 def _rows_launch(plan: Plan, module) -> Launch:
     """The row nest (:mod:`cso.macrokernel.rows`), its bounds and its row of
     zeros (:func:`~cso.analysis.rows.zero_row_span` elements, which every
@@ -339,6 +388,11 @@ def loop_module_for(plan: Plan, patch: LoopPatch = None):
     :func:`~cso.macrokernel.family_modules.planes_module`,
     :func:`~cso.macrokernel.family_modules.rows_module`)."""
     g = plan.geometry
+    if plan.algorithm == Algorithm.WINOGRAD:
+        return winograd_module(
+            plan.filters_per_tile, plan.windows_per_tile, plan.dtype, plan.vector_lanes,
+            plan.hardware.kernel_prefetch_distance, patch=patch,
+        )  # fmt: skip
     if plan.algorithm == Algorithm.DEPTHWISE_PLANES:
         return planes_module(
             g.kernel_height, g.kernel_width, g.dilation_h, g.dilation_w,

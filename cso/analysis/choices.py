@@ -65,6 +65,10 @@ class Algorithm(_Choice):
     plane tap kernel, :mod:`cso.analysis.planes`).  ``DEPTHWISE_ROWS``:
     depthwise at horizontal stride 1 or 2, runs of one output row computed
     from the unpacked input (the row tap kernel, :mod:`cso.analysis.rows`).
+    ``WINOGRAD``: dense 3x3 at stride 1 as F(2x2, 3x3): 16 products of
+    transformed filters and transformed 4x4 input tiles on the
+    outer-product micro-kernel, 2.25x fewer multiply-adds
+    (:mod:`cso.analysis.winograd`).
     """
 
     DENSE = "dense"
@@ -73,6 +77,7 @@ class Algorithm(_Choice):
     DEPTHWISE_LANES = "depthwise_lanes"
     DEPTHWISE_PLANES = "depthwise_planes"
     DEPTHWISE_ROWS = "depthwise_rows"
+    WINOGRAD = "winograd"
 
 
 # The families the tap kernel and its nest (cso.macrokernel.depthwise) run.
@@ -84,6 +89,7 @@ KCRS_ALGORITHMS = TAP_ALGORITHMS | {
     Algorithm.DEPTHWISE_LANES,
     Algorithm.DEPTHWISE_PLANES,
     Algorithm.DEPTHWISE_ROWS,
+    Algorithm.WINOGRAD,  # transforms the KCRS filters in its nest
 }
 
 

@@ -14,6 +14,7 @@ from .depthwise import is_depthwise, plan_depthwise
 from .lanes import is_lane_depthwise, plan_lanes
 from .planes import is_plane_depthwise, plan_planes
 from .rows import MAX_ROW_STRIDE, is_row_depthwise, plan_rows
+from .winograd import is_winograd, plan_winograd
 
 
 class Family(NamedTuple):
@@ -51,5 +52,8 @@ FAMILIES = {
         f"one input channel per group (groups == C > 1) and a horizontal stride of at most "
         f"{MAX_ROW_STRIDE}",
         plan_rows,
+    ),
+    Algorithm.WINOGRAD: Family(
+        is_winograd, "one group, 3x3 filters, stride 1 and dilation 1", plan_winograd
     ),
 }

@@ -145,3 +145,29 @@ ROW_PLANE_START = RowBounds._fields.index("height")
 ROW_PLANE_END = RowBounds._fields.index("window_rows") + 1
 LANE_PLANE_START = LaneBounds._fields.index("height")
 LANE_PLANE_END = len(LaneBounds._fields)
+
+WinogradBounds = namedtuple(
+    "WinogradBounds",
+    [
+        "batch",  # N
+        "channels",  # C
+        "filters",  # K
+        "padded_filters",  # K rounded up to whole filter tiles (U and M hold zeros past K)
+        "height",
+        "width",  # H, W of the input as given (unpadded)
+        "out_height",
+        "out_width",  # P, Q
+        "pad_top",
+        "pad_left",
+        "tiles_across",  # tw = ceil(Q/2)
+        "tiles",  # th * tw
+        "block_tiles",  # Tb: the tiles of a block (analysis.winograd.block_tiles)
+        "blocks",  # ceil(tiles / Tb)
+        "row",  # elements of a V or M block row: Tb and a vector of slack
+        "u_stride",
+        "v_stride",
+        "m_stride",  # elements from one of the 16 planes to the next (analysis.winograd.plane_stride)
+        "workspace_stride",  # elements of the workspace per worker: U, V, M
+        "workers",  # threads the jobs (image, block) are split over
+    ],
+)

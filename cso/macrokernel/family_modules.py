@@ -27,6 +27,7 @@ from . import depthwise as depthwise_source
 from . import lanes as lanes_source
 from . import planes as planes_source
 from . import rows as rows_source
+from . import winograd as winograd_source
 from .bounds import LANE_PLANE_END, LANE_PLANE_START, ROW_PLANE_END, ROW_PLANE_START, RowBounds
 from .specialise import LoopPatch, check_patch, patch_suffix, specialised_module
 
@@ -162,6 +163,39 @@ def planes_module(
         name += "_plane" + "_".join(str(n) for n in whole_plane[4:])
     key = ("planes",) + shape + (str(dtype_name), int(vector_lanes), tail_lanes, whole_plane)
     return _family_module(key, name, planes_source, binding, patch)
+
+
+def winograd_module(
+    filters_per_tile: int, windows_per_tile: int, dtype_name: str, vector_lanes: int,
+    prefetch_distance: int, patch: LoopPatch = None,
+):  # fmt: skip
+    """The Winograd loop nest (:mod:`.winograd`) bound to the outer-product
+    kernel of ``filters_per_tile x windows_per_tile`` (tiles in its vectors,
+    prefetching ``prefetch_distance`` steps ahead) and to the transforms of
+    ``vector_lanes`` ``dtype_name`` lanes
+    (:mod:`cso.microkernels.winograd_transforms`), memoised; ``patch``: a
+    measurement variant (:class:`LoopPatch`: its source rebinding
+    ``microkernel`` or a transform), None for the real thing."""
+    shape = tuple(int(n) for n in (filters_per_tile, windows_per_tile))
+    kind = f"{dtype_name!r}, {int(vector_lanes)}"
+    binding = (
+        "from cso.microkernels.outer_product import build_outer_product_kernel\n"
+        "from cso.microkernels.winograd_transforms import (\n"
+        "    build_filter_tiles, build_input_tiles, build_output_tiles,\n"
+        ")\n"
+        f"microkernel = build_outer_product_kernel({shape[0]}, {shape[1]}, {kind}, 'windows', "
+        f"{int(prefetch_distance)})\n"
+        f"input_tiles = build_input_tiles({kind})\n"
+        f"output_tiles = build_output_tiles({kind})\n"
+        f"filter_tiles = build_filter_tiles({kind})\n"
+        f"LANES = {int(vector_lanes)}\n"
+        f"FILTERS_PER_TILE = {shape[0]}\n"
+        f"WINDOWS_PER_TILE = {shape[1]}\n"
+    )
+    name = "cso_winograd_{}x{}".format(*shape) + f"_{dtype_name}_l{int(vector_lanes)}"
+    name += f"_p{int(prefetch_distance)}"
+    key = ("winograd",) + shape + (str(dtype_name), int(vector_lanes), int(prefetch_distance))
+    return _family_module(key, name, winograd_source, binding, patch)
 
 
 def rows_module(

@@ -1,0 +1,260 @@
+"""The Winograd family: F(2x2, 3x3) for dense 3x3 stride-1 layers.
+
+Each 2x2 block of outputs (a *tile*) of filter ``k`` is computed from the
+4x4 block of input around it (Lavin and Gray, *Fast Algorithms for
+Convolutional Neural Networks*, CVPR 2016)::
+
+    y_tile[k] = A^T [ sum_c (G g[k,c] G^T) * (B^T d[c] B) ] A
+
+``*`` elementwise over the 16 positions ``e`` of the 4x4 transformed
+tile.  For each ``e`` the sum over ``c`` is a matrix product ``M[e] =
+U[e] V[e]`` (``U[e]``: ``K x C``, the transformed filters; ``V[e]``: ``C x
+T``, the transformed input tiles), 16 products of ``K*C*T`` multiply-adds
+where the direct convolution takes ``9*K*C*4T``: 2.25x fewer.  The
+products run on the dense outer-product micro-kernel (windows in the
+vectors: here tiles), the transforms on their own vector kernels
+(:mod:`cso.microkernels.winograd_transforms`).
+
+The nest (:mod:`cso.macrokernel.winograd`) works a block of tiles at a
+time, so that the block's ``V`` and ``M`` stay in L2 between the input
+transform, the products and the output transform; the filters' ``U`` is
+transformed once a call by every worker into its own workspace.  Each of
+the 16 planes of ``U``, ``V`` and ``M`` starts an odd number of cache lines
+after the one before (:func:`plane_stride`): at a multiple of 4 KiB the 16
+stores of a transform fell into one L1 set, and the input transform took
+80 ns a call instead of 14 (a Xeon, Sapphire Rapids, warm).
+
+Accuracy: every output passes through the transforms' additions (and the
+filters' halvings) as well as the ``C``-long sums, and its rounding error
+is bounded by the magnitudes of the transformed operands, not of the
+products ``x*w`` (the tests' :func:`winograd_error_bound`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..geometry import ConvGeometry, ceil_div
+from . import counts, tiles
+from .choices import Algorithm, Schedule, VectorOperand
+from .hardware import Hardware
+from .plan import Plan
+from .pricing import Traffic, weighted_cost
+from .shape_tables import kernel_shape_key
+
+# Outputs a tile computes along each side, and the input tile it reads.
+TILE = 2
+INPUT_TILE = 4
+# Positions of a transformed tile: the number of products.
+POSITIONS = INPUT_TILE * INPUT_TILE
+# The most tiles a block holds.  On a Xeon (Sapphire Rapids, one thread,
+# 3x3 64 @56 and 128 @28) blocks of 64, 96 and 144 tiles ran within 7% of
+# each other, 96 the fastest at 128 @28 (0.97 against 1.03 ms at 64).
+MAX_BLOCK_TILES = 96
+
+
+def is_winograd(geometry: ConvGeometry) -> bool:
+    """Whether F(2x2, 3x3) runs the layer: one group, 3x3 filters, stride
+    and dilation 1."""
+    g = geometry
+    return (
+        g.groups == 1
+        and g.kernel_height == 3
+        and g.kernel_width == 3
+        and g.stride_h == 1
+        and g.stride_w == 1
+        and g.dilation_h == 1
+        and g.dilation_w == 1
+    )
+
+
+def tile_grid(geometry: ConvGeometry) -> tuple:
+    """``(th, tw) = (ceil(P/2), ceil(Q/2))``: the output's tiles down and across."""
+    return ceil_div(geometry.out_height, TILE), ceil_div(geometry.out_width, TILE)
+
+
+def plane_stride(elements: int, element_bytes: int, line_bytes: int = 64) -> int:
+    """Elements from one of the 16 planes to the next: ``elements`` rounded
+    up to whole cache lines, one line more where that count is even, so that
+    the 16 planes start in 16 different L1 sets (an odd line count is
+    invertible modulo any power of two)."""
+    per_line = max(1, line_bytes // element_bytes)
+    lines = ceil_div(elements, per_line)
+    if lines % 2 == 0:
+        lines += 1
+    return lines * per_line
+
+
+def padded_filters(filters: int, filters_per_tile: int) -> int:
+    """``K`` rounded up to whole filter tiles: ``U`` and ``M`` hold zero filters past ``K``."""
+    return ceil_div(filters, filters_per_tile) * filters_per_tile
+
+
+def block_tiles(
+    tile_count: int, windows_per_tile: int, threads: int, batch: int, largest: int
+) -> int:
+    """``Tb``, the tiles of a block: the fewest blocks of at most ``largest``
+    tiles (:func:`largest_block`; a multiple of the threads when one image's
+    blocks are all the jobs), as even as whole kernel calls make them:
+    ``Tb = Nwin * ceil(T / (blocks * Nwin))``."""
+    blocks = ceil_div(tile_count, max(largest, windows_per_tile))
+    if batch < threads:
+        blocks = max(blocks, ceil_div(threads, batch))
+    blocks = min(blocks, ceil_div(tile_count, windows_per_tile))
+    return windows_per_tile * ceil_div(tile_count, blocks * windows_per_tile)
+
+
+def largest_block(geometry: ConvGeometry, hardware: Hardware, element_bytes: int) -> int:
+    """The most tiles a block may hold: :data:`MAX_BLOCK_TILES`, and no more
+    than the block's ``V`` and ``M`` (``16 * (C + K) * Tb`` elements) fit in
+    the usable L2."""
+    l2_usable = tiles.usable_bytes(hardware.l2_bytes, hardware.usable_fraction)
+    per_tile = POSITIONS * (geometry.channels + geometry.filters) * element_bytes
+    return max(1, min(MAX_BLOCK_TILES, l2_usable // per_tile))
+
+
+def plan_block_tiles(plan: Plan) -> int:
+    """A Winograd plan's ``Tb`` (:func:`block_tiles`)."""
+    g = plan.geometry
+    th, tw = tile_grid(g)
+    largest = largest_block(g, plan.hardware, np.dtype(plan.dtype).itemsize)
+    return block_tiles(th * tw, plan.windows_per_tile, plan.threads, g.batch, largest)
+
+
+def block_sizes(tiles: int, tiles_per_block: int) -> list:
+    """The tiles of each block: ``Tb`` each, the last what is left."""
+    return [min(tiles_per_block, tiles - start) for start in range(0, tiles, tiles_per_block)]
+
+
+def workspace_elements(geometry: ConvGeometry, filters_per_tile: int, tiles_per_block: int,
+                       vector_lanes: int, element_bytes: int) -> tuple:  # fmt: skip
+    """``(u_stride, v_stride, m_stride, row, per_worker)``: the plane strides of
+    ``U`` (``K_pad x C``), ``V`` (``C x row``) and ``M`` (``K_pad x row``), a
+    block row's elements (``Tb`` and a vector of slack: the input transform
+    stores whole vectors), and one worker's elements, ``16`` planes of each."""
+    g = geometry
+    filters = padded_filters(g.filters, filters_per_tile)
+    row = tiles_per_block + vector_lanes
+    u_stride = plane_stride(filters * g.channels, element_bytes)
+    v_stride = plane_stride(g.channels * row, element_bytes)
+    m_stride = plane_stride(filters * row, element_bytes)
+    return u_stride, v_stride, m_stride, row, POSITIONS * (u_stride + v_stride + m_stride)
+
+
+def winograd_traffic(
+    geometry: ConvGeometry,
+    hardware: Hardware,
+    element_bytes: int,
+    threads: int,
+    filters_per_tile: int,
+    windows_per_tile: int,
+) -> Traffic:
+    """One image's modelled cost under the Winograd nest.
+
+    Counts: the products' multiply-adds ``16 * K_pad * C * sum_b
+    ceil(T_b / Nwin) * Nwin`` at the outer-product kernel's ``c_mac`` of
+    the shape (its 1x1 table: each product is a 1x1 layer's reduction over
+    ``C``), and their ``16 * K_pad/Nf * sum_b ceil(T_b/Nwin)`` calls at
+    ``call_cost``; the elements the three transforms write or read (``U``:
+    ``16*K*C``, ``V``: ``16*C*T``, ``M``: ``16*K*T``) at the dense input
+    packing's ``input_pack_cost``; the compulsory bytes (input, filters,
+    output) from the level they fit in, and ``U``'s ``16*K_pad*C`` elements
+    read once a block from L3 where they do not fit in L2.  Measured on a
+    Xeon (Sapphire Rapids) at ResNet-50's 3x3 layers, per element: input
+    transform 64, output 40, filters 107-144 (weight units) against the
+    default 88.  Every worker transforms all the filters, so that cost is
+    the busiest thread's whole, the rest shared by blocks.
+    """
+    g = geometry
+    th, tw = tile_grid(g)
+    tile_count = th * tw
+    largest = largest_block(g, hardware, element_bytes)
+    per_block = block_tiles(tile_count, windows_per_tile, threads, g.batch, largest)
+    sizes = block_sizes(tile_count, per_block)
+    columns = sum(ceil_div(size, windows_per_tile) for size in sizes)
+    filters = padded_filters(g.filters, filters_per_tile)
+    macs = POSITIONS * filters * g.channels * columns * windows_per_tile
+    calls = POSITIONS * (filters // filters_per_tile) * columns
+    shape = kernel_shape_key(filters_per_tile, windows_per_tile, VectorOperand.WINDOWS)
+    transformed = POSITIONS * (g.channels + g.filters) * tile_count
+    filter_elements = POSITIONS * filters * g.channels
+    l2_usable = tiles.usable_bytes(hardware.l2_bytes, hardware.usable_fraction)
+    l3_usable = tiles.usable_bytes(hardware.l3_bytes, hardware.usable_fraction)
+    compulsory = (
+        g.channels * g.height * g.width + g.filters * g.channels * 9
+        + g.filters * g.out_height * g.out_width
+    ) * element_bytes  # fmt: skip
+    level = counts.level_of(compulsory * g.batch, l2_usable, l3_usable)
+    far = 0 if filter_elements * element_bytes <= l2_usable else filter_elements * element_bytes * len(sizes)
+    shared = weighted_cost(
+        hardware,
+        element_bytes,
+        dram=compulsory if level == "dram" else 0,
+        l3=(compulsory if level == "l3" else 0) + far,
+        l2=compulsory,
+        tlb_misses=0,
+        kernel_calls=calls,
+        l1_spill=0,
+        padded_macs=macs,
+        packed_input_elements=transformed,
+        shared=threads > 1,
+        mac_cost=hardware.weights.mac_cost_of(shape, pointwise=True),
+    )
+    jobs = g.batch * len(sizes)
+    imbalance = counts.thread_imbalance(threads, jobs, 1, 1, 1.0)
+    # Per image: the filters are transformed once a call by each worker.
+    own = filter_elements * hardware.weights.input_pack_cost * threads / g.batch
+    return Traffic(
+        dram=compulsory if level == "dram" else 0,
+        l3=(compulsory if level == "l3" else 0) + far,
+        l2=compulsory,
+        tlb_misses=0,
+        kernel_calls=calls,
+        l1_spill=0,
+        padded_macs=macs,
+        cost=imbalance * shared + own,
+        packed_input_elements=transformed,
+        packed_filter_elements=filter_elements,
+        imbalance=imbalance,
+    )
+
+
+def winograd_shapes(hardware: Hardware, element_bytes: int) -> list:
+    """The micro-kernel shapes the products may run on: the dense
+    window-vectorised ones (:func:`~cso.analysis.tiles.register_blocks`)."""
+    return tiles.register_blocks(hardware.vector_bytes, hardware.vector_registers, element_bytes)
+
+
+def plan_winograd(geometry: ConvGeometry, dtype_name: str, hardware: Hardware, threads: int) -> Plan:
+    """The Winograd plan of ``geometry`` (which must be :func:`is_winograd`):
+    the kernel shape of least modelled cost, its block of tiles
+    (:func:`block_tiles`, the plan's ``windows_per_tile`` stays the kernel's
+    ``Nwin``; the block is derived again where needed)."""
+    element_bytes = np.dtype(dtype_name).itemsize
+    lanes = max(1, hardware.vector_bytes // element_bytes)
+    options = []
+    for nf, nwin in winograd_shapes(hardware, element_bytes):
+        if nwin % lanes:
+            continue
+        traffic = winograd_traffic(geometry, hardware, element_bytes, threads, nf, nwin)
+        options.append((traffic.cost, nf, nwin, traffic))
+    _, nf, nwin, traffic = min(options, key=lambda option: option[0])
+    return Plan(
+        schedule=Schedule.IS,
+        channel_tile=geometry.channels,
+        l2_tiles=1,
+        l3_tiles=1,
+        filters_per_tile=nf,
+        windows_per_tile=nwin,
+        dtype=dtype_name,
+        vector_lanes=lanes,
+        threads=int(threads),
+        window_parts=1,
+        input_in_place=False,
+        costs=((Schedule.IS, traffic), (Schedule.WS, traffic)),
+        tiles_by_schedule=((Schedule.IS, (1, 1, 1)), (Schedule.WS, (1, 1, 1))),
+        geometry=geometry,
+        hardware=hardware,
+        vector_operand=VectorOperand.WINDOWS,
+        algorithm=Algorithm.WINOGRAD,
+    )
