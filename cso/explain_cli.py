@@ -33,6 +33,7 @@ def main(argv=None) -> int:
     from .analysis.detect import detect_hardware
     from .analysis.explain import explain
     from .analysis.hardware import parse_size
+    from .analysis.choices import Algorithm
     from .analysis.planner import plan_conv2d
 
     parser = argparse.ArgumentParser(
@@ -52,6 +53,12 @@ def main(argv=None) -> int:
     parser.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     parser.add_argument("--threads", default=None, type=int)
     parser.add_argument("--schedule", default=None, choices=["IS", "WS"])
+    parser.add_argument(
+        "--algorithm",
+        default=None,
+        choices=[member.value for member in Algorithm],
+        help="force the algorithm family instead of the cost model's choice",
+    )
     parser.add_argument(
         "--prepacked",
         action="store_true",
@@ -100,6 +107,7 @@ def main(argv=None) -> int:
             threads=args.threads,
             schedule=args.schedule,
             filters_prepacked=args.prepacked,
+            algorithm=args.algorithm,
         )
     except (TypeError, ValueError, argparse.ArgumentTypeError) as error:
         print(f"python -m cso explain: error: {error}", file=sys.stderr)

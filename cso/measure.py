@@ -114,10 +114,25 @@ ROW_VARIANTS = {
 }
 
 
+# The Winograd nest's stages (cso.macrokernel.winograd): its products'
+# kernel, the input and filter transforms (as "packing") and the output
+# transform (as "unpacking").
+WINOGRAD_VARIANTS = {
+    "no-kernel": LoopPatch("no-kernel", _no_ops("microkernel")),
+    "no-pack": LoopPatch("no-pack", _no_ops("input_tiles", "filter_tiles")),
+    "no-unpack": LoopPatch("no-unpack", _no_ops("output_tiles")),
+    "skeleton": LoopPatch(
+        "skeleton", _no_ops("microkernel", "input_tiles", "filter_tiles", "output_tiles")
+    ),
+}
+
+
 def variants_for(plan: Plan) -> dict:
     """The measurement variants of ``plan``'s loop nest, by name:
     :data:`VARIANTS` (dense), :data:`TAP_VARIANTS`, :data:`LANE_VARIANTS`,
-    :data:`PLANE_VARIANTS` or :data:`ROW_VARIANTS`."""
+    :data:`PLANE_VARIANTS`, :data:`ROW_VARIANTS` or :data:`WINOGRAD_VARIANTS`."""
+    if plan.algorithm == Algorithm.WINOGRAD:
+        return WINOGRAD_VARIANTS
     if plan.algorithm == Algorithm.DEPTHWISE_PLANES:
         return PLANE_VARIANTS
     if plan.algorithm == Algorithm.DEPTHWISE_ROWS:
@@ -295,8 +310,10 @@ def stage_times(plan: Plan, x, w, rounds=5) -> dict:
     packing is in ``rest``.
     ``input packing``: total minus the program that never packs (the lane
     nest: the transposes laying filters and input out as pixel vectors).
-    ``output unpacking`` (the lane nest only): total minus the program that
-    never transposes its pixels back to the output planes.  The plane and
+    ``output unpacking`` (the lane and Winograd nests): total minus the
+    program that never transposes its pixels back to the output planes (the
+    lane nest) or never runs the output transform (Winograd, whose input
+    packing is its input and filter transforms).  The plane and
     row nests pack nothing: they have neither, and their skeleton is the
     no-kernel program.  ``rest``: the
     skeleton (none of those stages) less the filter preparation: the loops,
@@ -350,7 +367,10 @@ def kernel_name(plan: Plan) -> str:
     ``+`` when the batch is folded into the windows; for the depthwise and
     grouped families, the family and ``rows x outputs`` a call (``row4x64``,
     ``lane1x14``), then ``.fF`` for a tap plan of ``F > 1`` filters a call
-    (``grp4x16.f4``)."""
+    (``grp4x16.f4``); for Winograd, ``wg`` and its products' kernel
+    (``wg8x48w``: tiles in the vectors)."""
+    if plan.algorithm == Algorithm.WINOGRAD:
+        return f"wg{plan.filters_per_tile}x{plan.windows_per_tile}w"
     prefix = _FAMILY_PREFIXES.get(plan.algorithm)
     if prefix is not None:
         filters = f".f{plan.filters_per_tile}" if plan.filters_per_tile > 1 else ""

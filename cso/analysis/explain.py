@@ -2,7 +2,8 @@
 
 One story a family: :mod:`.explain_dense` (outer product),
 :mod:`.explain_taps` (depthwise and grouped taps), :mod:`.explain_lanes`,
-:mod:`.explain_planes` (planes and rows); :mod:`.explain_text` holds what
+:mod:`.explain_planes` (planes and rows), :mod:`.explain_winograd`;
+:mod:`.explain_text` holds what
 they share.
 """
 
@@ -13,6 +14,7 @@ from .explain_dense import dense_story, padding_share
 from .explain_lanes import lane_story
 from .explain_planes import plane_story, row_story, weighed_against
 from .explain_taps import tap_story
+from .explain_winograd import winograd_story
 from .explain_text import compulsory_traffic, family_header, size_text
 from .planner import plan_for_geometry
 
@@ -38,7 +40,11 @@ def explain(plan) -> str:
     """Everything the analysis decided for ``plan``, as text."""
     if plan.algorithm == Algorithm.DEPTHWISE_LANES:
         return _explain_lanes(plan)
-    unpacked = {Algorithm.DEPTHWISE_PLANES: plane_story, Algorithm.DEPTHWISE_ROWS: row_story}
+    unpacked = {
+        Algorithm.DEPTHWISE_PLANES: plane_story,
+        Algorithm.DEPTHWISE_ROWS: row_story,
+        Algorithm.WINOGRAD: winograd_story,
+    }
     if plan.algorithm in unpacked:
         story = unpacked[plan.algorithm](plan, weighed_against(plan), compulsory_traffic(plan))
         return "\n".join(family_header(plan) + story)

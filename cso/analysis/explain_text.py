@@ -47,11 +47,12 @@ def family_header(plan) -> list:
     x_shape = (g.batch, g.channels, g.height, g.width)
     w_shape = (g.filters, g.channels_per_group, g.kernel_height, g.kernel_width)
     padding = ((g.pad_top, g.pad_bottom), (g.pad_left, g.pad_right))
-    kind = (
-        f"{g.channels_per_group} input and {g.filters_per_group} output channels a group"
-        if plan.algorithm == Algorithm.GROUPED
-        else f"depthwise, channel multiplier {g.filters_per_group}"
-    )
+    if plan.algorithm == Algorithm.GROUPED:
+        kind = f"{g.channels_per_group} input and {g.filters_per_group} output channels a group"
+    elif plan.algorithm == Algorithm.WINOGRAD:
+        kind = "dense"
+    else:
+        kind = f"depthwise, channel multiplier {g.filters_per_group}"
     return [
         f"Hardware ({hw.source}): L1 {size_text(hw.l1_bytes)}, L2 {size_text(hw.l2_bytes)}, "
         f"L3 {size_text(hw.l3_bytes)}; {hw.vector_bytes * 8}-bit vectors; {hw.cores} core(s)",

@@ -99,9 +99,11 @@ def layer_operands(layer, seed=0):
 
 
 def layer_plan(layer, hardware, **forced):
-    """``layer``'s one-thread plan on ``hardware``, with the ``forced``
-    choices of :func:`cso.plan_conv2d`."""
+    """``layer``'s one-thread dense plan on ``hardware`` (the probes measure
+    the dense nests' weights), with the ``forced`` choices of
+    :func:`cso.plan_conv2d`."""
     x_shape, w_shape, stride, padding = layer
+    forced = {"algorithm": "dense", **forced}
     return plan_conv2d(
         x_shape, w_shape, stride=stride, padding=padding, threads=1, hardware=hardware, **forced
     )

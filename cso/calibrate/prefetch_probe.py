@@ -39,7 +39,8 @@ def prefetch_speedup(hardware, rounds=7) -> float:
         x = rng.standard_normal(x_shape, dtype=np.float32)
         w = rng.standard_normal(w_shape, dtype=np.float32)
         plan = plan_conv2d(
-            x_shape, w_shape, stride=stride, padding=padding, threads=1, hardware=hardware
+            x_shape, w_shape, stride=stride, padding=padding, threads=1, hardware=hardware,
+            algorithm="dense",
         )
         programs = {
             "with": plan_program(plan, x, w),

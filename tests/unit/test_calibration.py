@@ -349,7 +349,9 @@ def test_a_slow_shape_costs_its_own_rate_in_the_plan():
     # the model takes 8 x 8; priced at its own, slower rate it takes 6 x 16.
     weights = derive_weights(MeasuredRates(**RATES))
     avx2 = cso.Hardware(vector_bytes=32, vector_registers=16, cores=1, weights=weights)
-    shapes = dict(x_shape=(1, 512, 7, 7), w_shape=(512, 512, 3, 3), padding=1, threads=1)
+    shapes = dict(
+        x_shape=(1, 512, 7, 7), w_shape=(512, 512, 3, 3), padding=1, threads=1, algorithm="dense"
+    )
     one_rate = cso.plan_conv2d(hardware=avx2, **shapes)
     assert (one_rate.filters_per_tile, one_rate.windows_per_tile) == (8, 8)
     own_rates = avx2.with_changes(kernel_mac_costs={"8x8w": 5.0, "6x16w": 4.1})

@@ -19,7 +19,9 @@ MACHINE = cso.Hardware(
 
 
 def test_explain_states_every_decision():
-    plan = cso.plan_conv2d((1, 64, 56, 56), (64, 64, 3, 3), padding=1, hardware=MACHINE)
+    plan = cso.plan_conv2d(
+        (1, 64, 56, 56), (64, 64, 3, 3), padding=1, hardware=MACHINE, algorithm="dense"
+    )
     text = cso.explain(plan)
     for section in (
         "Hardware",
@@ -42,7 +44,9 @@ def test_explain_states_every_decision():
 
 
 def test_explain_says_when_a_schedule_was_forced():
-    plan = cso.plan_conv2d((1, 64, 56, 56), (64, 64, 3, 3), padding=1, hardware=MACHINE)
+    plan = cso.plan_conv2d(
+        (1, 64, 56, 56), (64, 64, 3, 3), padding=1, hardware=MACHINE, algorithm="dense"
+    )
     other = "IS" if plan.schedule == "WS" else "WS"
     forced = cso.plan_conv2d(
         (1, 64, 56, 56), (64, 64, 3, 3), padding=1, hardware=MACHINE, schedule=other
@@ -51,7 +55,9 @@ def test_explain_says_when_a_schedule_was_forced():
 
 
 def test_with_tiles_recomputes_costs():
-    plan = cso.plan_conv2d((1, 32, 20, 20), (48, 32, 3, 3), padding=1, hardware=MACHINE)
+    plan = cso.plan_conv2d(
+        (1, 32, 20, 20), (48, 32, 3, 3), padding=1, hardware=MACHINE, algorithm="dense"
+    )
     changed = with_tiles(plan, schedule="IS", channel_tile=4, l2_tiles=1, l3_tiles=1)
     assert (changed.channel_tile, changed.l2_tiles, changed.l3_tiles) == (4, 1, 1)
     assert dict(changed.tiles_by_schedule)["IS"] == (4, 1, 1)
@@ -79,6 +85,8 @@ def test_cli_prints_the_plan(capsys):
                 "4M",
                 "--line",
                 "128",
+                "--algorithm",
+                "dense",
             ]
         )
         == 0
@@ -87,6 +95,14 @@ def test_cli_prints_the_plan(capsys):
     assert "L1 32.0 KiB, L2 1.0 MiB per core; L3 4.0 MiB shared; line 128 B" in out
     assert "+command line" in out
     assert "Loop nest" in out
+
+
+def test_cli_explains_the_models_own_choice(capsys):
+    # The same layer unforced: the model's family, whichever it is, told.
+    argv = ["--input", "1,64,56,56", "--weight", "64,64,3,3", "--padding", "1"]
+    assert main(argv) == 0
+    chosen = cso.plan_conv2d((1, 64, 56, 56), (64, 64, 3, 3), padding=1)
+    assert capsys.readouterr().out.strip() == cso.explain(chosen).strip()
 
 
 @pytest.mark.parametrize(

@@ -54,8 +54,10 @@ def _usable(hardware, level):
 @pytest.mark.parametrize("x_shape, w_shape, stride, padding", LAYERS)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_each_rule_holds_and_is_tight(hardware, x_shape, w_shape, stride, padding, dtype):
+    # The dense plan's rules (its 3x3 stride-1 layers may be planned Winograd).
     plan = plan_conv2d(
-        x_shape, w_shape, stride=stride, padding=padding, dtype=dtype, hardware=hardware, threads=1
+        x_shape, w_shape, stride=stride, padding=padding, dtype=dtype, hardware=hardware,
+        threads=1, algorithm="dense",
     )
     g = plan.geometry
     l1, l2, l3 = (_usable(hardware, level) for level in ("l1", "l2", "l3"))
