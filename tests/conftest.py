@@ -94,7 +94,8 @@ def winograd_float64(x, w, absolute=False, **params):
     padded = np.zeros((g.batch, g.channels, 2 * th + 2, 2 * tw + 2))
     rows = min(g.height, padded.shape[2] - g.pad_top)
     cols = min(g.width, padded.shape[3] - g.pad_left)
-    padded[:, :, g.pad_top : g.pad_top + rows, g.pad_left : g.pad_left + cols] = x[:, :, :rows, :cols]
+    inside = (slice(None), slice(None), slice(g.pad_top, g.pad_top + rows))
+    padded[inside + (slice(g.pad_left, g.pad_left + cols),)] = x[:, :, :rows, :cols]
     # Input tiles d[n, c, ty, tx, 4, 4] at stride 2.
     windows = np.lib.stride_tricks.sliding_window_view(padded, (4, 4), axis=(2, 3))[:, :, ::2, ::2]
     b_t, gm, a_t = WINOGRAD_B_T, WINOGRAD_G, WINOGRAD_A_T

@@ -40,7 +40,8 @@ def winograd_story(plan, others, compulsory) -> list:
         f"vectors, {nf} filters broadcast), reduction over the {g.channels} channels: "
         f"{traffic.padded_macs / 1e6:.2f} M multiply-adds an image with the padding of "
         f"{filters - g.filters} filter(s) and the blocks' last kernel calls, against "
-        f"{direct_macs / g.batch / 1e6:.2f} M direct ({direct_macs / g.batch / traffic.padded_macs:.2f}x)",
+        f"{direct_macs / g.batch / 1e6:.2f} M direct "
+        f"({direct_macs / g.batch / traffic.padded_macs:.2f}x)",
         f"  blocks of {per_block} tiles ({len(sizes)} an image): a block's V and M "
         f"({size_text(16 * (v_stride + m_stride) * s)}) stay in L2 from the input transform "
         f"through the products to the output transform; each worker's U "

@@ -100,13 +100,14 @@ def plan_conv2d(
         image by image (``False``) instead of the model's choice (see
         :attr:`Plan.batch_folded`).
     algorithm : {"dense", "depthwise", "grouped", "depthwise_lanes", "depthwise_planes", \
-"depthwise_rows"}, optional
+"depthwise_rows", "winograd"}, optional
         Force the algorithm family instead of the cost model's choice
         (``"depthwise"`` needs ``groups == C``, ``"grouped"`` more than one
         group of 2 to 64 channels, ``"depthwise_lanes"`` ``groups == C ==
         K`` and filters at most 16 wide, ``"depthwise_planes"`` ``groups ==
         C``, stride 1 and ``Q == W``, ``"depthwise_rows"`` ``groups == C``
-        and a horizontal stride of 1 or 2).
+        and a horizontal stride of 1 or 2, ``"winograd"`` one group, 3x3
+        filters, stride 1 and dilation 1).
 
     Returns
     -------
@@ -163,7 +164,8 @@ def plan_for_geometry(
     The algorithm families are weighed by their modelled cost per (group,
     image): the dense outer-product plans (:func:`_plan_dense`) and, where
     they run the layer, the tap plans (:mod:`.depthwise`: depthwise or small
-    grouped) and the lane plan (:mod:`.lanes`).  Forcing any
+    grouped), the lane plan (:mod:`.lanes`) and the others of
+    :data:`~.families.FAMILIES` (planes, rows, Winograd).  Forcing any
     dense setting (a tile size, schedule, vector operand or folding) plans
     densely.
     """

@@ -185,7 +185,11 @@ def winograd_traffic(
         + g.filters * g.out_height * g.out_width
     ) * element_bytes  # fmt: skip
     level = counts.level_of(compulsory * g.batch, l2_usable, l3_usable)
-    far = 0 if filter_elements * element_bytes <= l2_usable else filter_elements * element_bytes * len(sizes)
+    far = (
+        0
+        if filter_elements * element_bytes <= l2_usable
+        else filter_elements * element_bytes * len(sizes)
+    )
     shared = weighted_cost(
         hardware,
         element_bytes,
@@ -225,7 +229,9 @@ def winograd_shapes(hardware: Hardware, element_bytes: int) -> list:
     return tiles.register_blocks(hardware.vector_bytes, hardware.vector_registers, element_bytes)
 
 
-def plan_winograd(geometry: ConvGeometry, dtype_name: str, hardware: Hardware, threads: int) -> Plan:
+def plan_winograd(
+    geometry: ConvGeometry, dtype_name: str, hardware: Hardware, threads: int
+) -> Plan:
     """The Winograd plan of ``geometry`` (which must be :func:`is_winograd`):
     the kernel shape of least modelled cost, its block of tiles
     (:func:`block_tiles`, the plan's ``windows_per_tile`` stays the kernel's

@@ -166,7 +166,7 @@ WinogradBounds = namedtuple(
         "row",  # elements of a V or M block row: Tb and a vector of slack
         "u_stride",
         "v_stride",
-        "m_stride",  # elements from one of the 16 planes to the next (analysis.winograd.plane_stride)
+        "m_stride",  # elements from one of the 16 planes to the next (winograd.plane_stride)
         "workspace_stride",  # elements of the workspace per worker: U, V, M
         "workers",  # threads the jobs (image, block) are split over
     ],

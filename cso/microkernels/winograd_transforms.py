@@ -66,7 +66,9 @@ def _splat(builder, value, lanes: int):
     """``value`` in every lane of a vector."""
     undef = ir.Constant(ir.VectorType(value.type, lanes), ir.Undefined)
     single = builder.insert_element(undef, value, ir.Constant(I32, 0))
-    return builder.shuffle_vector(single, undef, ir.Constant(ir.VectorType(I32, lanes), [0] * lanes))
+    return builder.shuffle_vector(
+        single, undef, ir.Constant(ir.VectorType(I32, lanes), [0] * lanes)
+    )
 
 
 def _inside(builder, start, limit, lanes: int):
@@ -103,9 +105,7 @@ def build_input_tiles(dtype_name: str, vector_lanes: int):
     element_bytes = _ELEMENT_BYTES[dtype_name]
 
     @intrinsic
-    def input_tiles(
-        typingctx, x, row_offset, rows_valid, first_column, width, v, v_offset, stride
-    ):
+    def input_tiles(typingctx, x, row_offset, rows_valid, first_column, width, v, v_offset, stride):
         check_float_arrays(dtype_name, x=x, v=v)
         sig = types.void(x, types.intp, types.intp, types.intp, types.intp, v, types.intp,
                          types.intp)  # fmt: skip
@@ -126,12 +126,14 @@ def build_input_tiles(dtype_name: str, vector_lanes: int):
             no_lanes = ir.Constant(ir.VectorType(ir.IntType(1), lanes), [0] * lanes)
             rows = []
             for a in range(4):
-                bit = b.icmp_signed("!=", b.and_(valid, ir.Constant(I64, 1 << a)), ir.Constant(I64, 0))
+                bit = b.icmp_signed(
+                    "!=", b.and_(valid, ir.Constant(I64, 1 << a)), ir.Constant(I64, 0)
+                )
                 row = b.add(row0, b.mul(width_v, ir.Constant(I64, a)))
                 parts = []
                 for shift, column_mask in zip(shifts, column_masks):
-                    pointer = _address(context, b, signature.args[0], x_a,
-                                       b.add(row, b.add(q0, ir.Constant(I64, shift))), vector)  # fmt: skip
+                    start = b.add(row, b.add(q0, ir.Constant(I64, shift)))
+                    pointer = _address(context, b, signature.args[0], x_a, start, vector)
                     mask = b.select(bit, column_mask, no_lanes)
                     parts.append(b.call(load, [pointer, align, mask, zero]))
                 d0 = b.shuffle_vector(parts[0], parts[1], even)
@@ -180,13 +182,19 @@ def build_output_tiles(dtype_name: str, vector_lanes: int):
             all_lanes = ir.Constant(ir.VectorType(ir.IntType(1), lanes), [1] * lanes)
             align = ir.Constant(I32, element_bytes)
             planes = [
-                b.load(_address(context, b, signature.args[0], m_a, _plane(b, m_off, stride_v, e),
-                                vector), align=element_bytes)  # fmt: skip
+                b.load(
+                    _address(
+                        context, b, signature.args[0], m_a, _plane(b, m_off, stride_v, e), vector
+                    ),
+                    align=element_bytes,
+                )  # fmt: skip
                 for e in range(16)
             ]
             # A^T M: the two output rows' four columns.
             top = [b.fadd(b.fadd(planes[j], planes[4 + j]), planes[8 + j]) for j in range(4)]
-            bottom = [b.fsub(b.fsub(planes[4 + j], planes[8 + j]), planes[12 + j]) for j in range(4)]
+            bottom = [
+                b.fsub(b.fsub(planes[4 + j], planes[8 + j]), planes[12 + j]) for j in range(4)
+            ]
             bias_vector = _splat(b, bias_v, lanes)
             # Interleaving a row's even (first) and odd (second) outputs.
             first_half = _lane_indices(i // 2 + (lanes if i % 2 else 0) for i in range(lanes))
@@ -209,7 +217,9 @@ def build_output_tiles(dtype_name: str, vector_lanes: int):
             finals = emit_epilogue(b, values, residual_of, act, has_r)
             second_row = _splat(b, two, lanes)
             for index, value in enumerate(finals):
-                mask = lanes_below(b, b.sub(columns_v, ir.Constant(I64, (index % 2) * lanes)), lanes)
+                mask = lanes_below(
+                    b, b.sub(columns_v, ir.Constant(I64, (index % 2) * lanes)), lanes
+                )
                 if index >= 2:
                     mask = b.and_(mask, second_row)
                 pointer = _address(context, b, signature.args[3], y_a, offsets[index], vector)
@@ -251,8 +261,9 @@ def build_filter_tiles(dtype_name: str, vector_lanes: int):
             base = _splat(b, b.ptrtoint(b.gep(data, [w_off]), I64), lanes)
             taps = []
             for tap in range(9):
-                offsets = ir.Constant(ir.VectorType(I64, lanes),
-                                      [(9 * i + tap) * element_bytes for i in range(lanes)])  # fmt: skip
+                offsets = ir.Constant(
+                    ir.VectorType(I64, lanes), [(9 * i + tap) * element_bytes for i in range(lanes)]
+                )
                 addresses = b.inttoptr(b.add(base, offsets), pointers)
                 taps.append(b.call(gather, [addresses, align, mask, zero]))
             half = ir.Constant(vector, [0.5] * lanes)

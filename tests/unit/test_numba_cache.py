@@ -184,7 +184,8 @@ def test_the_fingerprint_covers_the_sources_machine_code_comes_from():
 # Templates: their functions are compiled only as the generated modules'
 # copies, which cso.macrokernel.specialise guards as it imports them.
 TEMPLATES = {
-    f"cso.macrokernel.{name}" for name in ("loops", "rows", "lanes", "planes", "depthwise", "winograd")
+    f"cso.macrokernel.{name}"
+    for name in ("loops", "rows", "lanes", "planes", "depthwise", "winograd")
 }
 
 
