@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import cso
 from cso.analysis.choices import ACTIVATIONS
-from cso.analysis.winograd import is_winograd
+from cso.analysis.winograd_rules import is_winograd
 from cso.geometry import make_geometry
 
 

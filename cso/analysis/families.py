@@ -14,7 +14,8 @@ from .depthwise import is_depthwise, plan_depthwise
 from .lanes import is_lane_depthwise, plan_lanes
 from .planes import is_plane_depthwise, plan_planes
 from .rows import MAX_ROW_STRIDE, is_row_depthwise, plan_rows
-from .winograd import is_winograd, plan_winograd
+from .winograd import plan_winograd
+from .winograd_rules import is_winograd
 
 
 class Family(NamedTuple):

@@ -21,6 +21,7 @@ from . import plane_shapes, tap_rules, tiles
 from .choices import SCHEDULES, TAP_ALGORITHMS, Algorithm, VectorOperand
 from .pricing import Traffic
 from .hardware import Hardware
+from .winograd_rules import is_winograd
 
 _DTYPE_NAMES = {dtype.name: dtype for dtype in SUPPORTED_DTYPES}
 _INT_FIELDS = (
@@ -291,6 +292,14 @@ def _check_layout(plan) -> None:
         raise ValueError(
             "a lane plan needs a depthwise layer of channel multiplier 1 (K == C == groups) "
             f"with filters at most {tap_rules.MAX_LANE_KERNEL_WIDTH} wide: got {g}"
+        )
+    if plan.algorithm == Algorithm.WINOGRAD and not (
+        is_winograd(g) and plan.vector_operand == VectorOperand.WINDOWS
+    ):
+        raise ValueError(
+            "a Winograd plan needs one group, 3x3 filters, stride 1 and dilation 1, and tiles "
+            f"in its products' vectors (vector_operand='windows'): got {g}, "
+            f"vector_operand='{plan.vector_operand}'"
         )
     if plan.algorithm == Algorithm.GROUPED and not tap_rules.is_small_grouped(g):
         raise ValueError(

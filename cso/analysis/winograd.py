@@ -41,31 +41,12 @@ from .hardware import Hardware
 from .plan import Plan
 from .pricing import Traffic, weighted_cost
 from .shape_tables import kernel_shape_key
+from .winograd_rules import POSITIONS, TILE
 
-# Outputs a tile computes along each side, and the input tile it reads.
-TILE = 2
-INPUT_TILE = 4
-# Positions of a transformed tile: the number of products.
-POSITIONS = INPUT_TILE * INPUT_TILE
 # The most tiles a block holds.  On a Xeon (Sapphire Rapids, one thread,
 # 3x3 64 @56 and 128 @28) blocks of 64, 96 and 144 tiles ran within 7% of
 # each other, 96 the fastest at 128 @28 (0.97 against 1.03 ms at 64).
 MAX_BLOCK_TILES = 96
-
-
-def is_winograd(geometry: ConvGeometry) -> bool:
-    """Whether F(2x2, 3x3) runs the layer: one group, 3x3 filters, stride
-    and dilation 1."""
-    g = geometry
-    return (
-        g.groups == 1
-        and g.kernel_height == 3
-        and g.kernel_width == 3
-        and g.stride_h == 1
-        and g.stride_w == 1
-        and g.dilation_h == 1
-        and g.dilation_w == 1
-    )
 
 
 def tile_grid(geometry: ConvGeometry) -> tuple:

@@ -167,3 +167,12 @@ def test_stage_times_split_the_winograd_nest(rng):
     # Each variant leaves the shipped nest's arithmetic where it keeps it.
     shipped = measure.plan_program(plan, x, w)()
     assert_matches_reference(shipped, x, w, padding=1)
+
+
+def test_a_winograd_plan_is_checked_for_its_layer_and_kernel():
+    plan = cso.plan_conv2d((1, 8, 10, 10), (8, 8, 3, 3), padding=1, algorithm="winograd")
+    with pytest.raises(ValueError, match="vector_operand='windows'"):
+        dataclasses.replace(plan, vector_operand="filters")
+    strided = cso.plan_conv2d((1, 8, 10, 10), (8, 8, 3, 3), padding=1, stride=2)
+    with pytest.raises(ValueError, match="a Winograd plan needs one group, 3x3 filters"):
+        dataclasses.replace(plan, geometry=strided.geometry)
