@@ -136,15 +136,21 @@ def winograd_traffic(
     ceil(T_b / Nwin) * Nwin`` at the outer-product kernel's ``c_mac`` of
     the shape (its 1x1 table: each product is a 1x1 layer's reduction over
     ``C``), and their ``16 * K_pad/Nf * sum_b ceil(T_b/Nwin)`` calls at
-    ``call_cost``; the elements the three transforms write or read (``U``:
-    ``16*K*C``, ``V``: ``16*C*T``, ``M``: ``16*K*T``) at the dense input
-    packing's ``input_pack_cost``; the compulsory bytes (input, filters,
-    output) from the level they fit in, and ``U``'s ``16*K_pad*C`` elements
-    read once a block from L3 where they do not fit in L2.  Measured on a
-    Xeon (Sapphire Rapids) at ResNet-50's 3x3 layers, per element: input
-    transform 64, output 40, filters 107-144 (weight units) against the
-    default 88.  Every worker transforms all the filters, so that cost is
-    the busiest thread's whole, the rest shared by blocks.
+    ``call_cost``; the input and output transforms' elements (``V``:
+    ``16*C*T``, ``M``: ``16*K*T``) at the dense input packing's
+    ``input_pack_cost``, and the filter transform's (``U``: ``16*K_pad*C``)
+    at ``filter_pack_cost``, the filters' packing in the call, which it
+    resembles (KCRS rows read, panels written); the compulsory bytes
+    (input, filters, output) from the level they fit in, and where ``U``
+    does not fit in L2, its bytes written once and read once a block from
+    the level it fits in, the reads credited with the overlap
+    (:func:`~cso.analysis.pricing.hidden_stream_cost`) WS's filter stream
+    gets.  Measured on a Xeon (Sapphire Rapids) at
+    ResNet-50's 3x3 layers, per element: input transform 64, output 40,
+    filters 107-144 (weight units; that machine's calibrated
+    ``input_pack_cost`` 88, ``filter_pack_cost`` 150).  Every worker
+    transforms all the filters, so that cost is the busiest thread's whole,
+    the rest shared by blocks.
     """
     g = geometry
     th, tw = tile_grid(g)
@@ -166,16 +172,21 @@ def winograd_traffic(
         + g.filters * g.out_height * g.out_width
     ) * element_bytes  # fmt: skip
     level = counts.level_of(compulsory * g.batch, l2_usable, l3_usable)
-    far = (
-        0
-        if filter_elements * element_bytes <= l2_usable
-        else filter_elements * element_bytes * len(sizes)
-    )
+    filter_bytes = filter_elements * element_bytes
+    filter_level = counts.level_of(filter_bytes, l2_usable, l3_usable)
+    # U's bytes beyond L2: written by the transform, read by every block's
+    # products, which stream them as WS's kernels stream their filter tiles.
+    streamed = 0 if filter_level == "l2" else filter_bytes * len(sizes)
+    far = streamed + (0 if filter_level == "l2" else filter_bytes)
+    dram = (compulsory if level == "dram" else 0) + (far if filter_level == "dram" else 0)
+    l3 = (compulsory if level == "l3" else 0) + (far if filter_level == "l3" else 0)
     shared = weighted_cost(
         hardware,
         element_bytes,
-        dram=compulsory if level == "dram" else 0,
-        l3=(compulsory if level == "l3" else 0) + far,
+        dram=dram,
+        l3=l3,
+        streamed_l3=streamed if filter_level == "l3" else 0,
+        streamed_dram=streamed if filter_level == "dram" else 0,
         l2=compulsory,
         tlb_misses=0,
         kernel_calls=calls,
@@ -188,10 +199,10 @@ def winograd_traffic(
     jobs = g.batch * len(sizes)
     imbalance = counts.thread_imbalance(threads, jobs, 1, 1, 1.0)
     # Per image: the filters are transformed once a call by each worker.
-    own = filter_elements * hardware.weights.input_pack_cost * threads / g.batch
+    own = filter_elements * hardware.weights.filter_pack_cost * threads / g.batch
     return Traffic(
-        dram=compulsory if level == "dram" else 0,
-        l3=(compulsory if level == "l3" else 0) + far,
+        dram=dram,
+        l3=l3,
         l2=compulsory,
         tlb_misses=0,
         kernel_calls=calls,
