@@ -15,7 +15,8 @@ import weakref
 import numpy as np
 
 from . import executor
-from .analysis.choices import KCRS_ALGORITHMS, activation_code
+from .analysis.choices import KCRS_ALGORITHMS, Algorithm, activation_code
+from .analysis.winograd import plan_winograd
 from .analysis.planner import plan_for_geometry
 from .checks import as_array, check_out, check_residual, check_threads, plain_parameters
 from .geometry import make_geometry
@@ -106,20 +107,25 @@ def conv2d_packed(
         # Another batch size or thread count: the same panels, with the plan
         # made again for this call.  Dense panels depend on Nf only (the cache
         # tiling is replanned for that kernel); depthwise ones are the KCRS
-        # rows, which any segment reads.
+        # rows, which any segment reads; Winograd's transformed filters are
+        # laid out for their kernel's Nf, which the new plan keeps.
         depthwise = plan.algorithm in KCRS_ALGORITHMS
-        plan = plan_for_geometry(
-            geometry,
-            dtype.name,
-            plan.hardware,
-            None if depthwise else plan.filters_per_tile,
-            None if depthwise else plan.windows_per_tile,
-            None,
-            threads,
-            vector_operand=None if depthwise else plan.vector_operand,
-            filters_prepacked=True,
-            algorithm=plan.algorithm,
-        )
+        if plan.algorithm == Algorithm.WINOGRAD:
+            shape = (plan.filters_per_tile, plan.windows_per_tile)
+            plan = plan_winograd(geometry, dtype.name, plan.hardware, threads, True, shape)
+        else:
+            plan = plan_for_geometry(
+                geometry,
+                dtype.name,
+                plan.hardware,
+                None if depthwise else plan.filters_per_tile,
+                None if depthwise else plan.windows_per_tile,
+                None,
+                threads,
+                vector_operand=None if depthwise else plan.vector_operand,
+                filters_prepacked=True,
+                algorithm=plan.algorithm,
+            )
     if (threads_given is None or type(threads_given) is int) and given_key is not None:
         if len(_packed_calls) >= 1024:
             _packed_calls.clear()  # bounds a process that meets many shapes

@@ -28,7 +28,7 @@ try:  # where Numba keeps its thread-count getter (numba_thread_count)
 except ImportError:  # pragma: no cover - a Numba without the module
     _numba_parallel = None
 
-from .analysis.choices import KCRS_ALGORITHMS, VectorOperand
+from .analysis.choices import KCRS_ALGORITHMS, Algorithm, VectorOperand
 from .analysis.plan import Plan
 from .geometry import ceil_div
 from .launch import Launch, launch_for
@@ -153,8 +153,12 @@ def prepacked_operands(panels: np.ndarray, bias, plan: Plan) -> FilterOperands:
     (:func:`cso.pack_filters`): ``panels`` and the packed ``bias`` or None.
 
     Dot-product panels are the KCRS rows, read in place with their last
-    partial tile packed as rows; other panels are read whole.
+    partial tile packed as rows; a Winograd plan's are its transformed
+    filters (``packed``: the nest then transforms none); other panels are
+    read whole.
     """
+    if plan.algorithm == Algorithm.WINOGRAD:
+        return _depthwise_operands(panels, bias, plan)._replace(packed=True)
     if plan.algorithm in KCRS_ALGORITHMS:
         return _depthwise_operands(panels, bias, plan)
     has_bias = bias is not None
@@ -170,10 +174,13 @@ def reads_whole_panels(plan: Plan, prepacked: bool) -> bool:
     """``FilterOperands.packed`` of ``plan``'s operands, which picks its
     launch (:func:`~cso.launch.launch_for`): from :func:`prepacked_operands`
     (``prepacked``), every panel but the KCRS rows of the tap, lane, plane,
-    row and dot-product plans; from :func:`filter_operands`, the panels
-    packed up front (:func:`packs_panels_up_front`)."""
+    row and dot-product plans (a Winograd plan's transformed filters
+    included); from :func:`filter_operands`, the panels packed up front
+    (:func:`packs_panels_up_front`)."""
     if not prepacked:
         return packs_panels_up_front(plan)
+    if plan.algorithm == Algorithm.WINOGRAD:
+        return True
     return plan.algorithm not in KCRS_ALGORITHMS and plan.vector_operand != VectorOperand.REDUCTION
 
 

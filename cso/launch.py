@@ -86,7 +86,7 @@ def _make_launch(plan: Plan, filters_packed: bool, module) -> Launch:
 
 def _family_launch(plan: Plan, filters_packed: bool, module) -> Launch:
     if plan.algorithm == Algorithm.WINOGRAD:
-        return _winograd_launch(plan, module)
+        return _winograd_launch(plan, filters_packed, module)
     if plan.algorithm == Algorithm.DEPTHWISE_PLANES:
         return _planes_launch(plan, module)
     if plan.algorithm == Algorithm.DEPTHWISE_ROWS:
@@ -260,20 +260,22 @@ def _planes_launch(plan: Plan, module) -> Launch:
     return Launch(module.convolve_planes, tuple(bounds), 0, offsets, placeholder(1, plan.dtype))
 
 
-def _winograd_launch(plan: Plan, module) -> Launch:
+def _winograd_launch(plan: Plan, filters_packed: bool, module) -> Launch:
     """The Winograd nest (:mod:`cso.macrokernel.winograd`), its bounds and
-    workspace: each worker's transformed filters and block of transformed
-    input tiles and products (:func:`~cso.analysis.winograd.workspace_elements`);
-    no offsets (a placeholder)."""
-    bounds = winograd_bounds(plan)
+    workspace: each worker's transformed filters (none when they come
+    packed ahead, ``filters_packed``) and block of transformed input tiles
+    and products (:func:`~cso.analysis.winograd.workspace_elements`); no
+    offsets (a placeholder)."""
+    bounds = winograd_bounds(plan, filters_packed)
     offsets = np.zeros(1, dtype=np.intp)
     return Launch(
         module.convolve_winograd, tuple(bounds), plan.threads * bounds.workspace_stride, offsets
     )
 
 
-def winograd_bounds(plan: Plan) -> WinogradBounds:
-    """A Winograd plan's :class:`~cso.macrokernel.bounds.WinogradBounds`."""
+def winograd_bounds(plan: Plan, filters_packed: bool = False) -> WinogradBounds:
+    """A Winograd plan's :class:`~cso.macrokernel.bounds.WinogradBounds`, its
+    filters transformed ahead (``filters_packed``) or in the nest."""
     g = plan.geometry
     element_bytes = np.dtype(plan.dtype).itemsize
     th, tw = winograd.tile_grid(g)
@@ -281,6 +283,8 @@ def winograd_bounds(plan: Plan) -> WinogradBounds:
     u_stride, v_stride, m_stride, row, elements = winograd.workspace_elements(
         g, plan.filters_per_tile, per_block, plan.vector_lanes, element_bytes
     )
+    # Packed ahead, U is the filters operand: the workspace holds V and M only.
+    u_elements = 0 if filters_packed else 16 * u_stride
     return WinogradBounds(
         batch=g.batch,
         channels=g.channels,
@@ -300,7 +304,9 @@ def winograd_bounds(plan: Plan) -> WinogradBounds:
         u_stride=u_stride,
         v_stride=v_stride,
         m_stride=m_stride,
-        workspace_stride=worker_stride(elements, plan.dtype),
+        filters_transformed=bool(filters_packed),
+        u_elements=u_elements,
+        workspace_stride=worker_stride(elements - 16 * u_stride + u_elements, plan.dtype),
         workers=plan.threads,
     )
 

@@ -14,12 +14,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .analysis.choices import KCRS_ALGORITHMS, VectorOperand
+from .analysis.choices import KCRS_ALGORITHMS, Algorithm, VectorOperand
 from .analysis.plan import Plan, check_plan
 from .analysis.planner import plan_conv2d
 from .checks import as_array, check_bias, check_ndim, check_plannable_batch
 from .geometry import SUPPORTED_DTYPES, ceil_div, make_geometry
 from .packing.filters import pack_bias, pack_filters_panels, pack_filters_rows
+from .packing.winograd_filters import pack_winograd_filters, transformed_elements
 
 @dataclass(frozen=True, eq=False)
 class PackedFilters:
@@ -28,7 +29,9 @@ class PackedFilters:
     Attributes
     ----------
     panels : numpy.ndarray
-        1-D, ``[G][T_f][C_g*R*S][Nf]`` (see :mod:`cso.packing.filters`).
+        1-D, ``[G][T_f][C_g*R*S][Nf]`` (see :mod:`cso.packing.filters`); the
+        KCRS rows for the tap, lane, plane and row plans; the transformed
+        filters for a Winograd plan (:mod:`cso.packing.winograd_filters`).
         Treat as read-only: the checksum is taken when saving.
     bias : numpy.ndarray or None
         ``[G][T_f*Nf]``, zero past each group's filters.
@@ -101,6 +104,18 @@ def checksum(entry: dict, panels, bias) -> str:
     return digest.hexdigest()
 
 
+def packed_elements(plan: Plan, w_shape) -> int:
+    """Elements of the filters packed for ``plan``: the transformed filters
+    of a Winograd plan (:mod:`cso.packing.winograd_filters`), the KCRS rows
+    of the tap, lane, plane and row plans and of dot products, else the
+    dense panels (:func:`panel_size`)."""
+    if plan.algorithm == Algorithm.WINOGRAD:
+        return transformed_elements(w_shape, plan.filters_per_tile, plan.dtype)[1]
+    if plan.vector_operand == VectorOperand.REDUCTION or plan.algorithm in KCRS_ALGORITHMS:
+        return int(np.prod(w_shape))
+    return panel_size(w_shape, plan.geometry.groups, plan.filters_per_tile)
+
+
 def panel_size(w_shape, groups, filters_per_tile) -> int:
     """Elements of the dense panels: ``G * ceil(K_g / Nf) * C_g*R*S * Nf``."""
     filters, channels_per_group, height, width = w_shape
@@ -169,7 +184,10 @@ def pack_filters(
         )
     else:
         check_plan(plan, geometry, dtype)
-    if plan.vector_operand == VectorOperand.REDUCTION or plan.algorithm in KCRS_ALGORITHMS:
+    if plan.algorithm == Algorithm.WINOGRAD:
+        # The transformed filters, which the call then does not transform.
+        panels = pack_winograd_filters(w, plan.filters_per_tile, dtype)
+    elif plan.vector_operand == VectorOperand.REDUCTION or plan.algorithm in KCRS_ALGORITHMS:
         # Dot products and the tap kernel read each filter as a row: the KCRS
         # array is the panel.
         panels = pack_filters_rows(w, dtype)

@@ -40,12 +40,11 @@ import numpy as np
 
 from ._version import __version__
 from .analysis import tiles
-from .analysis.choices import KCRS_ALGORITHMS, VectorOperand
 from .analysis.detect import detect_hardware
 from .analysis.plan import Plan
 from .geometry import make_geometry
 from .packing.filters import aligned_empty, padded_filters_per_group
-from .packed import PackedFilters, checksum, panel_size
+from .packed import PackedFilters, checksum, packed_elements
 from .untrusted import NpzMembers, UntrustedFileError, parse_json
 
 FORMAT = "cso-packed-filters"
@@ -259,9 +258,7 @@ def _layer(path, name, entry, members, listed, hardware) -> PackedFilters:
         geometry.kernel_height,
         geometry.kernel_width,
     )
-    rows = plan.vector_operand == VectorOperand.REDUCTION or plan.algorithm in KCRS_ALGORITHMS
-    size = int(np.prod(w_shape)) if rows else panel_size(w_shape, geometry.groups,
-                                                         plan.filters_per_tile)
+    size = packed_elements(plan, w_shape)
     panels = _member(path, members, f"{name}/panels", plan.dtype, (size,))
     bias = None
     if entry["has_bias"] is True:

@@ -271,9 +271,13 @@ def job_traffic(
     return Traffic(cost=imbalance * weighted, imbalance=imbalance, **job_counts)
 
 
-def plan_depthwise(geometry: ConvGeometry, dtype_name: str, hardware: Hardware, threads: int):
+def plan_depthwise(
+    geometry: ConvGeometry, dtype_name: str, hardware: Hardware, threads: int,
+    filters_prepacked: bool = False,
+):  # fmt: skip
     """The tap plan of ``geometry`` (which must have a :func:`tap_algorithm`):
-    depthwise, or grouped with few channels per group."""
+    depthwise, or grouped with few channels per group.  ``filters_prepacked``
+    changes nothing: the family's packed filters are the KCRS rows."""
     element_bytes = np.dtype(dtype_name).itemsize
     lanes = max(1, hardware.vector_bytes // element_bytes)
     # Every (rows, segment) the kernel offers, priced; near-ties go to the

@@ -20,7 +20,8 @@ from .winograd_rules import is_winograd
 
 class Family(NamedTuple):
     """An algorithm family besides dense: which layers it runs (and what
-    that is, as its error says), and its planner."""
+    that is, as its error says), and its planner, ``plan(geometry,
+    dtype_name, hardware, threads, filters_prepacked)``."""
 
     runs: Callable
     needs: str

@@ -158,8 +158,12 @@ def lane_traffic(
     return dataclasses.replace(job, cost=job.cost / lanes, **per_channel)
 
 
-def plan_lanes(geometry: ConvGeometry, dtype_name: str, hardware: Hardware, threads: int) -> Plan:
-    """The lane plan of ``geometry`` (which must be :func:`is_lane_depthwise`)."""
+def plan_lanes(
+    geometry: ConvGeometry, dtype_name: str, hardware: Hardware, threads: int,
+    filters_prepacked: bool = False,
+) -> Plan:  # fmt: skip
+    """The lane plan of ``geometry`` (which must be :func:`is_lane_depthwise`);
+    ``filters_prepacked`` changes nothing (packed, the filters are the KCRS rows)."""
     element_bytes = np.dtype(dtype_name).itemsize
     outputs = outputs_per_call(geometry, hardware.vector_registers)
     traffic = lane_traffic(geometry, hardware, element_bytes, outputs, threads)

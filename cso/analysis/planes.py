@@ -419,8 +419,12 @@ def plane_kernel_loads(
     return (calls + checked_calls) * per_call * taps + unchecked * per_call * kernel_width
 
 
-def plan_planes(geometry: ConvGeometry, dtype_name: str, hardware: Hardware, threads: int) -> Plan:
-    """The plane plan of ``geometry`` (which must be :func:`is_plane_depthwise`)."""
+def plan_planes(
+    geometry: ConvGeometry, dtype_name: str, hardware: Hardware, threads: int,
+    filters_prepacked: bool = False,
+) -> Plan:  # fmt: skip
+    """The plane plan of ``geometry`` (which must be :func:`is_plane_depthwise`);
+    ``filters_prepacked`` changes nothing (packed, the filters are the KCRS rows)."""
     element_bytes = np.dtype(dtype_name).itemsize
     lanes = max(1, hardware.vector_bytes // element_bytes)
     traffic = plane_traffic(geometry, hardware, element_bytes, threads)

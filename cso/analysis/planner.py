@@ -177,7 +177,7 @@ def plan_for_geometry(
                 f"{geometry.groups} group(s) of {geometry.channels_per_group} channel(s) and "
                 f"{geometry.filters_per_group} filter(s), {geometry.kernel_width} wide"
             )
-        return family.plan(geometry, dtype_name, hardware, threads)
+        return family.plan(geometry, dtype_name, hardware, threads, filters_prepacked)
     dense = _plan_dense(
         geometry,
         dtype_name,
@@ -199,7 +199,7 @@ def plan_for_geometry(
     # The cheapest of the families that run the layer; ties keep the
     # earlier: dense, then FAMILIES' order.
     options = [dense] + [
-        family.plan(geometry, dtype_name, hardware, threads)
+        family.plan(geometry, dtype_name, hardware, threads, filters_prepacked)
         for family in FAMILIES.values()
         if family.runs(geometry)
     ]

@@ -305,9 +305,13 @@ def row_traffic(
     )
 
 
-def plan_rows(geometry: ConvGeometry, dtype_name: str, hardware: Hardware, threads: int) -> Plan:
+def plan_rows(
+    geometry: ConvGeometry, dtype_name: str, hardware: Hardware, threads: int,
+    filters_prepacked: bool = False,
+) -> Plan:  # fmt: skip
     """The row plan of ``geometry`` (which must be :func:`is_row_depthwise`):
-    of :func:`row_block_options`, the cheapest, near-ties to the first."""
+    of :func:`row_block_options`, the cheapest, near-ties to the first;
+    ``filters_prepacked`` changes nothing (packed, the filters are the KCRS rows)."""
     element_bytes = np.dtype(dtype_name).itemsize
     lanes = max(1, hardware.vector_bytes // element_bytes)
     options = []

@@ -32,6 +32,8 @@ products ``x*w`` (the tests' :func:`winograd_error_bound`).
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ..geometry import ConvGeometry, ceil_div
@@ -129,6 +131,7 @@ def winograd_traffic(
     threads: int,
     filters_per_tile: int,
     windows_per_tile: int,
+    filters_prepacked: bool = False,
 ) -> Traffic:
     """One image's modelled cost under the Winograd nest.
 
@@ -177,7 +180,8 @@ def winograd_traffic(
     # U's bytes beyond L2: written by the transform, read by every block's
     # products, which stream them as WS's kernels stream their filter tiles.
     streamed = 0 if filter_level == "l2" else filter_bytes * len(sizes)
-    far = streamed + (0 if filter_level == "l2" else filter_bytes)
+    written = 0 if filter_level == "l2" or filters_prepacked else filter_bytes
+    far = streamed + written
     dram = (compulsory if level == "dram" else 0) + (far if filter_level == "dram" else 0)
     l3 = (compulsory if level == "l3" else 0) + (far if filter_level == "l3" else 0)
     shared = weighted_cost(
@@ -199,7 +203,9 @@ def winograd_traffic(
     jobs = g.batch * len(sizes)
     imbalance = counts.thread_imbalance(threads, jobs, 1, 1, 1.0)
     # Per image: the filters are transformed once a call by each worker.
-    own = filter_elements * hardware.weights.filter_pack_cost * threads / g.batch
+    own = 0.0
+    if not filters_prepacked:
+        own = filter_elements * hardware.weights.filter_pack_cost * threads / g.batch
     return Traffic(
         dram=dram,
         l3=l3,
@@ -221,21 +227,35 @@ def winograd_shapes(hardware: Hardware, element_bytes: int) -> list:
     return tiles.register_blocks(hardware.vector_bytes, hardware.vector_registers, element_bytes)
 
 
+@functools.lru_cache(maxsize=1024)
 def plan_winograd(
-    geometry: ConvGeometry, dtype_name: str, hardware: Hardware, threads: int
+    geometry: ConvGeometry,
+    dtype_name: str,
+    hardware: Hardware,
+    threads: int,
+    filters_prepacked: bool = False,
+    shape: tuple = None,
 ) -> Plan:
     """The Winograd plan of ``geometry`` (which must be :func:`is_winograd`):
-    the kernel shape of least modelled cost, its block of tiles
-    (:func:`block_tiles`, the plan's ``windows_per_tile`` stays the kernel's
-    ``Nwin``; the block is derived again where needed)."""
+    the kernel shape of least modelled cost (or ``shape``, ``(Nf, Nwin)``:
+    the shape filters packed for another plan were laid out for), priced
+    with the filters packed ahead or not (``filters_prepacked``), and its
+    block of tiles (:func:`block_tiles`; the plan's ``windows_per_tile``
+    stays the kernel's ``Nwin``, the block is derived again where needed).
+    Memoised, as the planner is: plans are pure and frozen."""
     element_bytes = np.dtype(dtype_name).itemsize
     lanes = max(1, hardware.vector_bytes // element_bytes)
     options = []
-    for nf, nwin in winograd_shapes(hardware, element_bytes):
+    shapes = [tuple(shape)] if shape is not None else winograd_shapes(hardware, element_bytes)
+    for nf, nwin in shapes:
         if nwin % lanes:
             continue
-        traffic = winograd_traffic(geometry, hardware, element_bytes, threads, nf, nwin)
+        traffic = winograd_traffic(
+            geometry, hardware, element_bytes, threads, nf, nwin, filters_prepacked
+        )
         options.append((traffic.cost, nf, nwin, traffic))
+    if not options:
+        raise ValueError(f"shape {shape} needs Nwin a multiple of the {lanes} vector lanes")
     _, nf, nwin, traffic = min(options, key=lambda option: option[0])
     return Plan(
         schedule=Schedule.IS,
@@ -254,5 +274,6 @@ def plan_winograd(
         geometry=geometry,
         hardware=hardware,
         vector_operand=VectorOperand.WINDOWS,
+        filters_prepacked=bool(filters_prepacked),
         algorithm=Algorithm.WINOGRAD,
     )

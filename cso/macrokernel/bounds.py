@@ -167,6 +167,8 @@ WinogradBounds = namedtuple(
         "u_stride",
         "v_stride",
         "m_stride",  # elements from one of the 16 planes to the next (winograd.plane_stride)
+        "filters_transformed",  # the filters operand is U, packed ahead; else KCRS
+        "u_elements",  # a worker's workspace elements for U (0 when packed ahead)
         "workspace_stride",  # elements of the workspace per worker: U, V, M
         "workers",  # threads the jobs (image, block) are split over
     ],

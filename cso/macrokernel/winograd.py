@@ -11,13 +11,15 @@ Contracts relied on
 -------------------
 * ``x_flat``: the input ``[N][C][H][W]`` flattened, unpadded: the input
   transform reads it in place, masking the padding to zeros.
-* ``w_flat``: the filters ``[K][C][3][3]`` flattened (KCRS).
+* ``w_flat``: the filters ``[K][C][3][3]`` flattened (KCRS), or, where
+  ``b.filters_transformed``, ``U`` packed ahead in the layout below
+  (:mod:`cso.packing.winograd_filters`), and the workspace holds no ``U``.
 * ``bias``: ``(K,)``, or a placeholder when ``has_bias`` is False.
 * ``y_flat``: the output ``[N][K][P][Q]`` flattened; every element is
   written once, by the output transform, with the bias and the epilogue
   (``residual`` in its layout, a placeholder unless ``has_residual``).
 * ``workspace``: worker ``i``'s part from ``i * b.workspace_stride``:
-  ``U`` (16 planes of ``b.u_stride``: ``[K_pad][C]``, filter ``k``'s
+  ``U`` (``b.u_elements``: 16 planes of ``b.u_stride``: ``[K_pad][C]``, filter ``k``'s
   transformed taps for channel ``c`` at ``k*C + c``, zero past ``K``),
   then ``V`` (16 planes of ``b.v_stride``: ``[C][row]``, tile ``t`` of
   the block at column ``t``), then ``M`` (16 planes of ``b.m_stride``:
@@ -80,14 +82,15 @@ def transform_inputs(x_flat, b, image, first, count, workspace, v0):
 
 
 @njit(nogil=True, inline="always")
-def products(b, count, bias, residual, workspace, u0, v0, m0):
-    """``M[e] = U[e] V[e]`` for the 16 positions: the block's kernel calls."""
+def products(b, count, bias, residual, u, u0, workspace, v0, m0):
+    """``M[e] = U[e] V[e]`` for the 16 positions: the block's kernel calls,
+    ``U`` in ``u`` from ``u0``."""
     for e in range(16):
         for f in range(b.padded_filters // FILTERS_PER_TILE):
             for j in range(0, count, WINDOWS_PER_TILE):
                 microkernel(
                     b.channels,
-                    workspace, u0 + e * b.u_stride + f * FILTERS_PER_TILE * b.channels, 1,
+                    u, u0 + e * b.u_stride + f * FILTERS_PER_TILE * b.channels, 1,
                     b.channels,
                     workspace, v0 + e * b.v_stride + j, b.row,
                     workspace, m0 + e * b.m_stride + f * FILTERS_PER_TILE * b.row + j, b.row,
@@ -146,17 +149,21 @@ def convolve_winograd(
     if worker < b.workers:  # this call's share of the work
         first_job = worker * jobs // b.workers
         last_job = (worker + 1) * jobs // b.workers
-        u0 = worker * b.workspace_stride
-        v0 = u0 + 16 * b.u_stride
+        start = worker * b.workspace_stride
+        v0 = start + b.u_elements
         m0 = v0 + 16 * b.v_stride
-        if first_job < last_job:
-            transform_filters(w_flat, b, workspace, u0)
+        # U: the filters operand itself when packed ahead, else transformed here.
+        u, u0 = w_flat, 0
+        if not b.filters_transformed:
+            u, u0 = workspace, start
+            if first_job < last_job:
+                transform_filters(w_flat, b, workspace, u0)
         for job in range(first_job, last_job):
             image = job // b.blocks
             first = (job - image * b.blocks) * b.block_tiles
             count = min(b.block_tiles, b.tiles - first)
             transform_inputs(x_flat, b, image, first, count, workspace, v0)
-            products(b, count, bias, residual, workspace, u0, v0, m0)
+            products(b, count, bias, residual, u, u0, workspace, v0, m0)
             transform_outputs(
                 b, image, first, count, bias, has_bias, residual, activation, has_residual,
                 y_flat, workspace, m0,

@@ -176,3 +176,33 @@ def test_a_winograd_plan_is_checked_for_its_layer_and_kernel():
     strided = cso.plan_conv2d((1, 8, 10, 10), (8, 8, 3, 3), padding=1, stride=2)
     with pytest.raises(ValueError, match="a Winograd plan needs one group, 3x3 filters"):
         dataclasses.replace(plan, geometry=strided.geometry)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_packed_filters_are_the_transformed_filters(rng, threads):
+    # Packed ahead, U is stored: the call transforms nothing, gives the same
+    # bits, and replans for another batch size or thread count on the same
+    # transformed filters (their layout follows the kernel's Nf, kept).
+    from cso.packing.winograd_filters import transformed_elements
+
+    threads = min(threads, cso.executor.available_threads())
+    x = rng.standard_normal((2, 12, 14, 9)).astype(np.float32)
+    w = rng.standard_normal((19, 12, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(19).astype(np.float32)
+    plan = cso.plan_conv2d(x.shape, w.shape, padding=1, algorithm="winograd",
+                           filters_prepacked=True, threads=threads)  # fmt: skip
+    packed = cso.pack_filters(w, x.shape, bias=b, padding=1, plan=plan)
+    assert packed.panels.size == transformed_elements(w.shape, plan.filters_per_tile, "float32")[1]
+    y = cso.conv2d(x, packed, threads=threads)
+    assert np.array_equal(y, cso.conv2d(x, w, b, padding=1, plan=plan))
+    for other_threads in (1, min(2, cso.executor.available_threads())):
+        assert np.array_equal(cso.conv2d(x[1:], packed, threads=other_threads), y[1:])
+
+
+def test_packed_ahead_the_model_does_not_charge_the_filter_transform():
+    shapes = dict(x_shape=(1, 512, 7, 7), w_shape=(512, 512, 3, 3), padding=1,
+                  hardware=AVX512_CORE, algorithm="winograd")  # fmt: skip
+    per_call = cso.plan_conv2d(**shapes)
+    ahead = cso.plan_conv2d(**shapes, filters_prepacked=True)
+    assert ahead.cost_of("IS").cost < per_call.cost_of("IS").cost
+    assert ahead.filters_prepacked and not per_call.filters_prepacked
