@@ -59,6 +59,16 @@ def winograd_story(plan, others, compulsory) -> list:
         + weighed,
         f"  busiest thread {traffic.imbalance:.3f}x an even share of the {g.batch * len(sizes)} "
         "(image, block) jobs",
+    ] + (
+        [
+            f"  not taken unforced: U ({size_text(16 * filters * g.channels * s)}) exceeds L2 "
+            f"and the call has {g.batch * tiles} tiles, no more than a block may hold "
+            f"({winograd.MAX_BLOCK_TILES}): too few multiply-adds for each element of U "
+            "streamed from beyond L2 (winograd.streams_filters_once)"
+        ]
+        if winograd.streams_filters_once(plan)
+        else []
+    ) + [
         "",
         "Loop nest",
         f"  for worker in {plan.threads} thread(s): U = G g G^T of every filter",

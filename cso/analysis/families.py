@@ -14,18 +14,20 @@ from .depthwise import is_depthwise, plan_depthwise
 from .lanes import is_lane_depthwise, plan_lanes
 from .planes import is_plane_depthwise, plan_planes
 from .rows import MAX_ROW_STRIDE, is_row_depthwise, plan_rows
-from .winograd import plan_winograd
+from .winograd import plan_winograd, streams_filters_once
 from .winograd_rules import is_winograd
 
 
 class Family(NamedTuple):
     """An algorithm family besides dense: which layers it runs (and what
-    that is, as its error says), and its planner, ``plan(geometry,
-    dtype_name, hardware, threads, filters_prepacked)``."""
+    that is, as its error says), its planner, ``plan(geometry, dtype_name,
+    hardware, threads, filters_prepacked)``, and whether the model may take
+    one of its plans unforced (``takes(plan)``; None: always)."""
 
     runs: Callable
     needs: str
     plan: Callable
+    takes: Callable = None
 
 
 FAMILIES = {
@@ -56,6 +58,9 @@ FAMILIES = {
         plan_rows,
     ),
     Algorithm.WINOGRAD: Family(
-        is_winograd, "one group, 3x3 filters, stride 1 and dilation 1", plan_winograd
+        is_winograd,
+        "one group, 3x3 filters, stride 1 and dilation 1",
+        plan_winograd,
+        lambda plan: not streams_filters_once(plan),
     ),
 }

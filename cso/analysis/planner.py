@@ -196,13 +196,14 @@ def plan_for_geometry(
     )
     if dense_forced:
         return dense
-    # The cheapest of the families that run the layer; ties keep the
-    # earlier: dense, then FAMILIES' order.
-    options = [dense] + [
-        family.plan(geometry, dtype_name, hardware, threads, filters_prepacked)
-        for family in FAMILIES.values()
-        if family.runs(geometry)
-    ]
+    # The cheapest of the families that run the layer and would take their
+    # plan (Family.takes); ties keep the earlier: dense, then FAMILIES' order.
+    options = [dense]
+    for family in FAMILIES.values():
+        if family.runs(geometry):
+            plan = family.plan(geometry, dtype_name, hardware, threads, filters_prepacked)
+            if family.takes is None or family.takes(plan):
+                options.append(plan)
     return min(options, key=lambda plan: plan.cost_of(plan.schedule).cost)
 
 

@@ -221,6 +221,32 @@ def winograd_traffic(
     )
 
 
+def streams_filters_once(plan: Plan) -> bool:
+    """Whether ``plan``'s transformed filters ``U`` exceed the usable L2 while
+    the call has no more tiles (``N * th * tw``) than a block may hold
+    (:data:`MAX_BLOCK_TILES`): each element of ``U``, read from beyond L2
+    (from memory in a model run, whose weights no cache keeps between
+    inferences), then serves at most that many multiply-adds a call, too
+    few to hide the stream.  The model does not take such a plan unforced.
+
+    Measured on a Xeon (Sapphire Rapids, one thread, each call on the next
+    of as many copies of the operands and packed filters as fill 300 MB, so
+    that the filters come from memory): Winograd against dense on ResNet's
+    and VGG's 3x3 layers ``256 @14`` 1.11x the time, ``512 @14`` 1.15x,
+    ``512 @7`` 1.42x (49, 49 and 16 tiles a call), where the layers of more
+    tiles kept their lead (``64 @56`` 0.59x, ``128 @28`` 0.85x, ``256 @56``
+    0.66x, ``512 @28`` 0.87x; 196 to 784 tiles); with the filters in cache
+    ``256 @14`` had run 0.85x and ``512 @14`` 0.76-0.89x, which the cost
+    model alone followed.
+    """
+    g = plan.geometry
+    th, tw = tile_grid(g)
+    filters = padded_filters(g.filters, plan.filters_per_tile)
+    u_bytes = POSITIONS * filters * g.channels * np.dtype(plan.dtype).itemsize
+    l2_usable = tiles.usable_bytes(plan.hardware.l2_bytes, plan.hardware.usable_fraction)
+    return g.batch * th * tw <= MAX_BLOCK_TILES and u_bytes > l2_usable
+
+
 def winograd_shapes(hardware: Hardware, element_bytes: int) -> list:
     """The micro-kernel shapes the products may run on: the dense
     window-vectorised ones (:func:`~cso.analysis.tiles.register_blocks`)."""

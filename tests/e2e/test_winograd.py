@@ -130,18 +130,37 @@ def test_the_model_takes_the_cheapest_of_winograd_and_dense(x_shape, w_shape):
     check_cheapest_family(x_shape, w_shape, dict(padding=1), ["dense", "winograd"])
 
 
-def test_the_model_runs_resnets_large_3x3_layers_as_winograd_and_small_ones_dense():
+@pytest.mark.parametrize("prepacked", [False, True])
+def test_the_model_runs_resnets_large_3x3_layers_as_winograd_and_small_ones_dense(prepacked):
     # 2.25x fewer multiply-adds repay the transforms where the filters are
-    # few against the tiles; at 7x7 the per-call filter transform (16*K*C
-    # elements for 16 tiles) does not (measured 0.71x dense on a Xeon).
-    def algorithm(channels, size):
-        shape = (1, channels, size, size)
-        return cso.plan_conv2d(shape, (channels, channels, 3, 3), padding=1,
-                               hardware=AVX512_CORE).algorithm  # fmt: skip
+    # few against the tiles; at 14x14 and 7x7 the transformed filters exceed
+    # L2 and serve 49 or 16 tiles a call (streams_filters_once).
+    def algorithm(channels, size, batch=1):
+        shape = (batch, channels, size, size)
+        plan = cso.plan_conv2d(
+            shape, (channels, channels, 3, 3), padding=1, hardware=AVX512_CORE,
+            filters_prepacked=prepacked,
+        )  # fmt: skip
+        return plan.algorithm
 
     assert algorithm(64, 56) == Algorithm.WINOGRAD
     assert algorithm(128, 28) == Algorithm.WINOGRAD
+    assert algorithm(256, 14) == Algorithm.DENSE
     assert algorithm(512, 7) == Algorithm.DENSE
+
+
+def test_filters_streamed_once_a_call_keep_winograd_out_unless_forced():
+    from cso.analysis.winograd import streams_filters_once
+
+    def plan(channels, size, batch):
+        return cso.plan_conv2d((batch, channels, size, size), (channels, channels, 3, 3),
+                               padding=1, hardware=AVX512_CORE, algorithm="winograd")  # fmt: skip
+
+    assert streams_filters_once(plan(256, 14, 1))  # 4 MiB of U, 49 tiles
+    assert not streams_filters_once(plan(256, 14, 4))  # 196 tiles a call
+    assert not streams_filters_once(plan(128, 28, 1))  # 1 MiB of U fits L2
+    assert "not taken unforced" in cso.explain(plan(256, 14, 1))
+    assert "not taken unforced" not in cso.explain(plan(128, 28, 1))
 
 
 def test_explain_tells_the_winograd_story():
