@@ -184,19 +184,22 @@ def winograd_traffic(
     far = streamed + written
     dram = (compulsory if level == "dram" else 0) + (far if filter_level == "dram" else 0)
     l3 = (compulsory if level == "l3" else 0) + (far if filter_level == "l3" else 0)
-    shared = weighted_cost(
-        hardware,
-        element_bytes,
+    counted = dict(
         dram=dram,
         l3=l3,
-        streamed_l3=streamed if filter_level == "l3" else 0,
-        streamed_dram=streamed if filter_level == "dram" else 0,
         l2=compulsory,
         tlb_misses=0,
         kernel_calls=calls,
         l1_spill=0,
         padded_macs=macs,
         packed_input_elements=transformed,
+    )
+    shared = weighted_cost(
+        hardware,
+        element_bytes,
+        **counted,
+        streamed_l3=streamed if filter_level == "l3" else 0,
+        streamed_dram=streamed if filter_level == "dram" else 0,
         shared=threads > 1,
         mac_cost=hardware.weights.mac_cost_of(shape, pointwise=True),
     )
@@ -207,15 +210,8 @@ def winograd_traffic(
     if not filters_prepacked:
         own = filter_elements * hardware.weights.filter_pack_cost * threads / g.batch
     return Traffic(
-        dram=dram,
-        l3=l3,
-        l2=compulsory,
-        tlb_misses=0,
-        kernel_calls=calls,
-        l1_spill=0,
-        padded_macs=macs,
+        **counted,
         cost=imbalance * shared + own,
-        packed_input_elements=transformed,
         packed_filter_elements=filter_elements,
         imbalance=imbalance,
     )
