@@ -1,4 +1,5 @@
-"""Independent float64 references: im2col + GEMM, and a naive loop for tiny cases.
+"""Independent float64 references: im2col + GEMM, and a naive loop for tiny cases;
+Winograd F(2x2, 3x3) in NumPy, and the bound its rounding errors obey.
 
 Neither shares code with the compiled path beyond parameter validation, so a
 test comparing ``cso.conv2d`` with them compares two independent programs.
@@ -73,3 +74,66 @@ def naive_conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1) -> 
                                     total += x[n, group * cg + c, h, v] * w[k, c, r, s]
                     y[n, k, p, q] = total
     return y
+
+
+# Winograd F(2x2, 3x3)'s matrices (Lavin and Gray, 2016), as the reference
+# writes them down on its own (cso.microkernels.winograd_transforms emits them).
+WINOGRAD_B_T = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], float)
+WINOGRAD_G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])
+WINOGRAD_A_T = np.array([[1, 1, 1, 0], [0, 1, -1, -1]], float)
+# The most roundings on any path from an input to an output besides the
+# channel sum's C - 1: the filter transform's four additions and two
+# halvings, the input transform's two additions, the product, the output
+# transform's four additions and the bias, and one rounding of each input
+# to the dtype.
+WINOGRAD_ROUNDINGS = 6 + 2 + 1 + 4 + 1 + 2
+
+
+def winograd_float64(x, w, absolute=False, **params) -> np.ndarray:
+    """F(2x2, 3x3) in float64 with NumPy, ``A^T (sum_c G g G^T * B^T d B) A``
+    for each 2x2 output tile (``absolute``: every matrix taken absolute);
+    ``x``, ``w`` and ``params`` as for :func:`conv2d`, one group, 3x3 filters,
+    stride and dilation 1.  Equal to :func:`conv2d` up to rounding."""
+    g = make_geometry(np.shape(x), np.shape(w), **params)
+    x = np.asarray(x, np.float64)
+    w = np.asarray(w, np.float64)
+    th, tw = -(-g.out_height // 2), -(-g.out_width // 2)
+    padded = np.zeros((g.batch, g.channels, 2 * th + 2, 2 * tw + 2))
+    rows = min(g.height, padded.shape[2] - g.pad_top)
+    cols = min(g.width, padded.shape[3] - g.pad_left)
+    inside = (slice(None), slice(None), slice(g.pad_top, g.pad_top + rows))
+    padded[inside + (slice(g.pad_left, g.pad_left + cols),)] = x[:, :, :rows, :cols]
+    # Input tiles d[n, c, ty, tx, 4, 4] at stride 2.
+    windows = np.lib.stride_tricks.sliding_window_view(padded, (4, 4), axis=(2, 3))[:, :, ::2, ::2]
+    b_t, gm, a_t = WINOGRAD_B_T, WINOGRAD_G, WINOGRAD_A_T
+    if absolute:
+        b_t, gm, a_t = np.abs(b_t), np.abs(gm), np.abs(a_t)
+    v = np.einsum("ij,ncyxjk,lk->ncyxil", b_t, windows, b_t)
+    u = np.einsum("ij,kcjl,ml->kcim", gm, w, gm)
+    m = np.einsum("kcil,ncyxil->nkyxil", u, v)
+    y = np.einsum("ij,nkyxjl,ml->nkyxim", a_t, m, a_t)
+    y = y.transpose(0, 1, 2, 4, 3, 5).reshape(g.batch, g.filters, 2 * th, 2 * tw)
+    return y[:, :, : g.out_height, : g.out_width]
+
+
+def winograd_magnitude(x, w, **params) -> np.ndarray:
+    """``|A^T| (sum_c |G||g||G^T| * |B^T||d||B|) |A|``: the Winograd
+    computation with every coefficient and operand taken absolute, per
+    output, what its rounding errors are bounded by."""
+    return winograd_float64(np.abs(x), np.abs(w), absolute=True, **params)
+
+
+def winograd_error_bound(x, w, bias, dtype, **params) -> np.ndarray:
+    """Elementwise bound on ``|computed - exact|`` for F(2x2, 3x3) in
+    ``dtype``: ``gamma_n * winograd_magnitude`` (forward error analysis of
+    the transforms, products and channel sums: ``n = C +
+    WINOGRAD_ROUNDINGS``, the longest path's roundings, ``gamma_n = n u /
+    (1 - n u)``), the bias's magnitude added, plus the smallest normal
+    number for underflow."""
+    g = make_geometry(np.shape(x), np.shape(w), **params)
+    magnitude = winograd_magnitude(x, w, **params)
+    if bias is not None:
+        magnitude = magnitude + np.abs(np.asarray(bias, np.float64)).reshape(1, -1, 1, 1)
+    u = np.finfo(dtype).eps / 2
+    n = g.channels + WINOGRAD_ROUNDINGS
+    return n * u / (1 - n * u) * magnitude + np.finfo(dtype).tiny

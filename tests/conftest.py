@@ -12,6 +12,14 @@ from hypothesis import strategies as st
 import cso
 from cso.analysis.choices import ACTIVATIONS
 from cso.analysis.winograd_rules import is_winograd
+from cso.reference import (  # noqa: F401 (the Winograd reference, re-exported for the tests)
+    WINOGRAD_A_T,
+    WINOGRAD_B_T,
+    WINOGRAD_G,
+    winograd_error_bound,
+    winograd_float64,
+    winograd_magnitude,
+)
 from cso.geometry import make_geometry
 
 
@@ -58,57 +66,6 @@ def activation_bound(before, bound, dtype):
     return 1.5 * bound + 16 * u * (np.abs(before) + 1)
 
 
-def gamma(n, dtype):
-    """``gamma_n = n u / (1 - n u)``, ``u`` the unit round-off of ``dtype``."""
-    u = np.finfo(dtype).eps / 2
-    return n * u / (1 - n * u)
-
-
-# Winograd F(2x2, 3x3)'s matrices (cso.analysis.winograd), as the reference uses them.
-WINOGRAD_B_T = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], float)
-WINOGRAD_G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])
-WINOGRAD_A_T = np.array([[1, 1, 1, 0], [0, 1, -1, -1]], float)
-# The most roundings on any path from an input to an output besides the
-# channel sum's C - 1: the filter transform's four additions and two
-# halvings, the input transform's two additions, the product, the output
-# transform's four additions and the bias, and one rounding of each input
-# to the dtype.
-WINOGRAD_ROUNDINGS = 6 + 2 + 1 + 4 + 1 + 2
-
-
-def winograd_magnitude(x, w, **params):
-    """``|A^T| (sum_c |G||g||G^T| * |B^T||d||B|) |A|``: the Winograd
-    computation's every coefficient and operand taken absolute, per output
-    (float64; ``x``, ``w`` as for :func:`error_bound`, one group, 3x3,
-    stride 1)."""
-    return winograd_float64(np.abs(x), np.abs(w), absolute=True, **params)
-
-
-def winograd_float64(x, w, absolute=False, **params):
-    """F(2x2, 3x3) in float64 with NumPy: ``A^T (sum_c G g G^T * B^T d B) A``
-    (``absolute``: every matrix taken absolute)."""
-    g = make_geometry(np.shape(x), np.shape(w), **params)
-    x = np.asarray(x, np.float64)
-    w = np.asarray(w, np.float64)
-    th, tw = -(-g.out_height // 2), -(-g.out_width // 2)
-    padded = np.zeros((g.batch, g.channels, 2 * th + 2, 2 * tw + 2))
-    rows = min(g.height, padded.shape[2] - g.pad_top)
-    cols = min(g.width, padded.shape[3] - g.pad_left)
-    inside = (slice(None), slice(None), slice(g.pad_top, g.pad_top + rows))
-    padded[inside + (slice(g.pad_left, g.pad_left + cols),)] = x[:, :, :rows, :cols]
-    # Input tiles d[n, c, ty, tx, 4, 4] at stride 2.
-    windows = np.lib.stride_tricks.sliding_window_view(padded, (4, 4), axis=(2, 3))[:, :, ::2, ::2]
-    b_t, gm, a_t = WINOGRAD_B_T, WINOGRAD_G, WINOGRAD_A_T
-    if absolute:
-        b_t, gm, a_t = np.abs(b_t), np.abs(gm), np.abs(a_t)
-    v = np.einsum("ij,ncyxjk,lk->ncyxil", b_t, windows, b_t)
-    u = np.einsum("ij,kcjl,ml->kcim", gm, w, gm)
-    m = np.einsum("kcil,ncyxil->nkyxil", u, v)
-    y = np.einsum("ij,nkyxjl,ml->nkyxim", a_t, m, a_t)
-    y = y.transpose(0, 1, 2, 4, 3, 5).reshape(g.batch, g.filters, 2 * th, 2 * tw)
-    return y[:, :, : g.out_height, : g.out_width]
-
-
 def error_bound(x, w, bias, dtype, **params):
     """Elementwise bound on |cso - exact| for a float ``dtype`` computation.
 
@@ -129,20 +86,6 @@ def error_bound(x, w, bias, dtype, **params):
     if not is_winograd(g):
         return direct
     return np.maximum(direct, winograd_error_bound(x, w, bias, dtype, **params))
-
-
-def winograd_error_bound(x, w, bias, dtype, **params):
-    """Elementwise bound on |cso - exact| for the Winograd family in ``dtype``:
-    ``gamma_(C + WINOGRAD_ROUNDINGS) * winograd_magnitude`` (forward error
-    analysis of the transforms, products and channel sums, each output's
-    longest path ``C - 1`` additions of the sum and
-    :data:`WINOGRAD_ROUNDINGS` others), the bias's magnitude added."""
-    g = make_geometry(np.shape(x), np.shape(w), **params)
-    magnitude = winograd_magnitude(x, w, **params)
-    if bias is not None:
-        magnitude = magnitude + np.abs(np.asarray(bias, np.float64)).reshape(1, -1, 1, 1)
-    n = g.channels + WINOGRAD_ROUNDINGS
-    return gamma(n, dtype) * magnitude + np.finfo(dtype).tiny
 
 
 def direct_error_bound(x, w, bias, dtype, **params):
