@@ -71,7 +71,8 @@ def winograd_story(plan, others, compulsory) -> list:
     ) + [
         "",
         "Loop nest",
-        f"  for worker in {plan.threads} thread(s): U = G g G^T of every filter",
+        f"  for worker in {plan.threads} thread(s): U = G g G^T of every filter"
+        + (", unless packed ahead (cso.pack_filters stores U)" if plan.filters_prepacked else ""),
         f"    for (image, block) in {g.batch} x {len(sizes)} jobs, the worker's share",
         f"      V = B^T d B of the block's tiles ({vl} tiles a transform call)",
         f"      for e in 16: for filter tile in {filters // nf}: for {nwin} tiles of the block: "

@@ -103,6 +103,7 @@ def transform_outputs(b, image, first, count, bias, has_bias, residual, activati
                       has_residual, y_flat, workspace, m0):  # fmt: skip
     """``y = A^T M A + bias``, the epilogue fused, for the block's tiles."""
     for k in range(b.filters):
+        # Without a bias, a zero of its type (the placeholder holds one).
         bias_k = bias[k] if has_bias else bias[0] * 0
         plane = (image * b.filters + k) * b.out_height
         n = first
