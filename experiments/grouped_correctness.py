@@ -47,6 +47,18 @@ def problem(row):
     return (n, c, h, w), (k, c // g, r, s), params, row["bias"] == "True"
 
 
+def sampled_rows(path, size: int, seed: int) -> tuple:
+    """``(rng, rows)``: ``size`` rows of the ConvBench CSV at ``path`` drawn
+    with a generator seeded by ``seed`` (which draws the operands after), in
+    file order; exits with a message when the file is missing."""
+    if not pathlib.Path(path).exists():
+        sys.exit(f"no data at {path}")
+    with open(path) as handle:
+        rows = list(csv.DictReader(handle))
+    rng = np.random.default_rng(seed)
+    return rng, [rows[i] for i in sorted(rng.choice(len(rows), min(size, len(rows)), False))]
+
+
 def worst_share(y, expected, magnitude, dtype, reduction) -> float:
     """Largest ``|y - expected| / bound`` (at most 1 when correct)."""
     u = np.finfo(dtype).eps / 2
@@ -61,12 +73,7 @@ def main():
     parser.add_argument("--sample", type=int, default=300)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    if not pathlib.Path(args.data).exists():
-        sys.exit(f"no data at {args.data}")
-    with open(args.data) as handle:
-        rows = list(csv.DictReader(handle))
-    rng = np.random.default_rng(args.seed)
-    sample = [rows[i] for i in sorted(rng.choice(len(rows), min(args.sample, len(rows)), False))]
+    rng, sample = sampled_rows(args.data, args.sample, args.seed)
     grouped = [row for row in sample if int(row["groups"]) > 1]
     threads = sorted({1, min(2, cso.executor.available_threads())})
     print(f"{len(sample)} shapes sampled (seed {args.seed}); {len(grouped)} grouped or depthwise; "

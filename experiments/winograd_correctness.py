@@ -15,13 +15,11 @@ Usage: python experiments/winograd_correctness.py [--sample 300] [--seed 0] [--l
 """
 
 import harness  # noqa: F401  (pins BLAS threads before NumPy loads)
-import csv
-import pathlib
 import sys
 import time
 
 import numpy as np
-from grouped_correctness import DATA, problem
+from grouped_correctness import DATA, problem, sampled_rows
 
 import cso
 from cso.analysis.winograd_rules import is_winograd
@@ -41,12 +39,7 @@ def main():
         help="skip shapes whose output has more elements (the float64 bound's memory)",
     )  # fmt: skip
     args = parser.parse_args()
-    if not pathlib.Path(args.data).exists():
-        sys.exit(f"no data at {args.data}")
-    with open(args.data) as handle:
-        rows = list(csv.DictReader(handle))
-    rng = np.random.default_rng(args.seed)
-    sample = [rows[i] for i in sorted(rng.choice(len(rows), min(args.sample, len(rows)), False))]
+    rng, sample = sampled_rows(args.data, args.sample, args.seed)
     chosen = []
     for row in sample:
         x_shape, w_shape, params, has_bias = problem(row)

@@ -298,11 +298,12 @@ def plan_depthwise(
 
 def untiled_plan(
     geometry, dtype_name, hardware, threads, traffic, algorithm, windows_per_tile,
-    rows_per_call=1, filters_per_tile=1,
+    rows_per_call=1, filters_per_tile=1, filters_prepacked=False,
 ) -> Plan:  # fmt: skip
-    """A plan of a family with no cache tiles (tap or lane): its kernel's
-    ``filters_per_tile x windows_per_tile`` and ``rows_per_call``, the dense
-    tiles 1, and ``traffic`` for both schedules (neither applies)."""
+    """A plan of a family with no cache tiles (tap, lane, plane, row,
+    Winograd): its kernel's ``filters_per_tile x windows_per_tile`` and
+    ``rows_per_call``, the dense tiles 1, ``traffic`` for both schedules
+    (neither applies) and whether it was priced for filters packed ahead."""
     return Plan(
         schedule=Schedule.IS,
         channel_tile=1,
@@ -322,4 +323,5 @@ def untiled_plan(
         vector_operand=VectorOperand.WINDOWS,
         algorithm=algorithm,
         rows_per_call=rows_per_call,
+        filters_prepacked=bool(filters_prepacked),
     )

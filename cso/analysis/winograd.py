@@ -38,7 +38,8 @@ import numpy as np
 
 from ..geometry import ConvGeometry, ceil_div
 from . import counts, tiles
-from .choices import Algorithm, Schedule, VectorOperand
+from .choices import Algorithm, VectorOperand
+from .depthwise import untiled_plan
 from .hardware import Hardware
 from .plan import Plan
 from .pricing import Traffic, weighted_cost
@@ -279,23 +280,7 @@ def plan_winograd(
     if not options:
         raise ValueError(f"shape {shape} needs Nwin a multiple of the {lanes} vector lanes")
     _, nf, nwin, traffic = min(options, key=lambda option: option[0])
-    return Plan(
-        schedule=Schedule.IS,
-        channel_tile=geometry.channels,
-        l2_tiles=1,
-        l3_tiles=1,
-        filters_per_tile=nf,
-        windows_per_tile=nwin,
-        dtype=dtype_name,
-        vector_lanes=lanes,
-        threads=int(threads),
-        window_parts=1,
-        input_in_place=False,
-        costs=((Schedule.IS, traffic), (Schedule.WS, traffic)),
-        tiles_by_schedule=((Schedule.IS, (1, 1, 1)), (Schedule.WS, (1, 1, 1))),
-        geometry=geometry,
-        hardware=hardware,
-        vector_operand=VectorOperand.WINDOWS,
-        filters_prepacked=bool(filters_prepacked),
-        algorithm=Algorithm.WINOGRAD,
-    )
+    return untiled_plan(
+        geometry, dtype_name, hardware, threads, traffic, Algorithm.WINOGRAD, nwin,
+        filters_per_tile=nf, filters_prepacked=filters_prepacked,
+    )  # fmt: skip
