@@ -78,6 +78,10 @@ def _make_launch(plan: Plan, filters_packed: bool, module) -> Launch:
     if module is None:
         module = loop_module_for(plan)
     launch = _family_launch(plan, filters_packed, module)
+    if plan.algorithm in KCRS_ALGORITHMS and any(type(n) is not int for n in launch.bounds):
+        # The KCRS quick call (cso.quick_launch) hands the bounds to the nest
+        # by address: a bool among them crashed the Winograd nest there.
+        raise TypeError(f"a {plan.algorithm} nest's bounds must all be ints, got {launch.bounds}")
     # One compiled nest serves every thread count (cso.macrokernel.workers).
     if plan.threads == 1:
         return launch._replace(loop_nest=serial_nest(launch.loop_nest))
@@ -304,7 +308,7 @@ def winograd_bounds(plan: Plan, filters_packed: bool = False) -> WinogradBounds:
         u_stride=u_stride,
         v_stride=v_stride,
         m_stride=m_stride,
-        filters_transformed=bool(filters_packed),
+        filters_transformed=int(bool(filters_packed)),  # an int: every bounds field is one
         u_elements=u_elements,
         workspace_stride=worker_stride(elements - 16 * u_stride + u_elements, plan.dtype),
         workers=plan.threads,

@@ -20,6 +20,8 @@ PLANS = [
     ((1, 32, 28, 28), (32, 1, 3, 3), dict(padding=1, groups=32), {}, "kcrs"),
     ((1, 96, 14, 14), (96, 1, 5, 5), dict(padding=2, stride=2, groups=96), {}, "kcrs"),
     ((1, 64, 14, 14), (64, 4, 3, 3), dict(padding=1, groups=16), dict(algorithm="grouped"), "kcrs"),
+    # Winograd: KCRS filters, transformed in the nest (or packed ahead, transformed).
+    ((1, 12, 14, 10), (20, 12, 3, 3), dict(padding=1), dict(algorithm="winograd"), "kcrs"),
     ((2, 24, 20, 20), (40, 24, 1, 1), {},
      dict(vector_operand="windows", filters_per_tile=8), "in place"),
     ((1, 20, 9, 9), (10, 20, 3, 3), dict(padding=1),

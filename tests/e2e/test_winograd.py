@@ -225,3 +225,26 @@ def test_packed_ahead_the_model_does_not_charge_the_filter_transform():
     ahead = cso.plan_conv2d(**shapes, filters_prepacked=True)
     assert ahead.cost_of("IS").cost < per_call.cost_of("IS").cost
     assert ahead.filters_prepacked and not per_call.filters_prepacked
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_repeated_calls_through_conv2d_take_the_quick_call(rng, threads, monkeypatch):
+    # cso.conv2d's third call of a problem is its compiled quick call
+    # (cso.quick_launch), which calls the nest by address: a bool among the
+    # bounds (which every other family keeps as ints) crashed it, where the
+    # first two calls, through the dispatcher, ran right.
+    from cso import conv
+    from cso.analysis.planner import plan_for_geometry
+
+    def winograd_planner(*args, **kwargs):
+        return plan_for_geometry(*args, **{**kwargs, "algorithm": Algorithm.WINOGRAD})
+
+    monkeypatch.setattr(conv, "plan_for_geometry", winograd_planner)
+    threads = min(threads, cso.executor.available_threads())
+    for dtype in (np.float32, np.float64):
+        x = rng.standard_normal((1, 31, 27, 26)).astype(dtype)
+        w = rng.standard_normal((66, 31, 3, 3)).astype(dtype)
+        for bias in (None, rng.standard_normal(66).astype(dtype)):
+            for _ in range(4):
+                y = cso.conv2d(x, w, bias, padding=1, threads=threads)
+                assert_matches_reference(y, x, w, bias, padding=1)
