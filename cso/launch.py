@@ -79,8 +79,9 @@ def _make_launch(plan: Plan, filters_packed: bool, module) -> Launch:
         module = loop_module_for(plan)
     launch = _family_launch(plan, filters_packed, module)
     if plan.algorithm in KCRS_ALGORITHMS and any(type(n) is not int for n in launch.bounds):
-        # The KCRS quick call (cso.quick_launch) hands the bounds to the nest
-        # by address: a bool among them crashed the Winograd nest there.
+        # The KCRS quick call (cso.quick_launch) compiles one launch for each
+        # bounds type and hands the bounds to the nest by address: all ints,
+        # one tuple type a field count, as every family builds them.
         raise TypeError(f"a {plan.algorithm} nest's bounds must all be ints, got {launch.bounds}")
     # One compiled nest serves every thread count (cso.macrokernel.workers).
     if plan.threads == 1:
@@ -308,7 +309,7 @@ def winograd_bounds(plan: Plan, filters_packed: bool = False) -> WinogradBounds:
         u_stride=u_stride,
         v_stride=v_stride,
         m_stride=m_stride,
-        filters_transformed=int(bool(filters_packed)),  # an int: every bounds field is one
+        filters_transformed=int(bool(filters_packed)),  # an int, as every bounds field
         u_elements=u_elements,
         workspace_stride=worker_stride(elements - 16 * u_stride + u_elements, plan.dtype),
         workers=plan.threads,

@@ -230,9 +230,8 @@ def test_packed_ahead_the_model_does_not_charge_the_filter_transform():
 @pytest.mark.parametrize("threads", [1, 2])
 def test_repeated_calls_through_conv2d_take_the_quick_call(rng, threads, monkeypatch):
     # cso.conv2d's third call of a problem is its compiled quick call
-    # (cso.quick_launch), which calls the nest by address: a bool among the
-    # bounds (which every other family keeps as ints) crashed it, where the
-    # first two calls, through the dispatcher, ran right.
+    # (cso.quick_launch), which calls the nest by address, where the first
+    # two go through the dispatcher: each checked against the reference.
     from cso import conv
     from cso.analysis.planner import plan_for_geometry
 
