@@ -48,15 +48,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from .epilogue import emit_epilogue
-from .vector_ir import (
-    I32,
-    check_dtype_and_lanes,
-    check_float_arrays,
-    lanes_below,
-    masked_load_function,
-    masked_store_function,
-    vector_type,
-)
+from .vector_ir import I32, KernelEmitter, check_dtype_and_lanes, check_float_arrays
 
 I64 = ir.IntType(64)
 _ELEMENT_BYTES = {"float32": 4, "float64": 8}
@@ -81,14 +73,9 @@ def _inside(builder, start, limit, lanes: int):
     return builder.icmp_unsigned("<", positions, _splat(builder, builder.trunc(limit, I32), lanes))
 
 
-def _address(context, builder, array_type, array, offset, vector):
-    """A pointer to ``vector`` at element ``offset`` of ``array``."""
-    data = context.make_array(array_type)(context, builder, array).data
-    return builder.bitcast(builder.gep(data, [offset]), vector.as_pointer())
-
-
-def _plane(builder, offset, stride, e: int):
-    return builder.add(offset, builder.mul(stride, ir.Constant(I64, e)))
+def _plane(emitter, stride, e: int):
+    """Plane ``e``'s offset: ``e * stride``."""
+    return emitter.builder.mul(stride, emitter.constant(e))
 
 
 def _lane_indices(indices) -> ir.Constant:
@@ -112,10 +99,9 @@ def build_input_tiles(dtype_name: str, vector_lanes: int):
 
         def codegen(context, b, signature, args):
             x_a, row0, valid, q0, width_v, v_a, v_off, stride_v = args
-            vector = vector_type(dtype_name, lanes)
-            load = masked_load_function(b.module, vector)
-            zero = ir.Constant(vector, [0.0] * lanes)
+            e = KernelEmitter(context, b, signature, dtype_name, lanes)
             align = ir.Constant(I32, element_bytes)
+            x_base, v_base = e.base(0, x_a, row0), e.base(5, v_a, v_off)
             even = _lane_indices(range(0, 2 * lanes, 2))
             odd = _lane_indices(range(1, 2 * lanes, 2))
             # Columns q0 + 2t + j: j = 0, 1 from the vectors at q0 and q0 + VL,
@@ -123,19 +109,17 @@ def build_input_tiles(dtype_name: str, vector_lanes: int):
             shifts = (0, lanes, 2, lanes + 2)
             column_masks = [_inside(b, b.add(q0, ir.Constant(I64, s)), width_v, lanes)
                             for s in shifts]  # fmt: skip
-            no_lanes = ir.Constant(ir.VectorType(ir.IntType(1), lanes), [0] * lanes)
             rows = []
             for a in range(4):
                 bit = b.icmp_signed(
                     "!=", b.and_(valid, ir.Constant(I64, 1 << a)), ir.Constant(I64, 0)
                 )
-                row = b.add(row0, b.mul(width_v, ir.Constant(I64, a)))
+                row = b.mul(width_v, e.constant(a))
                 parts = []
                 for shift, column_mask in zip(shifts, column_masks):
-                    start = b.add(row, b.add(q0, ir.Constant(I64, shift)))
-                    pointer = _address(context, b, signature.args[0], x_a, start, vector)
-                    mask = b.select(bit, column_mask, no_lanes)
-                    parts.append(b.call(load, [pointer, align, mask, zero]))
+                    pointer = e.vector_at(x_base, b.add(row, b.add(q0, e.constant(shift))))
+                    mask = e.masked_by(column_mask, bit)
+                    parts.append(b.call(e.masked_load, [pointer, align, mask, e.zero]))
                 d0 = b.shuffle_vector(parts[0], parts[1], even)
                 d1 = b.shuffle_vector(parts[0], parts[1], odd)
                 d2 = b.shuffle_vector(parts[2], parts[3], even)
@@ -148,8 +132,7 @@ def build_input_tiles(dtype_name: str, vector_lanes: int):
                 for i, value in enumerate(
                     (b.fsub(z0, z2), b.fadd(z1, z2), b.fsub(z2, z1), b.fsub(z1, z3))
                 ):
-                    offset = _plane(b, v_off, stride_v, 4 * i + j)
-                    pointer = _address(context, b, signature.args[5], v_a, offset, vector)
+                    pointer = e.vector_at(v_base, _plane(e, stride_v, 4 * i + j))
                     b.store(value, pointer, align=element_bytes)
             return context.get_dummy_value()
 
@@ -175,27 +158,21 @@ def build_output_tiles(dtype_name: str, vector_lanes: int):
 
         def codegen(context, b, signature, args):
             m_a, m_off, stride_v, y_a, y_off, row_v, columns_v, two, bias_v, r_a, act, has_r = args
-            vector = vector_type(dtype_name, lanes)
-            load = masked_load_function(b.module, vector)
-            store = masked_store_function(b.module, vector)
-            zero = ir.Constant(vector, [0.0] * lanes)
-            all_lanes = ir.Constant(ir.VectorType(ir.IntType(1), lanes), [1] * lanes)
+            e = KernelEmitter(context, b, signature, dtype_name, lanes)
             align = ir.Constant(I32, element_bytes)
+            # The residual has the output's layout: the same offsets from its own base.
+            m_base, y_base = e.base(0, m_a, m_off), e.base(3, y_a, y_off)
+            r_base = e.base(9, r_a, y_off)
             planes = [
-                b.load(
-                    _address(
-                        context, b, signature.args[0], m_a, _plane(b, m_off, stride_v, e), vector
-                    ),
-                    align=element_bytes,
-                )  # fmt: skip
-                for e in range(16)
+                b.load(e.vector_at(m_base, _plane(e, stride_v, k)), align=element_bytes)
+                for k in range(16)
             ]
             # A^T M: the two output rows' four columns.
             top = [b.fadd(b.fadd(planes[j], planes[4 + j]), planes[8 + j]) for j in range(4)]
             bottom = [
                 b.fsub(b.fsub(planes[4 + j], planes[8 + j]), planes[12 + j]) for j in range(4)
             ]
-            bias_vector = _splat(b, bias_v, lanes)
+            bias_vector = e.broadcast(bias_v)
             # Interleaving a row's even (first) and odd (second) outputs.
             first_half = _lane_indices(i // 2 + (lanes if i % 2 else 0) for i in range(lanes))
             second_half = _lane_indices(lanes // 2 + i // 2 + (lanes if i % 2 else 0)
@@ -205,25 +182,21 @@ def build_output_tiles(dtype_name: str, vector_lanes: int):
                 # (A^T M) A, plus the bias.
                 left = b.fadd(b.fadd(b.fadd(t[0], t[1]), t[2]), bias_vector)
                 right = b.fadd(b.fsub(b.fsub(t[1], t[2]), t[3]), bias_vector)
-                row = b.add(y_off, b.mul(row_v, ir.Constant(I64, r)))
+                row = b.mul(row_v, e.constant(r))
                 values += [b.shuffle_vector(left, right, first_half),
                            b.shuffle_vector(left, right, second_half)]  # fmt: skip
-                offsets += [row, b.add(row, ir.Constant(I64, lanes))]
+                offsets += [row, b.add(row, e.constant(lanes))]
 
             def residual_of(index):
-                pointer = _address(context, b, signature.args[9], r_a, offsets[index], vector)
-                return b.call(load, [pointer, align, all_lanes, zero])
+                return b.load(e.vector_at(r_base, offsets[index]), align=element_bytes)
 
             finals = emit_epilogue(b, values, residual_of, act, has_r)
-            second_row = _splat(b, two, lanes)
             for index, value in enumerate(finals):
-                mask = lanes_below(
-                    b, b.sub(columns_v, ir.Constant(I64, (index % 2) * lanes)), lanes
-                )
+                mask = e.lanes_below(b.sub(columns_v, e.constant((index % 2) * lanes)))
                 if index >= 2:
-                    mask = b.and_(mask, second_row)
-                pointer = _address(context, b, signature.args[3], y_a, offsets[index], vector)
-                b.call(store, [value, pointer, align, mask])
+                    mask = e.masked_by(mask, two)
+                pointer = e.vector_at(y_base, offsets[index])
+                b.call(e.masked_store, [value, pointer, align, mask])
             return context.get_dummy_value()
 
         return sig, codegen
@@ -246,26 +219,26 @@ def build_filter_tiles(dtype_name: str, vector_lanes: int):
 
         def codegen(context, b, signature, args):
             w_a, w_off, count_v, u_a, u_off, stride_v = args
-            vector = vector_type(dtype_name, lanes)
+            e = KernelEmitter(context, b, signature, dtype_name, lanes)
+            vector = e.vector
             pointers = ir.VectorType(vector.element.as_pointer(), lanes)
             mask_type = ir.VectorType(ir.IntType(1), lanes)
             gather = cgutils.get_or_insert_function(
                 b.module, ir.FunctionType(vector, [pointers, I32, mask_type, vector]),
                 f"llvm.masked.gather.{suffix}.v{lanes}p0",
             )  # fmt: skip
-            store = masked_store_function(b.module, vector)
-            mask = lanes_below(b, count_v, lanes)
-            zero = ir.Constant(vector, [0.0] * lanes)
+            mask = e.lanes_below(count_v)
             align = ir.Constant(I32, element_bytes)
-            data = context.make_array(signature.args[0])(context, b, w_a).data
-            base = _splat(b, b.ptrtoint(b.gep(data, [w_off]), I64), lanes)
+            u_base = e.base(3, u_a, u_off)
+            # The 16 filters' addresses for a gather: the first's, splatted, plus each one's.
+            base = _splat(b, b.ptrtoint(e.base(0, w_a, w_off), I64), lanes)
             taps = []
             for tap in range(9):
                 offsets = ir.Constant(
                     ir.VectorType(I64, lanes), [(9 * i + tap) * element_bytes for i in range(lanes)]
                 )
                 addresses = b.inttoptr(b.add(base, offsets), pointers)
-                taps.append(b.call(gather, [addresses, align, mask, zero]))
+                taps.append(b.call(gather, [addresses, align, mask, e.zero]))
             half = ir.Constant(vector, [0.5] * lanes)
 
             def g_times(a0, a1, a2):
@@ -276,9 +249,8 @@ def build_filter_tiles(dtype_name: str, vector_lanes: int):
             columns = [g_times(taps[j], taps[3 + j], taps[6 + j]) for j in range(3)]
             for i in range(4):
                 for j, value in enumerate(g_times(columns[0][i], columns[1][i], columns[2][i])):
-                    offset = _plane(b, u_off, stride_v, 4 * i + j)
-                    pointer = _address(context, b, signature.args[3], u_a, offset, vector)
-                    b.call(store, [value, pointer, align, mask])
+                    pointer = e.vector_at(u_base, _plane(e, stride_v, 4 * i + j))
+                    b.call(e.masked_store, [value, pointer, align, mask])
             return context.get_dummy_value()
 
         return sig, codegen
