@@ -16,6 +16,7 @@ import numpy as np
 from .analysis import depthwise, lanes, planes, rows, tap_layout, winograd
 from .analysis.choices import KCRS_ALGORITHMS, Algorithm, Schedule, VectorOperand
 from .analysis.plan import Plan
+from .analysis.winograd_rules import POSITIONS
 from .geometry import ceil_div
 from .macrokernel.bounds import (
     LANE_PLANE_START, ROW_PLANE_END, ROW_PLANE_START, DepthwiseBounds, LaneBounds, LoopBounds,
@@ -286,10 +287,10 @@ def winograd_bounds(plan: Plan, filters_packed: bool = False) -> WinogradBounds:
     th, tw = winograd.tile_grid(g)
     per_block = winograd.plan_block_tiles(plan)
     u_stride, v_stride, m_stride, row, elements = winograd.workspace_elements(
-        g, plan.filters_per_tile, per_block, plan.vector_lanes, element_bytes
+        g, plan.filters_per_tile, per_block, plan.vector_lanes, element_bytes, filters_packed
     )
     # Packed ahead, U is the filters operand: the workspace holds V and M only.
-    u_elements = 0 if filters_packed else 16 * u_stride
+    u_elements = 0 if filters_packed else POSITIONS * u_stride
     return WinogradBounds(
         batch=g.batch,
         channels=g.channels,
@@ -311,7 +312,7 @@ def winograd_bounds(plan: Plan, filters_packed: bool = False) -> WinogradBounds:
         m_stride=m_stride,
         filters_transformed=int(bool(filters_packed)),  # an int, as every bounds field
         u_elements=u_elements,
-        workspace_stride=worker_stride(elements - 16 * u_stride + u_elements, plan.dtype),
+        workspace_stride=worker_stride(elements, plan.dtype),
         workers=plan.threads,
     )
 

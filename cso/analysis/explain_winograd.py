@@ -61,7 +61,7 @@ def winograd_story(plan, others, compulsory) -> list:
         "(image, block) jobs",
     ] + (
         [
-            f"  not taken unforced: U ({size_text(16 * filters * g.channels * s)}) exceeds L2 "
+            f"  not taken unforced: U ({size_text(traffic.packed_filter_elements * s)}) exceeds L2 "
             f"and the call has {g.batch * tiles} tiles, no more than a block may hold "
             f"({winograd.MAX_BLOCK_TILES}): too few multiply-adds for each element of U "
             "streamed from beyond L2 (winograd.streams_filters_once)"

@@ -27,7 +27,7 @@ stores of a transform fell into one L1 set, and the input transform took
 Accuracy: every output passes through the transforms' additions (and the
 filters' halvings) as well as the ``C``-long sums, and its rounding error
 is bounded by the magnitudes of the transformed operands, not of the
-products ``x*w`` (the tests' :func:`winograd_error_bound`).
+products ``x*w`` (:func:`cso.reference.winograd_error_bound`).
 """
 
 from __future__ import annotations
@@ -74,6 +74,20 @@ def padded_filters(filters: int, filters_per_tile: int) -> int:
     return ceil_div(filters, filters_per_tile) * filters_per_tile
 
 
+def transformed_filter_elements(filters: int, channels: int, filters_per_tile: int) -> int:
+    """``16 * K_pad * C``: the elements of ``U``, the transformed filters."""
+    return POSITIONS * padded_filters(filters, filters_per_tile) * channels
+
+
+def filter_plane_stride(
+    filters: int, channels: int, filters_per_tile: int, element_bytes: int
+) -> int:
+    """``U``'s plane stride (:func:`plane_stride` of ``K_pad * C``), in the
+    nest's workspace and in filters packed ahead alike
+    (:mod:`cso.packing.winograd_filters`)."""
+    return plane_stride(padded_filters(filters, filters_per_tile) * channels, element_bytes)
+
+
 def block_tiles(
     tile_count: int, windows_per_tile: int, threads: int, batch: int, largest: int
 ) -> int:
@@ -111,18 +125,22 @@ def block_sizes(tiles: int, tiles_per_block: int) -> list:
 
 
 def workspace_elements(geometry: ConvGeometry, filters_per_tile: int, tiles_per_block: int,
-                       vector_lanes: int, element_bytes: int) -> tuple:  # fmt: skip
+                       vector_lanes: int, element_bytes: int,
+                       filters_packed: bool = False) -> tuple:  # fmt: skip
     """``(u_stride, v_stride, m_stride, row, per_worker)``: the plane strides of
     ``U`` (``K_pad x C``), ``V`` (``C x row``) and ``M`` (``K_pad x row``), a
     block row's elements (``Tb`` and a vector of slack: the input transform
-    stores whole vectors), and one worker's elements, ``16`` planes of each."""
+    stores whole vectors), and one worker's elements, ``16`` planes of each
+    (of ``V`` and ``M`` only where the filters come packed ahead,
+    ``filters_packed``: ``U`` is then the filters operand)."""
     g = geometry
     filters = padded_filters(g.filters, filters_per_tile)
     row = tiles_per_block + vector_lanes
-    u_stride = plane_stride(filters * g.channels, element_bytes)
+    u_stride = filter_plane_stride(g.filters, g.channels, filters_per_tile, element_bytes)
     v_stride = plane_stride(g.channels * row, element_bytes)
     m_stride = plane_stride(filters * row, element_bytes)
-    return u_stride, v_stride, m_stride, row, POSITIONS * (u_stride + v_stride + m_stride)
+    kept = (0 if filters_packed else u_stride) + v_stride + m_stride
+    return u_stride, v_stride, m_stride, row, POSITIONS * kept
 
 
 def winograd_traffic(
@@ -168,7 +186,7 @@ def winograd_traffic(
     calls = POSITIONS * (filters // filters_per_tile) * columns
     shape = kernel_shape_key(filters_per_tile, windows_per_tile, VectorOperand.WINDOWS)
     transformed = POSITIONS * (g.channels + g.filters) * tile_count
-    filter_elements = POSITIONS * filters * g.channels
+    filter_elements = transformed_filter_elements(g.filters, g.channels, filters_per_tile)
     l2_usable = tiles.usable_bytes(hardware.l2_bytes, hardware.usable_fraction)
     l3_usable = tiles.usable_bytes(hardware.l3_bytes, hardware.usable_fraction)
     compulsory = (
@@ -238,8 +256,8 @@ def streams_filters_once(plan: Plan) -> bool:
     """
     g = plan.geometry
     th, tw = tile_grid(g)
-    filters = padded_filters(g.filters, plan.filters_per_tile)
-    u_bytes = POSITIONS * filters * g.channels * np.dtype(plan.dtype).itemsize
+    u_bytes = transformed_filter_elements(g.filters, g.channels, plan.filters_per_tile)
+    u_bytes *= np.dtype(plan.dtype).itemsize
     l2_usable = tiles.usable_bytes(plan.hardware.l2_bytes, plan.hardware.usable_fraction)
     return g.batch * th * tw <= MAX_BLOCK_TILES and u_bytes > l2_usable
 

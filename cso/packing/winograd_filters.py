@@ -17,18 +17,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..analysis.winograd import padded_filters, plane_stride
+from ..analysis.winograd import filter_plane_stride
+from ..analysis.winograd_rules import POSITIONS
 from .filters import aligned_empty
-
-POSITIONS = 16
 
 
 def transformed_elements(w_shape, filters_per_tile: int, dtype) -> tuple:
-    """``(u_stride, elements)``: a plane's stride and the packed array's size."""
-    filters, channels = w_shape[0], w_shape[1]
-    rows = padded_filters(filters, filters_per_tile)
-    u_stride = plane_stride(rows * channels, np.dtype(dtype).itemsize)
-    return u_stride, POSITIONS * u_stride
+    """``(u_stride, elements)``: a plane's stride (the nest's own,
+    :func:`~cso.analysis.winograd.filter_plane_stride`) and the packed array's size."""
+    stride = filter_plane_stride(w_shape[0], w_shape[1], filters_per_tile, np.dtype(dtype).itemsize)
+    return stride, POSITIONS * stride
 
 
 def _g_times(a0, a1, a2, half):
