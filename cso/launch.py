@@ -41,8 +41,8 @@ class Launch(NamedTuple):
     # calls and masks; None: dense
     offsets: np.ndarray = None
     # What a nest that writes no scratch takes instead of the calling thread's
-    # workspace (cso.workspace), made once with the launch: the row nest's
-    # row of zeros, the plane nest's placeholder.  A call then skips the
+    # workspace (cso.workspace), made once with the launch: the row and plane
+    # nests' placeholder.  A call then skips the
     # workspace lookup, which cost 5-7 us a call right after other work had
     # left the caches cold (a Xeon, EfficientNet-B0's depthwise calls,
     # experiments/call_steps.py).
@@ -318,18 +318,15 @@ def winograd_bounds(plan: Plan, filters_packed: bool = False) -> WinogradBounds:
 
 
 def _rows_launch(plan: Plan, module) -> Launch:
-    """The row nest (:mod:`cso.macrokernel.rows`), its bounds and its row of
-    zeros (:func:`~cso.analysis.rows.zero_row_span` elements, which every
-    worker only reads: the launch's constant workspace); its offsets are
-    the calls a row takes and the kernel's masks
-    (:func:`~cso.analysis.rows.row_offsets`)."""
+    """The row nest (:mod:`cso.macrokernel.rows`), its bounds and a
+    placeholder workspace (it writes no scratch); its offsets are the calls
+    a row takes and the kernel's masks (:func:`~cso.analysis.rows.row_offsets`)."""
     g = plan.geometry
     vectors = plan.windows_per_tile // plan.vector_lanes
     bounds = row_bounds(plan)
     _check_plane(module, bounds[ROW_PLANE_START:ROW_PLANE_END])
-    offsets = rows.row_offsets(g, plan.vector_lanes, vectors)
-    zeros = placeholder(bounds.zero_span, plan.dtype)
-    return Launch(module.convolve_rows, tuple(bounds), 0, offsets, zeros)
+    offsets = rows.row_offsets(g, plan.vector_lanes, vectors, plan.filters_per_tile)
+    return Launch(module.convolve_rows, tuple(bounds), 0, offsets, placeholder(1, plan.dtype))
 
 
 def row_bounds(plan: Plan) -> RowBounds:
@@ -350,10 +347,13 @@ def row_bounds(plan: Plan) -> RowBounds:
         pad_top=g.pad_top,
         pad_left=g.pad_left,
         taps=g.kernel_height * g.kernel_width,
-        entries=rows.entries_per_call(g, vectors),
-        vector_entries=(rows.entries_per_call(g, vectors) - vectors) * plan.vector_lanes,
+        entries=rows.entries_per_call(g, vectors, plan.filters_per_tile),
+        # Filters side by side load under bit sets only (no vector masks).
+        vector_entries=(rows.entries_per_call(g, vectors) - vectors) * plan.vector_lanes
+        if plan.filters_per_tile == 1
+        else 0,
         load_span=rows.load_span(g, plan.vector_lanes, vectors),
-        zero_span=rows.zero_row_span(g, plan.vector_lanes, vectors),
+        filters_per_call=plan.filters_per_tile,
         window_rows=rows.block_window_rows(g, plan.rows_per_call),
         workers=plan.threads,
     )
@@ -369,7 +369,10 @@ def rows_module_for(plan: Plan, patch: LoopPatch = None, fixed_plane: bool = Tru
     another build."""
     g = plan.geometry
     vectors = plan.windows_per_tile // plan.vector_lanes
-    chosen = {"unmasked_inner": rows.full_interior_vectors(g, plan.vector_lanes, vectors)}
+    chosen = {
+        "unmasked_inner": rows.full_interior_vectors(g, plan.vector_lanes, vectors),
+        "filters": plan.filters_per_tile,
+    }
     chosen.update(options)
     plane = tuple(row_bounds(plan)[ROW_PLANE_START:ROW_PLANE_END]) if fixed_plane else None
     return rows_module(

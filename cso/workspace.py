@@ -78,8 +78,7 @@ _placeholders: dict = {}
 
 def placeholder(size: int, dtype) -> np.ndarray:
     """A shared array of ``size`` zeros, for an operand the loop nests never
-    write: one whose values they never use, or zeros they read as padding
-    (the row nest's row of zeros)."""
+    write: one whose values they never use (the row and plane nests')."""
     key = (size, np.dtype(dtype))
     array = _placeholders.get(key)
     if array is None:

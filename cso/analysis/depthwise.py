@@ -18,6 +18,8 @@ spent 62% of its time packing); here each input element is packed once.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from ..geometry import ConvGeometry, ceil_div
@@ -269,6 +271,19 @@ def job_traffic(
     )
     imbalance = counts.thread_imbalance(threads, jobs, 1, 1, 1.0)
     return Traffic(cost=imbalance * weighted, imbalance=imbalance, **job_counts)
+
+
+def per_channel(job: Traffic, channels: int) -> Traffic:
+    """A job of ``channels`` channels' (filters') traffic per channel: its
+    cost divided by them, its counts too (rounded up), as the tap and dense
+    plans are priced per group (the lane plans' jobs of ``VL`` channels, the
+    row plans' of filters side by side)."""
+    counts_each = {
+        field.name: ceil_div(getattr(job, field.name), channels)
+        for field in dataclasses.fields(job)
+        if field.name not in ("cost", "imbalance")
+    }
+    return dataclasses.replace(job, cost=job.cost / channels, **counts_each)
 
 
 def plan_depthwise(

@@ -7,6 +7,7 @@ problem, as for every plan.
 
 from __future__ import annotations
 
+from ..geometry import ceil_div
 from . import planes, rows
 from .choices import Algorithm
 from .families import FAMILIES
@@ -139,7 +140,21 @@ def row_story(plan, others, compulsory) -> list:
     block = plan.rows_per_call
     window = rows.block_window_rows(g, block)
     blocks = rows.block_starts(g.out_height, block)
-    return [
+    side = plan.filters_per_tile
+    on_plane = rows.on_plane_taps(g, block)
+    read = sum(count for count, _ in on_plane)
+    side_by_side = (
+        [
+            f"  {side} filters side by side in each vector (filter k0 + f in lanes "
+            f"[{g.out_width}f, {g.out_width}(f+1))): each loaded vector merged from {side} "
+            "masked loads, one a filter's plane, each weight broadcast into its filter's "
+            "lanes; one call computes them all"
+        ]
+        if side > 1
+        else []
+    )
+    jobs = ceil_div(g.filters, side)
+    kernel = [
         "Algorithm: depthwise on the planes as given, a block of output rows at a time",
         f"  row tap kernel: {block} output row(s) x {per_call} vector(s) of {vl} consecutive "
         f"outputs, one vector column at a time; each of the block's {window} input rows is "
@@ -148,7 +163,10 @@ def row_story(plan, others, compulsory) -> list:
         f"of {g.stride_w} masked, unaligned load(s) serve the {g.kernel_width} column taps "
         f"({picked}), each times the broadcast weight, its lanes off the row left out (under "
         "the FMA's mask register where Numba compiles for AVX-512, else zeroed by an and); "
-        "rows off the plane read a row of zeros",
+        f"window rows off the plane skipped ({read} of {len(blocks) * rows.served_rows(g, block)} "
+        "read a plane)",
+    ]
+    return kernel + side_by_side + [
         f"  {len(blocks)} block(s) of {block} row(s) a plane"
         + (" (the last overlapping the one before)" if g.out_height % block else ""),
         f"  {len(starts)} call(s) a row at q0 = {starts}"
@@ -158,19 +176,27 @@ def row_story(plan, others, compulsory) -> list:
             else ""
         )
         + (
-            f" ({g.out_width} of {per_call * vl} lanes used)" if g.out_width < per_call * vl else ""
+            f" ({side * g.out_width} of {per_call * vl} lanes used)"
+            if side * g.out_width < per_call * vl
+            else ""
         ),
         "  nothing packed: no pass over the input or output besides the kernel's own",
         compulsory,
         "",
         "Choice",
         f"  {Algorithm.DEPTHWISE_ROWS}: modelled cost {traffic.cost:.3g} per (filter, image)"
+        + (f" ({side} filters side by side)" if side > 1 else "")
         + "".join(f"; {label} {other.cost_of(other.schedule).cost:.3g}" for label, other in others),
         f"  per plane: {traffic.kernel_calls} kernel calls, {traffic.tap_loads} loads and "
         f"shuffles; busiest thread {traffic.imbalance:.3f}x an even share",
         "",
         "Loop nest",
-        f"  for (image, filter) in {g.batch} x {g.filters} jobs over {plan.threads} thread(s)",
+        (
+            f"  for (image, filter) in {g.batch} x {g.filters} jobs over {plan.threads} thread(s)"
+            if side == 1
+            else f"  for (image, filters k0 .. k0+{side - 1}) in {g.batch} x {jobs} jobs over "
+            f"{plan.threads} thread(s)"
+        ),
         f"    for p in the {len(blocks)} block(s)' first rows (every {block})",
         f"      for q0 in the row's {len(starts)} call(s)",
         f"        row tap kernel: y[p : p+{block}, q0 : q0+{per_call * vl}] = bias + sum of "

@@ -18,15 +18,13 @@ size, stride, dilation and padding.
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 
 from ..geometry import ConvGeometry, ceil_div
 from . import tap_rules, tiles
 from .choices import Algorithm
 from .pricing import Traffic
-from .depthwise import even_split, job_traffic, untiled_plan
+from .depthwise import even_split, job_traffic, per_channel, untiled_plan
 from .tap_layout import rows_read
 from .hardware import Hardware
 from .plan import Plan
@@ -150,12 +148,7 @@ def lane_traffic(
         input_pack_cost=hardware.weights.lane_transpose_cost,
     )
     # Per channel, as the tap plan and the dense plans are priced per group.
-    per_channel = {
-        field.name: ceil_div(getattr(job, field.name), lanes)
-        for field in dataclasses.fields(job)
-        if field.name not in ("cost", "imbalance")
-    }
-    return dataclasses.replace(job, cost=job.cost / lanes, **per_channel)
+    return per_channel(job, lanes)
 
 
 def plan_lanes(

@@ -166,10 +166,19 @@ def _check_kernel(plan) -> None:
     if plan.algorithm in _UNPACKED_FAMILIES:
         label, vectors_per_call = _UNPACKED_FAMILIES[plan.algorithm]
         per_call = vectors_per_call(plan.geometry, lanes, hardware.vector_registers)
-        if nf != 1 or nwin != per_call * lanes:
+        # A row plan may hold filters side by side in a vector (rows.filters_per_vector).
+        side_by_side = (
+            {1, plane_shapes.filters_per_vector(plan.geometry, lanes)}
+            if plan.algorithm == Algorithm.DEPTHWISE_ROWS
+            else {1}
+        )
+        if nf not in side_by_side or nwin != per_call * lanes:
+            side = max(side_by_side)
             raise ValueError(
                 f"a {label} plan computes 1 x {per_call * lanes} pixels a call ({per_call} "
-                f"vectors of {lanes} lanes), got filters_per_tile={nf}, windows_per_tile={nwin}"
+                f"vectors of {lanes} lanes)"
+                + (f", or {side} filters' side by side" if side > 1 else "")
+                + f", got filters_per_tile={nf}, windows_per_tile={nwin}"
             )
         if lanes > plane_shapes.MAX_PLANE_LANES:
             raise ValueError(

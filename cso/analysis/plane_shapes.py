@@ -111,6 +111,27 @@ def is_row_depthwise(geometry: ConvGeometry) -> bool:
     return g.channels_per_group == 1 and g.groups > 1 and g.stride_w <= MAX_ROW_STRIDE
 
 
+def filters_per_vector(geometry: ConvGeometry, lanes: int) -> int:
+    """``F = VL // Q`` filters a row-kernel vector holds side by side (filter
+    ``k0 + f`` in lanes ``[f*Q, (f+1)*Q)``) where at least two of a row of
+    ``Q`` outputs fit and each filter reads its own channel (multiplier 1);
+    else 1.
+
+    Why: a narrow plane's row fills few lanes (7 of 16 at ``Q = 7``), so a
+    call of one filter spends most of its FMAs on padding lanes; side by
+    side, ``F`` filters' rows share every FMA, each filter's inputs loaded
+    under its own lanes' mask (merged into one vector) and its weights
+    broadcast into its lanes.  Prototyped in C on the Xeon (Sapphire Rapids,
+    one thread, ``dw 5x5 576 @7`` from L1/L2): two filters a vector 11.4 us
+    against 23.2 for the lane plan's whole call (its transposes in and out
+    a third of it) and 30.4 for one filter a vector.
+    """
+    g = geometry
+    if g.filters_per_group != 1 or 2 * g.out_width > lanes:
+        return 1
+    return lanes // g.out_width
+
+
 def row_vectors_per_call(geometry: ConvGeometry, lanes: int, vector_registers: int) -> int:
     """``ceil(V / ceil(V / cap))`` for the ``V = ceil(Q / VL)`` vectors of an
     output row and ``cap = max(VECTORS_PER_CALL, regs // WHOLE_ROW_BLOCK_ROWS)``:

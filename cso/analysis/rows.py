@@ -8,8 +8,8 @@ that a large strided layer feels most (``dw 3x3/2 96 @112`` spent 64% of its
 time there on the Xeon).  Here a kernel call computes a block of ``B``
 output rows of ``U`` vectors of consecutive outputs ``q0 .. q0 + U*VL``
 (:mod:`cso.microkernels.row_taps`): each input row of the block's window
-(a zero row where it falls off the plane) is loaded once for every output
-row it serves, and for each column tap the vector of inputs ``(q0 +
+on the plane is loaded once for every output row it serves (those off it
+skipped), and for each column tap the vector of inputs ``(q0 +
 l)*sw + s*dw - pad_left``.  At ``sw = 2`` that is every other element of
 two loaded vectors, picked by one shuffle; taps whose offsets differ by one
 share the two loads (the odd and the even elements).  Column masks zero
@@ -40,15 +40,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..geometry import ConvGeometry
+from ..geometry import ConvGeometry, ceil_div
 from .choices import Algorithm
 from .pricing import Traffic
 from . import tap_rules
-from .depthwise import even_split, job_traffic, untiled_plan
+from .depthwise import even_split, job_traffic, per_channel, untiled_plan
 from .tap_layout import rows_read
 from .hardware import Hardware
 from .plan import Plan
 from .plane_shapes import (  # noqa: F401 (re-exported)
+    filters_per_vector,
     MAX_ROW_STRIDE,
     is_row_depthwise,
     lane_vectors,
@@ -70,12 +71,12 @@ def load_groups(kernel_width: int, dilation_w: int, stride_w: int) -> dict:
     return groups
 
 
-def entries_per_call(geometry: ConvGeometry, vectors: int) -> int:
-    """Mask-table entries a call: ``U * (1 + groups * sw)``: each vector's
-    store mask, then its load masks."""
+def entries_per_call(geometry: ConvGeometry, vectors: int, filters: int = 1) -> int:
+    """Mask-table entries a call: ``F * U * (1 + groups * sw)``: each filter's
+    (each vector's) store mask, then its load masks."""
     g = geometry
     groups = len(load_groups(g.kernel_width, g.dilation_w, g.stride_w))
-    return vectors * (1 + groups * g.stride_w)
+    return filters * vectors * (1 + groups * g.stride_w)
 
 
 def row_calls(out_width: int, span: int) -> list:
@@ -90,16 +91,26 @@ def row_calls(out_width: int, span: int) -> list:
     return starts
 
 
-def mask_table(geometry: ConvGeometry, lanes: int, vectors: int) -> np.ndarray:
+def mask_table(geometry: ConvGeometry, lanes: int, vectors: int, filters: int = 1) -> np.ndarray:
     """The row kernel's masks for every call of a row, as int32 bit sets of
     the lanes: for call ``j`` and vector ``u`` (outputs ``q = q0 + u*VL + l``),
     ``entries_per_call / U`` entries: the store mask ``q < Q``, then for each
     load group ``e`` (:func:`load_groups`) and half ``h < sw`` the lanes whose
-    column ``q0*sw - pad_left + u*VL*sw + e + h*VL + l`` lies in ``[0, W)``."""
+    column ``q0*sw - pad_left + u*VL*sw + e + h*VL + l`` lies in ``[0, W)``.
+
+    ``filters`` ``F > 1`` (:func:`filters_per_vector`; one call of one
+    vector a row): for each filter ``f``, its store mask (lanes ``[f*Q,
+    (f+1)*Q)``), then its load masks: of the ``sw`` loaded halves' ``sw*VL``
+    positions ``P = h*VL + l``, those of its lanes (``f*Q*sw <= P <
+    (f+1)*Q*sw``) whose column ``P - f*Q*sw - pad_left + e`` lies in ``[0, W)``
+    (its load starts ``f*Q*sw`` elements before its row).
+    """
     g = geometry
     bits = np.int64(1) << np.arange(lanes, dtype=np.int64)
     lane = np.arange(lanes)
     groups = load_groups(g.kernel_width, g.dilation_w, g.stride_w)
+    if filters > 1:
+        return _side_by_side_masks(g, lanes, filters, groups)
     entries = []
     for q0 in row_calls(g.out_width, vectors * lanes):
         for u in range(vectors):
@@ -110,6 +121,24 @@ def mask_table(geometry: ConvGeometry, lanes: int, vectors: int) -> np.ndarray:
                         q0 * g.stride_w - g.pad_left + u * lanes * g.stride_w + e + half * lanes
                     ) + lane
                     entries.append((((column >= 0) & (column < g.width)) * bits).sum())
+    return np.array(entries, dtype=np.int64).astype(np.uint32).view(np.int32)
+
+
+def _side_by_side_masks(g: ConvGeometry, lanes: int, filters: int, groups: dict) -> np.ndarray:
+    """:func:`mask_table` for ``filters > 1`` side by side in one vector."""
+    bits = np.int64(1) << np.arange(lanes, dtype=np.int64)
+    lane = np.arange(lanes)
+    span = g.out_width * g.stride_w
+    entries = []
+    for f in range(filters):
+        stored = (lane >= f * g.out_width) & (lane < (f + 1) * g.out_width)
+        entries.append((stored * bits).sum())
+        for e in groups:
+            for half in range(g.stride_w):
+                position = half * lanes + lane
+                column = position - f * span - g.pad_left + e
+                ours = (position >= f * span) & (position < (f + 1) * span)
+                entries.append(((ours & (column >= 0) & (column < g.width)) * bits).sum())
     return np.array(entries, dtype=np.int64).astype(np.uint32).view(np.int32)
 
 
@@ -143,15 +172,6 @@ def load_span(geometry: ConvGeometry, lanes: int, vectors: int) -> int:
     g = geometry
     groups = load_groups(g.kernel_width, g.dilation_w, g.stride_w)
     return vectors * g.stride_w * lanes + max(groups)
-
-
-def zero_row_span(geometry: ConvGeometry, lanes: int, vectors: int) -> int:
-    """Elements of the zero row the nest clears: the masked kernel reads
-    ``pad_left + W``, a whole-load call at the row's last ``q0`` up to
-    ``q0*sw + load_span``."""
-    g = geometry
-    last = row_calls(g.out_width, vectors * lanes)[-1]
-    return max(g.pad_left + g.width, last * g.stride_w + load_span(g, lanes, vectors))
 
 
 def full_interior_vectors(geometry: ConvGeometry, lanes: int, vectors: int) -> bool:
@@ -193,13 +213,16 @@ def window_rows_on_plane(top: int, window_rows: int, height: int) -> tuple:
     return max(0, -top), min(window_rows, height - top)
 
 
-def row_offsets(geometry: ConvGeometry, lanes: int, vectors: int) -> np.ndarray:
+def row_offsets(geometry: ConvGeometry, lanes: int, vectors: int, filters: int = 1) -> np.ndarray:
     """What the row nest reads besides the operands, as one int32 array: the
     number of calls ``n`` a row takes, their ``q0`` (:func:`row_calls`), the
-    :func:`mask_table` (from ``1 + n``), then the :func:`vector_mask_table`."""
+    :func:`mask_table` (from ``1 + n``), then the :func:`vector_mask_table`
+    (none for filters side by side, whose kernel loads under bit sets only)."""
     starts = row_calls(geometry.out_width, vectors * lanes)
     head = np.array([len(starts)] + starts, dtype=np.int32)
-    table = mask_table(geometry, lanes, vectors)
+    table = mask_table(geometry, lanes, vectors, filters)
+    if filters > 1:
+        return np.concatenate([head, table])
     vector_masks = _load_lane_vectors(geometry, table, lanes, vectors)
     return np.concatenate([head, table, vector_masks.ravel()])
 
@@ -223,11 +246,38 @@ def served_rows(geometry: ConvGeometry, rows_per_call: int) -> int:
     return len(window_row_taps(g.kernel_height, g.stride_h, g.dilation_h, rows_per_call))
 
 
+def on_plane_taps(geometry: ConvGeometry, rows_per_call: int) -> list:
+    """``[(rows, taps), ...]``, one a :func:`block_starts`: the window rows
+    the block reads that lie on the plane (:func:`window_rows_on_plane`) and
+    the (output row, filter row) pairs they serve (:func:`window_row_taps`),
+    each ``S`` column taps of a vector.
+
+    The row kernel skips a window row off the plane (its taps would add
+    zeros): where the blocks' starts are constants of the nest, LLVM drops
+    those rows' loads and FMAs, else one branch a row skips them.  On a Xeon
+    (Sapphire Rapids, one thread, the nest alone, warm) against reading the
+    row of zeros: ``dw 5x5 672 @14`` 38.4 against 42.3 us, ``3x3 480 @14``
+    14.2 against 16.0, ``5x5 240 @28`` 58.4 against 60.4; ``3x3 144 @56``
+    (blocks in a loop) and ``5x5/2 144 @56`` unchanged.
+    """
+    g = geometry
+    served = window_row_taps(g.kernel_height, g.stride_h, g.dilation_h, rows_per_call)
+    window = block_window_rows(g, rows_per_call)
+    blocks = []
+    for p in block_starts(g.out_height, rows_per_call):
+        first, last = window_rows_on_plane(p * g.stride_h - g.pad_top, window, g.height)
+        on_plane = [i for i in served if first <= i < last]
+        blocks.append((len(on_plane), sum(len(served[i]) for i in on_plane)))
+    return blocks
+
+
 def row_kernel_loads(
-    geometry: ConvGeometry, vectors: int, rows_per_call: int = 1, vector_registers: int = 32
-) -> int:
+    geometry: ConvGeometry, vectors: int, rows_per_call: int = 1, vector_registers: int = 32,
+    filters: int = 1, window_rows: int = None,
+) -> int:  # fmt: skip
     """``U * I * (groups * sw + (S if sw > 1 else 0)) + W + U * (1 + groups
-    * sw)`` for the :func:`served_rows` ``I``: a call's vector loads and, at
+    * sw)`` for ``I`` window rows (``window_rows``; None: the
+    :func:`served_rows`): a call's vector loads and, at
     ``sw > 1``, its shuffles, counted alike (each takes a load port or the
     shuffle port, whose rate the FMAs beside them do not set), then its
     weight broadcasts ``W`` and the masks it reads, which every call loads
@@ -235,17 +285,22 @@ def row_kernel_loads(
     group, in every vector column: ``W = U * R*S`` when a group's (``R``
     times its taps) fit in the registers beside the ``B`` chains of FMAs
     and three loaded vectors, else ``B * U * R*S``: each FMA then reads its
-    weight from memory.  A one-row call has ``I = R``."""
+    weight from memory.  A one-row call has ``I = R``.  ``F`` filters side
+    by side (:func:`filters_per_vector`) take all of it ``F`` times: each
+    vector is merged from ``F`` masked loads, each weight from ``F``
+    broadcasts, under ``F`` filters' masks."""
     g = geometry
     groups = load_groups(g.kernel_width, g.dilation_w, g.stride_w)
     shuffles = g.kernel_width if g.stride_w > 1 else 0
-    data = vectors * served_rows(g, rows_per_call) * (len(groups) * g.stride_w + shuffles)
+    if window_rows is None:
+        window_rows = served_rows(g, rows_per_call)
+    data = vectors * window_rows * (len(groups) * g.stride_w + shuffles)
     taps = g.kernel_height * g.kernel_width
     live_weights = g.kernel_height * max(len(group) for group in groups.values())
     weights = vectors * taps if live_weights + rows_per_call + 3 <= vector_registers else (
         rows_per_call * vectors * taps
     )
-    return data + weights + vectors * (1 + len(groups) * g.stride_w)
+    return filters * (data + weights + vectors * (1 + len(groups) * g.stride_w))
 
 
 def row_block_options(geometry: ConvGeometry, vector_registers: int, lanes: int) -> list:
@@ -264,38 +319,46 @@ def row_block_options(geometry: ConvGeometry, vector_registers: int, lanes: int)
 
 def row_traffic(
     geometry: ConvGeometry, hardware: Hardware, element_bytes: int, threads: int,
-    rows_per_call: int = 1,
+    rows_per_call: int = 1, filters: int = 1,
 ) -> Traffic:  # fmt: skip
     """What one (filter, image) plane costs under the row nest, modelled.
 
     Counts per job: the compulsory bytes (its input plane, ``R*S`` taps and
     output plane) from the level the whole call's operands fit in; nothing
     packed; the :func:`block_starts` times the :func:`row_calls` of a row,
-    each of ``B * U * VL * R*S`` multiply-adds (padding lanes of a narrow
-    row and rows computed twice included) and :func:`row_kernel_loads`
-    loads, priced by :func:`~cso.analysis.depthwise.tap_kernel_cost`
+    each of ``U * VL * S`` multiply-adds a tap of its window rows on the
+    plane (:func:`on_plane_taps`; padding lanes of a narrow row and rows
+    computed twice included) and :func:`row_kernel_loads` loads (of those
+    rows), priced by :func:`~cso.analysis.depthwise.tap_kernel_cost`
     (``tap_load_cost`` a load, as the one-row tap kernel's unaligned loads),
     each call at ``row_call_cost`` and the plane at ``row_job_cost``,
-    measured in the row nest itself.
-    Scaled by the busiest thread's share of the ``N * K`` jobs.
+    measured in the row nest itself.  With ``filters`` ``F`` side by side
+    a job is ``F`` planes (``ceil(K / F)`` jobs an image) whose calls hold
+    all ``F`` in the same ``B * U * VL`` lanes.
+    Scaled by the busiest thread's share of the ``N * ceil(K / F)`` jobs,
+    and given per filter (:func:`~cso.analysis.depthwise.per_channel`).
     """
     g = geometry
     s = element_bytes
     lanes = max(1, hardware.vector_bytes // s)
     vectors = row_vectors_per_call(g, lanes, hardware.vector_registers)
-    calls = len(block_starts(g.out_height, rows_per_call)) * len(
-        row_calls(g.out_width, vectors * lanes)
-    )
+    row_call_count = len(row_calls(g.out_width, vectors * lanes))
+    blocks = on_plane_taps(g, rows_per_call)
+    calls = len(blocks) * row_call_count
     taps = g.kernel_height * g.kernel_width
-    return job_traffic(
+    job = job_traffic(
         hardware,
         s,
         threads,
-        jobs=g.batch * g.filters,
-        job_bytes=(g.height * g.width + taps + g.out_height * g.out_width) * s,
+        jobs=g.batch * ceil_div(g.filters, filters),
+        job_bytes=filters * (g.height * g.width + taps + g.out_height * g.out_width) * s,
         calls=calls,
-        macs=calls * rows_per_call * vectors * lanes * taps,
-        loads=calls * row_kernel_loads(g, vectors, rows_per_call, hardware.vector_registers),
+        macs=row_call_count * sum(pairs for _, pairs in blocks) * vectors * lanes * g.kernel_width,
+        loads=row_call_count
+        * sum(
+            row_kernel_loads(g, vectors, rows_per_call, hardware.vector_registers, filters, rows)
+            for rows, _ in blocks
+        ),
         packed_elements=0,
         call_cost=hardware.weights.row_call_cost,
         job_cost=hardware.weights.row_job_cost,
@@ -303,6 +366,8 @@ def row_traffic(
         # probe did not time, so the tap kernel's rate stands in there.
         load_cost=hardware.weights.unpacked_load_cost if g.stride_w == 1 else None,
     )
+    # Per filter, as the other families are priced (per channel, per group).
+    return per_channel(job, filters)
 
 
 def plan_rows(
@@ -310,16 +375,21 @@ def plan_rows(
     filters_prepacked: bool = False,
 ) -> Plan:  # fmt: skip
     """The row plan of ``geometry`` (which must be :func:`is_row_depthwise`):
-    of :func:`row_block_options`, the cheapest, near-ties to the first;
+    of :func:`row_block_options`, each with one filter a call and, where
+    more fit, :func:`filters_per_vector` side by side (the plan's
+    ``filters_per_tile``), the cheapest, near-ties to the first;
     ``filters_prepacked`` changes nothing (packed, the filters are the KCRS rows)."""
     element_bytes = np.dtype(dtype_name).itemsize
     lanes = max(1, hardware.vector_bytes // element_bytes)
+    side_by_side = filters_per_vector(geometry, lanes)
     options = []
-    for rows in row_block_options(geometry, hardware.vector_registers, lanes):
-        traffic = row_traffic(geometry, hardware, element_bytes, threads, rows)
-        options.append((traffic.cost, (rows, traffic)))
-    rows, traffic = first_within(options)
+    for filters in sorted({1, side_by_side}):
+        for rows in row_block_options(geometry, hardware.vector_registers, lanes):
+            traffic = row_traffic(geometry, hardware, element_bytes, threads, rows, filters)
+            options.append((traffic.cost, (rows, filters, traffic)))
+    rows, filters, traffic = first_within(options)
     return untiled_plan(
         geometry, dtype_name, hardware, threads, traffic, Algorithm.DEPTHWISE_ROWS,
         row_vectors_per_call(geometry, lanes, hardware.vector_registers) * lanes, rows,
+        filters_per_tile=filters,
     )  # fmt: skip

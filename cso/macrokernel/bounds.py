@@ -132,7 +132,7 @@ RowBounds = namedtuple(
         "entries",  # mask-table entries a call: analysis.rows.entries_per_call
         "vector_entries",  # vector-mask-table int32 a call: U * groups * sw * VL
         "load_span",  # input elements a whole-load call reads a row: analysis.rows.load_span
-        "zero_span",  # zero-row elements: analysis.rows.zero_row_span
+        "filters_per_call",  # F filters side by side in a vector: plane_shapes.filters_per_vector
         "window_rows",  # input rows a call's block of ROWS output rows reads
         "workers",  # threads the jobs are split over
     ],

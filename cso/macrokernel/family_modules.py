@@ -202,7 +202,7 @@ def rows_module(
     kernel_height: int, kernel_width: int, dilation_h: int, dilation_w: int, stride_h: int,
     stride_w: int, rows: int, vectors: int, dtype_name: str, vector_lanes: int,
     plane: tuple, unmasked_inner: bool = False, tail_lanes: int = 0, patch: LoopPatch = None,
-    masked_fmas: bool = None,
+    masked_fmas: bool = None, filters: int = 1,
 ):  # fmt: skip
     """The row loop nest (:mod:`.rows`) for planes of geometry ``plane`` (the
     :class:`~cso.macrokernel.bounds.RowBounds` fields from ``height`` to
@@ -215,7 +215,8 @@ def rows_module(
     storing ``tail_lanes`` of a row's last vector (0: all), its masked
     columns' FMAs under mask registers when ``masked_fmas`` (None: where
     the target has them,
-    :func:`~cso.microkernels.vector_ir.target_has_mask_registers`), memoised;
+    :func:`~cso.microkernels.vector_ir.target_has_mask_registers`), ``filters``
+    side by side in each vector (then both kernels load under masks), memoised;
     ``patch``: a measurement variant (:class:`LoopPatch`: its source
     rebinding the kernel), None for the real thing."""
     shape = tuple(
@@ -232,13 +233,19 @@ def rows_module(
         # Masked FMAs where the target has AVX-512's mask registers (row_taps).
         masked_fmas = masked_fma_vectors(dtype_name, vector_lanes) and target_has_mask_registers()
     masked_fmas = bool(masked_fmas)
+    filters = int(filters)
+    # Filters side by side load under masks only: both kernels are the masked one.
+    whole_loads = filters == 1
+    tail_lanes = tail_lanes if whole_loads else 0
     plane, plane_name = plane_constants(plane, ROW_PLANE_START, ROW_PLANE_END)
     binding = (
         "from cso.microkernels.row_taps import build_row_tap_kernel\n"
         f"row_tap_kernel = build_row_tap_kernel({arguments}, {dtype_name!r}, "
-        f"{int(vector_lanes)}, {unmasked_inner}, True, {tail_lanes}, {masked_fmas})\n"
+        f"{int(vector_lanes)}, {unmasked_inner}, {whole_loads}, {tail_lanes}, {masked_fmas}, "
+        f"{filters})\n"
         f"row_tap_kernel_checked = build_row_tap_kernel({arguments}, {dtype_name!r}, "
-        f"{int(vector_lanes)}, {unmasked_inner}, masked_fmas={masked_fmas})\n"
+        f"{int(vector_lanes)}, {unmasked_inner}, masked_fmas={masked_fmas}, "
+        f"filters_per_vector={filters})\n"
         f"ROWS = {int(rows)}\n"
         f"LANES = {int(vector_lanes)}\n"
         f"PLANE = {plane!r}\n"
@@ -246,9 +253,10 @@ def rows_module(
     )
     name = "cso_rows_r{}_s{}_dh{}_dw{}_sh{}_sw{}_b{}_u{}".format(*shape) + plane_name
     name += f"_{dtype_name}_l{int(vector_lanes)}" + ("_inner" if unmasked_inner else "")
-    name += f"_t{tail_lanes}" + ("_kfma" if masked_fmas else "")
+    name += f"_t{tail_lanes}" + ("_kfma" if masked_fmas else "") + f"_f{filters}"
     key = ("rows",) + shape + (
-        str(dtype_name), int(vector_lanes), unmasked_inner, tail_lanes, masked_fmas, plane
+        str(dtype_name), int(vector_lanes), unmasked_inner, tail_lanes, masked_fmas, plane,
+        filters,
     )  # fmt: skip
     return _family_module(key, name, rows_source, binding, patch)
 

@@ -19,12 +19,8 @@ Contracts relied on (:mod:`cso.microkernels.row_taps` for the kernel's)
   calls ``n`` a row takes, their ``q0``, the mask table from ``1 + n``,
   ``b.entries`` entries a call, then the vector mask table,
   ``b.vector_entries`` a call.
-* ``workspace``: ``b.zero_span`` zeros, which every worker only reads
-  (the launch's constant, :mod:`cso.launch`): from ``pad_left`` on, the
-  zero row the kernel reads for window rows off the plane (at ``q0*sw``
-  from its start for a call at ``q0``, whose loads start ``q0*sw -
-  pad_left`` columns into a row, and a whole-load call's run
-  ``b.load_span`` elements from there).
+* ``workspace``: not read (the launch's placeholder, :mod:`cso.launch`):
+  the kernel skips the window rows off the plane rather than read zeros.
 * ``row_tap_kernel`` loads whole (``whole_loads``): a call runs it where
   every element its on-plane rows' whole vectors reach lies in ``x_flat``
   (all but the blocks at the very start and end of the input), and the
@@ -32,7 +28,12 @@ Contracts relied on (:mod:`cso.microkernels.row_taps` for the kernel's)
 * ``bounds``: the :class:`~cso.macrokernel.bounds.RowBounds` fields as a
   plain tuple, its plane's fields equal to ``PLANE`` (which the nest reads
   instead, where it is not None).  Worker ``i`` of ``b.workers`` takes jobs ``(image,
-  filter)`` ``[i*J//W, (i+1)*J//W)``.  ``ROWS <= P``: a plane's blocks
+  F filters)`` ``[i*J//W, (i+1)*J//W)`` for ``F = b.filters_per_call``: one
+  filter, or ``F`` side by side in each vector
+  (:func:`cso.analysis.plane_shapes.filters_per_vector`, multiplier 1), the
+  last job's ``K mod F`` where ``F`` does not divide ``K``; the kernel
+  then reads the next filters' planes ``H*W`` input and ``P*Q`` output
+  elements on.  ``ROWS <= P``: a plane's blocks
   start every ``ROWS`` rows, the last at ``P - ROWS``
   (:func:`cso.analysis.rows.block_starts`), and read ``b.window_rows``
   input rows from ``p*sh - pad_top``, those on the plane
@@ -60,11 +61,12 @@ row_blocks = None
 
 @njit(nogil=True, inline="always")
 def row_block(
-    p, b, job, k, source, x_flat, w_flat, bias, has_bias, residual, activation, has_residual,
-    y_flat, workspace, offsets,
+    p, b, job, k, valid, source, x_flat, w_flat, bias, has_bias, residual, activation,
+    has_residual, y_flat, workspace, offsets,
 ):  # fmt: skip
-    """The block of ``ROWS`` output rows from row ``p`` of job ``(image,
-    k)``'s plane (its input plane at ``source``): each of a row's calls."""
+    """The block of ``ROWS`` output rows from row ``p`` of output plane
+    ``job`` (filter ``k`` of its image; ``valid`` filters from it side by
+    side), its input plane at ``source``: each of a row's calls."""
     calls = offsets[0]
     masks_at = 1 + calls
     vector_masks_at = masks_at + calls * b.entries
@@ -79,35 +81,35 @@ def row_block(
         at = row + q0 * b.stride_w
         if at + i_first * b.width >= 0 and (at + (i_last - 1) * b.width + b.load_span <= inputs):
             row_tap_kernel(
-                x_flat, at, b.width,
-                workspace, q0 * b.stride_w, i_first, i_last,
+                x_flat, at, b.width, i_first, i_last,
                 w_flat, k * b.taps, y_flat, target + q0, b.out_width,
                 offsets, masks_at + call * b.entries,
                 vector_masks_at + call * b.vector_entries,
                 bias, k, has_bias, residual, target + q0, activation, has_residual,
+                b.height * b.width, b.out_height * b.out_width, b.out_width, valid,
             )  # fmt: skip
         else:
             row_tap_kernel_checked(
-                x_flat, at, b.width,
-                workspace, q0 * b.stride_w, i_first, i_last,
+                x_flat, at, b.width, i_first, i_last,
                 w_flat, k * b.taps, y_flat, target + q0, b.out_width,
                 offsets, masks_at + call * b.entries,
                 vector_masks_at + call * b.vector_entries,
                 bias, k, has_bias, residual, target + q0, activation, has_residual,
+                b.height * b.width, b.out_height * b.out_width, b.out_width, valid,
             )  # fmt: skip
 
 
 @njit(nogil=True, inline="always")
 def loop_row_blocks(
-    b, job, k, source, x_flat, w_flat, bias, has_bias, residual, activation, has_residual,
-    y_flat, workspace, offsets,
+    b, job, k, valid, source, x_flat, w_flat, bias, has_bias, residual, activation,
+    has_residual, y_flat, workspace, offsets,
 ):  # fmt: skip
     """Every block of a job's plane, in a loop: the first rows every
     ``ROWS``, the last at ``P - ROWS``."""
     for block in range(0, b.out_height, ROWS):
         row_block(
-            min(block, b.out_height - ROWS), b, job, k, source, x_flat, w_flat, bias, has_bias,
-            residual, activation, has_residual, y_flat, workspace, offsets,
+            min(block, b.out_height - ROWS), b, job, k, valid, source, x_flat, w_flat, bias,
+            has_bias, residual, activation, has_residual, y_flat, workspace, offsets,
         )  # fmt: skip
 
 
@@ -129,7 +131,7 @@ def convolve_rows(
     """::
 
     for worker                                   # parallel
-     for job = (image, filter k)                 # the worker's share
+     for job = (image, filters k .. k+F-1)       # the worker's share
        for p in the blocks' first rows           # every ROWS, the last at P - ROWS
          window rows i_first <= i < i_last fall on the plane
          for (j, q0) in the row's calls          # the same for every row
@@ -147,14 +149,25 @@ def convolve_rows(
         b = RowBounds(*bounds)
     else:
         b = RowBounds(*(bounds[:ROW_PLANE_START] + PLANE + bounds[ROW_PLANE_END:]))
-    jobs = b.batch * b.filters
+    filter_blocks = (b.filters + b.filters_per_call - 1) // b.filters_per_call
+    jobs = b.batch * filter_blocks
     plane = b.height * b.width
     if worker < b.workers:  # this call's share of the work
-        for job in range(worker * jobs // b.workers, (worker + 1) * jobs // b.workers):
-            image = job // b.filters
-            k = job % b.filters
-            source = (image * b.channels + k // b.multiplier) * plane
+        first = worker * jobs // b.workers
+        # The job's image and first filter counted on, not divided out
+        # each job: a job of a small plane is a few hundred cycles, and
+        # each integer division (by run-time counts) tens.
+        image = first // filter_blocks
+        k = (first % filter_blocks) * b.filters_per_call
+        for _ in range(first, (worker + 1) * jobs // b.workers):
+            valid = min(b.filters_per_call, b.filters - k)
+            channel = k if b.multiplier == 1 else k // b.multiplier
+            source = (image * b.channels + channel) * plane
             row_blocks(
-                b, job, k, source, x_flat, w_flat, bias, has_bias, residual, activation,
-                has_residual, y_flat, workspace, offsets,
+                b, image * b.filters + k, k, valid, source, x_flat, w_flat, bias, has_bias,
+                residual, activation, has_residual, y_flat, workspace, offsets,
             )  # fmt: skip
+            k += b.filters_per_call
+            if k >= b.filters:
+                k = 0
+                image += 1

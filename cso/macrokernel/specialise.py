@@ -52,6 +52,7 @@ from ..microkernels import lane_transposes as lane_transposes_source
 from ..microkernels import outer_product as outer_product_source
 from ..microkernels import outer_product_emitter as outer_product_emitter_source
 from ..microkernels import plane_taps as plane_taps_source
+from ..microkernels import row_picks as row_picks_source
 from ..microkernels import row_taps as row_taps_source
 from ..microkernels import taps as taps_source
 from ..microkernels import tile_stores as tile_stores_source
@@ -103,6 +104,7 @@ HASHED_SOURCES = (
     plane_shapes_source,
     rows_source,
     row_taps_source,
+    row_picks_source,
     row_analysis_source,
     tap_layout_source,
     hardware_source,

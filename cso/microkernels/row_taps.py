@@ -15,12 +15,11 @@ the output's layout (``residual_offset + b*out_stride + u*VL + l``).
 ``row_i``, the ``i``-th input row of the block's window (``i < (B-1)*sh +
 (R-1)*dh + 1``), starts at ``inputs[in_offset + i*width]`` for ``i_first
 <= i < i_last`` (the caller passes ``in_offset`` = the plane's start plus
-``(p*sh - pad_top)*width + q0*sw - pad_left``), and at
-``zeros[zeros_offset]`` for the other rows, which fall off the plane: the
-same column masks then read zeros (the caller passes the offset at which a
-row of ``width`` zeros, starting ``q0*sw - pad_left`` elements later, has
-its columns).  Loads may start before a row or end after it; only the
-masked-in lanes, inside ``[0, width)`` of the row, are read.
+``(p*sh - pad_top)*width + q0*sw - pad_left``); the other rows fall off
+the plane, and their taps, which would add zeros, are skipped
+(:func:`cso.analysis.rows.on_plane_taps` says what that saved).  Loads may
+start before a row or end after it; only the masked-in lanes, inside ``[0,
+width)`` of the row, are read.
 
 Why a block of rows: input row ``i`` serves output row ``b`` through
 filter row ``r`` wherever ``b*sh + r*dh = i``, so each of its vectors is
@@ -83,6 +82,7 @@ from numba.extending import intrinsic
 
 from ..analysis.rows import load_groups, window_row_taps
 from .epilogue import emit_epilogue
+from .row_picks import in_chunk_picks, natural_order
 from .vector_ir import (
     check_shape_bounds,
     I32,
@@ -93,46 +93,6 @@ from .vector_ir import (
     check_mask_table,
     store_leading_lanes,
 )
-
-
-# The chunk of a vector register within which one shuffle instruction of two
-# sources moves elements (x86's 128-bit lanes; all of a NEON register).
-SHUFFLE_CHUNK_BYTES = 16
-
-
-def in_chunk_picks(lanes: int, element_bytes: int, phase: int) -> list:
-    """The ``phase``-th of every 2 elements of two concatenated vectors
-    ``(a, b)``, in the order one in-chunk shuffle gives them.
-
-    Chunk ``k`` of the result (``E = 16 / element_bytes`` elements) holds
-    ``a``'s picks from its chunk ``k``, then ``b``'s: ``[a0 a2 b0 b2 | a4 a6
-    b4 b6]`` for 8 floats, one ``vshufps``, where the natural order ``[a0 a2
-    a4 a6 b0 b2 b4 b6]`` takes a ``vshufps`` and a cross-chunk permute.
-    Every tap's vector comes out in this same order, so the sums do too and
-    :func:`natural_order` puts them back once, before they are stored: on an
-    AMD EPYC (Zen 3) stride-2 row layers ran 1.11-1.16x faster so (``dw
-    3x3/2`` at 96 channels @112, 144 @56 and 8 @112, against the natural
-    order's two instructions a tap, in paired rounds of one process).
-    """
-    chunk = max(1, SHUFFLE_CHUNK_BYTES // element_bytes)
-    if lanes <= chunk:
-        return [phase + 2 * i for i in range(lanes)]
-    half = chunk // 2
-    picks = []
-    for position in range(lanes):
-        k, j = divmod(position, chunk)
-        source = k * chunk + 2 * j if j < half else lanes + k * chunk + 2 * (j - half)
-        picks.append(source + phase)
-    return picks
-
-
-def natural_order(lanes: int, element_bytes: int) -> list:
-    """The shuffle putting a vector in :func:`in_chunk_picks`' order back in
-    output-column order: element ``q`` is taken from the position holding
-    output column ``q``."""
-    # Pick 2m of the concatenated pair (a's m-th pair, or b's) is column m.
-    columns = [pick // 2 for pick in in_chunk_picks(lanes, element_bytes, 0)]
-    return [columns.index(q) for q in range(lanes)]
 
 
 def masked_fma_vectors(dtype_name: str, vector_lanes: int) -> bool:
@@ -147,7 +107,7 @@ def build_row_tap_kernel(
     kernel_height: int, kernel_width: int, dilation_h: int, dilation_w: int, stride_h: int,
     stride_w: int, rows: int, vectors: int, dtype_name: str, vector_lanes: int,
     unmasked_inner: bool = False, whole_loads: bool = False, tail_lanes: int = 0,
-    masked_fmas: bool = False,
+    masked_fmas: bool = False, filters_per_vector: int = 1,
 ):  # fmt: skip
     """Return a Numba intrinsic computing ``rows x vectors`` output vectors of a plane.
 
@@ -185,21 +145,41 @@ def build_row_tap_kernel(
         mask (a mask register) instead of the loaded vector being zeroed
         outside it; the whole loads then take no and.  The taps on padding
         then add nothing rather than ``0 * w``.
+    filters_per_vector : int
+        ``F`` filters side by side in each vector
+        (:func:`~cso.analysis.plane_shapes.filters_per_vector`): filter
+        ``f < valid_filters`` of the call's first (``k0``) in lanes ``[f*Q,
+        (f+1)*Q)`` for ``Q = segment``, reading its input plane
+        ``f*in_step`` elements after the first's and writing its output
+        plane ``f*out_step`` after, its weights and bias the ``f``-th after
+        the first's (``f*R*S``, ``f``); each loaded vector merged from the
+        ``F`` filters' masked loads (a filter's load starting ``f*Q*sw``
+        elements before its row), its masks the
+        table's ``F`` sets of entries (:func:`cso.analysis.rows.mask_table`).
+        Needs one vector a call and masked loads and stores.
 
     Returns
     -------
     intrinsic
-        ``kernel(inputs, in_offset, width, zeros, zeros_offset, i_first, i_last, filters,
+        ``kernel(inputs, in_offset, width, i_first, i_last, filters,
         w_offset, out, out_offset, out_stride, masks, mask_offset, vector_mask_offset,
-        bias, bias_index, has_bias, residual, residual_offset, activation, has_residual)``.
+        bias, bias_index, has_bias, residual, residual_offset, activation, has_residual,
+        in_step, out_step, segment, valid_filters)`` (the last four read only where
+        ``filters_per_vector > 1``).
     """
     check_dtype_and_lanes(dtype_name, vector_lanes)
     check_shape_bounds(
         ("kernel_height", kernel_height, 64), ("kernel_width", kernel_width, 64),
         ("dilation_h", dilation_h, 64), ("dilation_w", dilation_w, 64),
         ("stride_h", stride_h, 64), ("stride_w", stride_w, 2), ("rows", rows, 32),
-        ("vectors", vectors, 32),
+        ("vectors", vectors, 32), ("filters_per_vector", filters_per_vector, 32),
     )  # fmt: skip
+    side = filters_per_vector
+    if side > 1 and (vectors != 1 or unmasked_inner or whole_loads):
+        raise ValueError(
+            f"filters side by side ({side}) need one vector a call and masked loads, got "
+            f"vectors={vectors}, unmasked_inner={unmasked_inner}, whole_loads={whole_loads}"
+        )
     if not 0 <= tail_lanes < vector_lanes or (tail_lanes and not whole_loads):
         raise ValueError(
             f"tail_lanes must be 0, or below vector_lanes ({vector_lanes}) with whole_loads, "
@@ -219,42 +199,89 @@ def build_row_tap_kernel(
 
     @intrinsic
     def row_tap_kernel(
-        typingctx, inputs, in_offset, width, zeros, zeros_offset, i_first, i_last, filters,
+        typingctx, inputs, in_offset, width, i_first, i_last, filters,
         w_offset, out, out_offset, out_stride, masks, mask_offset, vector_mask_offset, bias,
-        bias_index, has_bias, residual, residual_offset, activation, has_residual,
+        bias_index, has_bias, residual, residual_offset, activation, has_residual, in_step,
+        out_step, segment, valid_filters,
     ):  # fmt: skip
         check_float_arrays(
-            dtype_name, inputs=inputs, zeros=zeros, filters=filters, out=out, bias=bias,
-            residual=residual,
+            dtype_name, inputs=inputs, filters=filters, out=out, bias=bias, residual=residual,
         )  # fmt: skip
         check_mask_table(masks)
         intp = types.intp
         sig = types.void(
-            inputs, intp, intp, zeros, intp, intp, intp, filters, intp, out, intp, intp, masks,
-            intp, intp, bias, intp, types.boolean, residual, intp, intp, types.boolean,
+            inputs, intp, intp, intp, intp, filters, intp, out, intp, intp, masks,
+            intp, intp, bias, intp, types.boolean, residual, intp, intp, types.boolean, intp,
+            intp, intp, intp,
         )  # fmt: skip
 
         def codegen(context, builder, signature, args):
-            (in_a, in_off, width_v, zeros_a, zeros_off, first_v, last_v, w_a, w_off, out_a,
+            (in_a, in_off, width_v, first_v, last_v, w_a, w_off, out_a,
              out_off, out_stride_v, m_a, m_off, vm_off, bias_a, bias_i, has_bias_v, res_a,
-             res_off, activation_v, has_residual_v) = args  # fmt: skip
+             res_off, activation_v, has_residual_v, in_step_v, out_step_v, segment_v,
+             valid_v) = args  # fmt: skip
             e = KernelEmitter(context, builder, signature, dtype_name, lanes)
             b = builder
             inputs_base = e.base(0, in_a, in_off)
-            zeros_base = e.base(3, zeros_a, zeros_off)
-            filters_base = e.base(7, w_a, w_off)
-            out_base = e.base(9, out_a, out_off)
-            masks_base = e.base(12, m_a, m_off)
-            vector_masks_base = e.base(12, m_a, vm_off)
-            bias_base = e.base(15, bias_a, bias_i)
-            residual_base = e.base(18, res_a, res_off)
+            filters_base = e.base(5, w_a, w_off)
+            out_base = e.base(7, out_a, out_off)
+            masks_base = e.base(10, m_a, m_off)
+            vector_masks_base = e.base(10, m_a, vm_off)
+            bias_base = e.base(13, bias_a, bias_i)
+            residual_base = e.base(16, res_a, res_off)
 
             zero = ir.Constant(e.vector.element, 0.0)
-            start = e.broadcast(b.select(has_bias_v, b.load(bias_base), zero))
+            # Filter f's offsets from the first's (side by side; 0 for f = 0
+            # and for a filter past valid_filters, whose lanes are masked off).
+            real = [b.icmp_signed("<", e.constant(f), valid_v) for f in range(side)]
+
+            def for_real(f, offset):
+                return b.select(real[f], offset, e.constant(0)) if f else e.constant(0)
+
+            taps = kernel_height * kernel_width
+            weight_at = [for_real(f, e.constant(f * taps)) for f in range(side)]
+            bias_at = [for_real(f, e.constant(f)) for f in range(side)]
+            lane_shift = [b.mul(segment_v, e.constant(f * stride_w)) for f in range(side)]
+            plane_at = [
+                for_real(f, b.sub(b.mul(in_step_v, e.constant(f)), lane_shift[f]))
+                for f in range(side)
+            ]
+            out_at = [
+                for_real(f, b.mul(b.sub(out_step_v, segment_v), e.constant(f)))
+                for f in range(side)
+            ]
+            # Filter f's lanes, [f*Q, (f+1)*Q): its store mask in the table; at
+            # sw = 2 in the picks' order (lane i holds column picks[i] // 2),
+            # which the sums keep until they are stored.
+            filter_lanes = [
+                e.masked_by(e.bit_set_mask(masks_base, f * per_vector), real[f])
+                for f in range(side)
+            ]
+            if stride_w == 2:
+                columns = ir.Constant(
+                    ir.VectorType(I32, lanes),
+                    [pick // 2 for pick in in_chunk_picks(lanes, e.element_bytes, 0)],
+                )
+                filter_lanes = [b.shuffle_vector(m, m, columns) for m in filter_lanes]
+
+            def side_by_side(values):
+                """One vector of ``values[f]`` in filter ``f``'s lanes."""
+                merged = values[0]
+                for f in range(1, side):
+                    merged = b.select(filter_lanes[f], values[f], merged)
+                return merged
+
+            start = side_by_side(
+                [
+                    e.broadcast(b.select(has_bias_v, b.load(b.gep(bias_base, [at])), zero))
+                    for at in bias_at
+                ]
+            )
 
             def weight(r, s):
-                return e.broadcast(
-                    b.load(b.gep(filters_base, [e.constant(r * kernel_width + s)]))
+                tap = e.constant(r * kernel_width + s)
+                return side_by_side(
+                    [e.broadcast(b.load(b.gep(filters_base, [b.add(at, tap)]))) for at in weight_at]
                 )
 
             picks = {
@@ -266,14 +293,35 @@ def build_row_tap_kernel(
             natural = ir.Constant(
                 ir.VectorType(I32, lanes), natural_order(lanes, e.element_bytes)
             )
-            row_starts = {}
+            row_starts, on_plane_rows = {}, {}
             for i in sorted(served):
-                on_plane = b.and_(
+                on_plane_rows[i] = b.and_(
                     b.icmp_signed("<=", first_v, e.constant(i)),
                     b.icmp_signed(">", last_v, e.constant(i)),
                 )
                 row = b.gep(inputs_base, [b.mul(e.constant(i), width_v)])
-                row_starts[i] = b.select(on_plane, row, zeros_base)
+                row_starts[i] = [b.gep(row, [plane_at[f]]) for f in range(side)]
+            def only_on_plane(on_plane, body, sums):
+                """``body()`` (which updates ``sums`` in place) where the
+                window row is ``on_plane``, nothing where it is off: its taps
+                would add only zeros.  Where the nest's block starts are
+                constants, LLVM folds the branch and drops those rows."""
+                before, entry = list(sums), b.basic_block
+                taken = b.append_basic_block("row_taps.on_plane")
+                joined = b.append_basic_block("row_taps.joined")
+                b.cbranch(on_plane, taken, joined)
+                b.position_at_end(taken)
+                body()
+                after = b.basic_block
+                b.branch(joined)
+                b.position_at_end(joined)
+                for index, value in enumerate(sums):
+                    if value is not before[index]:
+                        merged = b.phi(value.type)
+                        merged.add_incoming(before[index], entry)
+                        merged.add_incoming(value, after)
+                        sums[index] = merged
+
             # Each vector column of the block finished and stored before the
             # next: only its B chains of FMAs are live.  One chain of FMAs an
             # output vector (partial sums by filter row ran alike on the Xeon);
@@ -289,8 +337,10 @@ def build_row_tap_kernel(
                     vector_masks_base, [b.mul(u, e.constant((per_vector - 1) * lanes))]
                 )
 
-                def load(row, offset, g, h):
-                    """The loaded vector of group ``g``'s half ``h`` at ``offset``."""
+                def load(rows_of, offset, g, h):
+                    """The loaded vector of group ``g``'s half ``h`` at ``offset``
+                    of the filters' rows ``rows_of`` (one a filter)."""
+                    row = rows_of[0]
                     if not masked or (masked_fmas and whole_loads):
                         return e.load(row, offset)
                     if whole_loads:
@@ -298,9 +348,31 @@ def build_row_tap_kernel(
                             column_vector_masks, (g * stride_w + h) * lanes
                         )
                         return e.zeroed_outside(e.load(row, offset), lane_mask)
-                    return e.load(
-                        row, offset, e.bit_set_mask(column_masks, 1 + g * stride_w + h)
-                    )
+                    merged = None
+                    for f in range(side):
+                        merged = e.load(rows_of[f], offset, load_masks[g, h][f], merged)
+                    return merged
+
+                # Each filter's load masks (its lanes only, side by side).
+                load_masks = {
+                    (g, h): [
+                        e.masked_by(
+                            e.bit_set_mask(column_masks, f * per_vector + 1 + g * stride_w + h),
+                            real[f],
+                        )
+                        if side > 1
+                        else e.bit_set_mask(column_masks, 1 + g * stride_w + h)
+                        for f in range(side)
+                    ]
+                    for g in range(len(groups))
+                    for h in range(stride_w)
+                }
+
+                def union(masks):
+                    combined = masks[0]
+                    for mask in masks[1:]:
+                        combined = b.or_(combined, mask)
+                    return combined
 
                 sums = [start] * rows
                 for g, (offset, taps) in enumerate(groups.items()):
@@ -308,10 +380,7 @@ def build_row_tap_kernel(
                     # phase: the load masks shuffled as the loaded halves are.
                     fma_masks = None
                     if masked and masked_fmas:
-                        halves = [
-                            e.bit_set_mask(column_masks, 1 + g * stride_w + h)
-                            for h in range(stride_w)
-                        ]
+                        halves = [union(load_masks[g, h]) for h in range(stride_w)]
                         fma_masks = {
                             phase: halves[0]
                             if stride_w == 1
@@ -324,35 +393,50 @@ def build_row_tap_kernel(
                         (r, s): weight(r, s) for s, _ in taps for r in range(kernel_height)
                     }
                     for i in sorted(served):
-                        row = b.gep(row_starts[i], [column])
-                        loaded = [
-                            load(row, e.constant(offset + h * lanes), g, h)
-                            for h in range(stride_w)
-                        ]
-                        for s, phase in taps:
-                            value = (
-                                loaded[0]
-                                if stride_w == 1
-                                else b.shuffle_vector(loaded[0], loaded[1], picks[phase])
-                            )
-                            for out_row, r in served[i]:
-                                operands = (value, weights[r, s], sums[out_row])
-                                if fma_masks is None:
-                                    sums[out_row] = b.call(e.fma, operands)
-                                else:
-                                    sums[out_row] = e.masked_fma(*operands, fma_masks[phase])
+
+                        def window_row(i=i, g=g, offset=offset, taps=taps, fma_masks=fma_masks):
+                            rows_of = [b.gep(start_f, [column]) for start_f in row_starts[i]]
+                            loaded = [
+                                load(rows_of, e.constant(offset + h * lanes), g, h)
+                                for h in range(stride_w)
+                            ]
+                            for s, phase in taps:
+                                value = (
+                                    loaded[0]
+                                    if stride_w == 1
+                                    else b.shuffle_vector(loaded[0], loaded[1], picks[phase])
+                                )
+                                for out_row, r in served[i]:
+                                    operands = (value, weights[r, s], sums[out_row])
+                                    if fma_masks is None:
+                                        sums[out_row] = b.call(e.fma, operands)
+                                    else:
+                                        sums[out_row] = e.masked_fma(
+                                            *operands, fma_masks[phase]
+                                        )
+
+                        only_on_plane(on_plane_rows[i], window_row, sums)
                 at_column = b.mul(u, e.constant(lanes))
 
                 def at(out_row):
                     return b.add(b.mul(e.constant(out_row), out_stride_v), at_column)
 
                 # Whole-load calls store whole, but for the row's last column's tail.
-                store_mask = None
+                store_masks = [None] * side
                 if masked and (not whole_loads or (last and tail_lanes)):
-                    store_mask = e.bit_set_mask(column_masks, 0)
+                    store_masks = [
+                        e.masked_by(e.bit_set_mask(column_masks, f * per_vector), real[f])
+                        if side > 1
+                        else e.bit_set_mask(column_masks, 0)
+                        for f in range(side)
+                    ]
 
                 def residual_of(out_row):
-                    return e.load(residual_base, at(out_row), store_mask)
+                    merged = None
+                    for f in range(side):
+                        at_f = b.add(at(out_row), out_at[f])
+                        merged = e.load(residual_base, at_f, store_masks[f], merged)
+                    return merged
 
                 if stride_w == 2:
                     sums = [b.shuffle_vector(value, value, natural) for value in sums]
@@ -364,7 +448,9 @@ def build_row_tap_kernel(
                         address = b.gep(out_base, [at(out_row)])
                         store_leading_lanes(b, value, address, tail_lanes, e.element_bytes)
                     else:
-                        e.store(value, out_base, at(out_row), store_mask)
+                        for f in range(side):
+                            at_f = b.add(at(out_row), out_at[f])
+                            e.store(value, out_base, at_f, store_masks[f])
 
             def emit_columns(fused: bool):
                 if unmasked_inner:

@@ -310,14 +310,16 @@ class KernelEmitter:
             self.prefetch, [address, ir.Constant(I32, 1), ir.Constant(I32, 3), ir.Constant(I32, 1)]
         )
 
-    def load(self, base, offset, mask=None):
+    def load(self, base, offset, mask=None, passthru=None):
         """The vector at element ``offset`` of ``base``: whole when ``mask``
-        is None, else the lanes ``mask`` sets (zero in the others)."""
+        is None, else the lanes ``mask`` sets, the others ``passthru``'s
+        (zero when None)."""
         address = self.vector_at(base, offset)
         if mask is None:
             return self.builder.load(address, align=self.align)
+        others = self.zero if passthru is None else passthru
         return self.builder.call(
-            self.masked_load, [address, ir.Constant(I32, self.align), mask, self.zero]
+            self.masked_load, [address, ir.Constant(I32, self.align), mask, others]
         )
 
     def store(self, value, base, offset, mask=None):

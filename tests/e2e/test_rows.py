@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 
 import cso
 from cso.analysis.choices import Algorithm, activation_code
-from cso.analysis.plane_shapes import max_block_rows
-from cso.analysis.rows import full_interior_vectors
+from cso.analysis.plane_shapes import filters_per_vector, max_block_rows
+from cso.analysis.rows import full_interior_vectors, row_traffic
 from cso.geometry import make_geometry
 from cso.launch import launch_for, rows_module_for
 from cso.microkernels.row_taps import build_row_tap_kernel
@@ -74,6 +74,105 @@ def test_every_block_of_rows_matches_the_one_row_kernel_bit_for_bit(problem, row
     y = cso.conv2d(x, w, b, plan=block, **params)
     assert np.array_equal(y, cso.conv2d(x, w, b, plan=one_row, **params))
     assert_matches_reference(y, x, w, b, **params)
+
+
+@st.composite
+def narrow_row_problems(draw):
+    # Planes whose output rows fit two or more to a vector (filters side by
+    # side), any strides, dilation and padding, a last job of fewer filters.
+    channels = draw(st.integers(2, 21))
+    R, S = draw(st.sampled_from([1, 2, 3, 5, 7])), draw(st.sampled_from([1, 3, 5, 7]))
+    stride = (draw(st.integers(1, 3)), draw(st.integers(1, 2)))
+    dilation = (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
+    padding = draw(
+        st.tuples(
+            st.tuples(st.integers(0, 3), st.integers(0, 3)),
+            st.tuples(st.integers(0, 3), st.integers(0, 3)),
+        )
+    )
+    H, W = draw(st.integers(1, 16)), draw(st.integers(1, 16))
+    params = dict(stride=stride, padding=padding, dilation=dilation, groups=channels)
+    x_shape, w_shape = (draw(st.integers(1, 2)), channels, H, W), (channels, 1, R, S)
+    try:
+        make_geometry(x_shape, w_shape, **params)
+    except ValueError:
+        assume(False)
+    dtype = draw(st.sampled_from([np.float32, np.float64]))
+    threads = draw(st.sampled_from([1, min(2, cso.executor.available_threads())]))
+    return x_shape, w_shape, params, dtype, threads, draw(st.booleans())
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(narrow_row_problems(), st.integers(0, 2**32 - 1))
+def test_filters_side_by_side_match_one_filter_a_call_bit_for_bit(problem, seed):
+    # Each lane sums its taps in the same order whether its filter shares
+    # the vector or not: any difference would be a wrong filter, lane or row.
+    x_shape, w_shape, params, dtype, threads, with_bias = problem
+    plan = cso.plan_conv2d(
+        x_shape, w_shape, dtype=dtype, threads=threads, algorithm="depthwise_rows", **params
+    )
+    side = filters_per_vector(plan.geometry, plan.vector_lanes)
+    assume(side > 1)
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(x_shape).astype(dtype)
+    w = rng.standard_normal(w_shape).astype(dtype)
+    b = rng.standard_normal(w_shape[0]).astype(dtype) if with_bias else None
+    together = dataclasses.replace(plan, filters_per_tile=side)
+    alone = dataclasses.replace(plan, filters_per_tile=1)
+    y = cso.conv2d(x, w, b, plan=together, **params)
+    assert np.array_equal(y, cso.conv2d(x, w, b, plan=alone, **params))
+    assert_matches_reference(y, x, w, b, **params)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("stride", [1, 2])
+def test_filters_side_by_side_apply_every_epilogue(rng, dtype, stride):
+    # 7 filters over 4-wide rows (4 a float32 vector, 2 a float64 one): the
+    # last job holds fewer; each activation and the residual, lane by lane
+    # as the one-filter plan applies them.
+    x = rng.standard_normal((2, 7, 9, 4 * stride)).astype(dtype)
+    w = rng.standard_normal((7, 1, 3, 3)).astype(dtype)
+    b = rng.standard_normal(7).astype(dtype)
+    params = dict(stride=stride, padding=1, groups=7)
+    plan = cso.plan_conv2d(x.shape, w.shape, dtype=dtype, threads=1,
+                           algorithm="depthwise_rows", **params)  # fmt: skip
+    side = filters_per_vector(plan.geometry, plan.vector_lanes)
+    assert side > 1
+    residual = rng.standard_normal(plan.geometry.output_shape).astype(dtype)
+    for activation in (None, "relu", "relu6", "sigmoid", "silu"):
+        results = [
+            cso.conv2d(x, w, b, plan=dataclasses.replace(plan, filters_per_tile=filters),
+                       activation=activation, residual=residual, **params)  # fmt: skip
+            for filters in (side, 1)
+        ]
+        assert np.array_equal(results[0], results[1]), activation
+
+
+def test_the_model_weighs_filters_side_by_side():
+    # The rule, not this machine's outcome: of one filter a call and the
+    # filters that fit side by side, the row plan takes the one it prices lower.
+    for x_shape, w_shape, params in (
+        ((1, 1152, 7, 7), (1152, 1, 5, 5), dict(padding=2, groups=1152)),
+        ((1, 960, 7, 7), (960, 1, 3, 3), dict(padding=1, groups=960)),
+        ((1, 576, 14, 14), (576, 1, 3, 3), dict(stride=2, padding=1, groups=576)),
+        ((1, 64, 28, 28), (64, 1, 3, 3), dict(padding=1, groups=64)),
+    ):
+        plan = cso.plan_conv2d(
+            x_shape, w_shape, algorithm="depthwise_rows", hardware=AVX512_CORE, **params
+        )
+        side = filters_per_vector(plan.geometry, plan.vector_lanes)
+        costs = {
+            filters: row_traffic(plan.geometry, AVX512_CORE, 4, 1, plan.rows_per_call, filters).cost
+            for filters in {1, side}
+        }
+        assert plan.filters_per_tile == min(costs, key=costs.get)
+        assert (side > 1) == (plan.geometry.out_width <= 8)
+    seven = cso.plan_conv2d((1, 8, 7, 7), (8, 1, 3, 3), padding=1, groups=8,
+                            algorithm="depthwise_rows", hardware=AVX512_CORE)  # fmt: skip
+    with pytest.raises(ValueError, match="or 2 filters' side by side, got filters_per_tile=3"):
+        dataclasses.replace(seven, filters_per_tile=3)
+    with pytest.raises(ValueError, match="filters side by side \\(2\\) need one vector a call"):
+        build_row_tap_kernel(3, 3, 1, 1, 1, 1, 4, 2, "float32", 16, filters_per_vector=2)
 
 
 @pytest.mark.parametrize("threads", [1, 2])

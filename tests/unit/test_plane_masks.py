@@ -143,6 +143,53 @@ def test_the_row_masks_match_brute_force(case):
 
 
 @settings(max_examples=80, deadline=None)
+@given(row_geometries())
+def test_the_masks_of_filters_side_by_side_match_brute_force(case):
+    # Output column q of filter f sits in lane f*Q + q; at phase t its tap of
+    # load group e reads position (f*Q + q)*sw + t of the loaded halves, the
+    # input column q*sw + t + e - pad_left of filter f's row.
+    g, lanes = case
+    side = rows.filters_per_vector(g, lanes)
+    if side == 1:
+        assert 2 * g.out_width > lanes
+        return
+    groups = list(rows.load_groups(g.kernel_width, g.dilation_w, g.stride_w))
+    per_filter = 1 + len(groups) * g.stride_w
+    table = rows.mask_table(g, lanes, 1, side).view(np.uint32).astype(np.int64)
+    assert len(table) == side * per_filter == rows.entries_per_call(g, 1, side)
+    expected = np.zeros((side, per_filter), np.int64)
+    for f in range(side):
+        for q in range(g.out_width):
+            expected[f, 0] |= 1 << (f * g.out_width + q)
+            for k, e in enumerate(groups):
+                for t in range(g.stride_w):
+                    half, lane = divmod((f * g.out_width + q) * g.stride_w + t, lanes)
+                    column = q * g.stride_w + t + e - g.pad_left
+                    if 0 <= column < g.width:
+                        expected[f, 1 + k * g.stride_w + half] |= 1 << lane
+    assert list(table) == list(expected.ravel())
+
+
+@settings(max_examples=80, deadline=None)
+@given(row_geometries(), st.integers(1, 16))
+def test_the_on_plane_taps_match_brute_force(case, rows_per_call):
+    g, _ = case
+    rows_per_call = min(rows_per_call, g.out_height)
+    blocks = rows.on_plane_taps(g, rows_per_call)
+    starts = rows.block_starts(g.out_height, rows_per_call)
+    assert len(blocks) == len(starts)
+    for (window_rows, pairs), p in zip(blocks, starts):
+        read = {
+            (b * g.stride_h + r * g.dilation_h, b, r)
+            for b in range(rows_per_call)
+            for r in range(g.kernel_height)
+            if 0 <= p * g.stride_h - g.pad_top + b * g.stride_h + r * g.dilation_h < g.height
+        }
+        assert pairs == len(read)
+        assert window_rows == len({i for i, _, _ in read})
+
+
+@settings(max_examples=80, deadline=None)
 @given(row_geometries(), st.integers(1, 16))
 def test_the_blocks_cover_every_output_row_and_read_their_window(case, rows_per_call):
     g, _ = case
@@ -224,7 +271,7 @@ def test_inner_vectors_by_hand():
 
 @settings(max_examples=60, deadline=None)
 @given(row_geometries())
-def test_the_row_vector_masks_tail_and_zero_row_match_the_bit_sets(case):
+def test_the_row_vector_masks_and_tail_match_the_bit_sets(case):
     g, lanes = case
     vectors = rows.row_vectors_per_call(g, lanes, REGISTERS[lanes])
     bit_sets = rows.mask_table(g, lanes, vectors).view(np.uint32).astype(np.int64)
@@ -244,11 +291,6 @@ def test_the_row_vector_masks_tail_and_zero_row_match_the_bit_sets(case):
         assert stored == [lanes] * (vectors - 1) + [tail]
     else:
         assert stored == [lanes] * len(stored)
-    # The zero row reaches as far as any whole load from the last call.
-    last = rows.row_calls(g.out_width, vectors * lanes)[-1]
-    span = rows.load_span(g, lanes, vectors)
-    needed = max(g.pad_left + g.width, last * g.stride_w + span)
-    assert rows.zero_row_span(g, lanes, vectors) >= needed
 
 
 @settings(max_examples=60, deadline=None)

@@ -4,7 +4,7 @@ permutation that puts the sums back in column order."""
 import numpy as np
 import pytest
 
-from cso.microkernels.row_taps import SHUFFLE_CHUNK_BYTES, in_chunk_picks, natural_order
+from cso.microkernels.row_picks import SHUFFLE_CHUNK_BYTES, in_chunk_picks, natural_order
 
 # (lanes, element bytes) of every vector width cso plans for: NEON / SSE,
 # AVX2 and AVX-512, float32 and float64.
