@@ -33,6 +33,22 @@ builders consult) into the stamp: a change to any of them makes every
 guarded function's cache stale, and Numba recompiles it, as it does when
 its own file changes.
 
+And Numba starts its threading layer, whose functions (``numba_parallel_for``,
+``get_num_threads``, ...) a parallel loop's machine code calls, when it
+compiles a parallel loop, and when it loads a cached overload whose
+``reload_init`` says it holds one; but an overload compiled in a process
+that had *loaded* its parallel callee from the cache (``run_workers``,
+inlined through :func:`cso.macrokernel.workers.launch_workers` into
+:func:`cso.quick_launch.launch_kcrs`) is saved with an empty ``reload_init``
+(the callee's library, rebuilt from its cache, passes none on).  Loaded into
+a process that had not started the layer yet, its calls into the layer went
+to address 0: a Xeon, 2026-11-29, a packed depthwise plan's third call at
+one thread (its quick call, the first compiled code the process ran that
+reached the layer) crashed the interpreter or wrote garbage, from this
+checkout's cache and not from a fresh one (the previous session's "damaged
+cache").  So :func:`guard` also starts the layer before every load
+(:func:`start_threading_layer`; once a process, the OpenMP counts kept).
+
 This reaches into Numba's private cache objects
 (``dispatcher._cache._cache_file``, its ``save``, ``load``,
 ``_index_path`` and ``_source_stamp``; Numba 0.68): where a later Numba
@@ -120,13 +136,35 @@ def source_fingerprint(root: Path) -> str:
     return digest.hexdigest()
 
 
+def start_threading_layer() -> None:
+    """Start Numba's threading layer (once a process; it returns at once
+    after), the OpenMP thread counts kept as they were (:mod:`cso.openmp`)."""
+    from numba.np.ufunc import parallel
+
+    from .openmp import kept_openmp_threads
+
+    with kept_openmp_threads():
+        parallel._launch_threads()
+
+
+def _after_threading_layer(method):
+    """``method`` (a cache load) once Numba's threading layer has started."""
+
+    @functools.wraps(method)
+    def started(*arguments, **keywords):
+        start_threading_layer()
+        return method(*arguments, **keywords)
+
+    return started
+
+
 def guard(dispatcher, sources: Path | None = None):
     """Make ``dispatcher``'s cache saves and loads (a Numba function
     compiled with ``cache=True``) hold the lock beside its index, and its
     cache stale whenever any source under ``sources`` (default: the cso
-    package, :data:`PACKAGE_SOURCES`) changes; return it (usable as a
-    decorator).  Idempotent; a dispatcher without a disk cache is returned
-    as it is."""
+    package, :data:`PACKAGE_SOURCES`) changes, and start Numba's threading
+    layer before each load; return it (usable as a decorator).  Idempotent;
+    a dispatcher without a disk cache is returned as it is."""
     cache = getattr(dispatcher, "_cache", None)
     cache_file = getattr(cache, "_cache_file", None)
     if cache_file is None or not hasattr(cache_file, "_source_stamp"):
@@ -150,7 +188,9 @@ def guard(dispatcher, sources: Path | None = None):
 
     lock_path = str(cache_file._index_path) + ".lock"
     cache_file.save = _under_lock(stamped(cache_file.save), lock_path)
-    cache_file.load = _under_lock(stamped(cache_file.load), lock_path)
+    cache_file.load = _after_threading_layer(
+        _under_lock(stamped(cache_file.load), lock_path)
+    )
     return dispatcher
 
 

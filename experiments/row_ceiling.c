@@ -4,7 +4,7 @@
  * vector each (14 columns), as cso's row plan computes it: each input row
  * loaded once per column tap (unaligned, whole), its taps added under a
  * mask register of the lanes whose column stays on the plane, rows off
- * the plane read from a row of zeros, each row of the block stored under
+ * the plane skipped (as cso's kernel skips them), each row of the block stored under
  * a mask of its 14 columns.
  *
  * Two builds of the same loop: run_fixed, whose geometry (width, height,
@@ -30,20 +30,21 @@ static inline __attribute__((always_inline)) void column_masks(__mmask16 *masks,
 }
 
 static inline __attribute__((always_inline)) void block(
-    const float *plane, const float *zeros, const float *w, float *out, int p, int width,
-    int height, const __mmask16 *masks) {
+    const float *plane, const float *w, float *out, int p, int width, int height,
+    const __mmask16 *masks) {
     __m512 acc[BLOCK];
     const float *rows[WINDOW];
     _Pragma("GCC unroll 16") for (int b = 0; b < BLOCK; b++) acc[b] = _mm512_setzero_ps();
     _Pragma("GCC unroll 16") for (int i = 0; i < WINDOW; i++) {
         int r = p - 2 + i;
-        rows[i] = (r >= 0 && r < height) ? plane + r * width : zeros;
+        rows[i] = (r >= 0 && r < height) ? plane + r * width : 0;
     }
     _Pragma("GCC unroll 16") for (int s = 0; s < TAPS; s++) {
         __mmask16 mask = masks[s];
         __m512 weight[TAPS];
         _Pragma("GCC unroll 16") for (int r = 0; r < TAPS; r++) weight[r] = _mm512_set1_ps(w[r * TAPS + s]);
         _Pragma("GCC unroll 16") for (int i = 0; i < WINDOW; i++) {
+            if (!rows[i]) continue;
             __m512 v = _mm512_loadu_ps(rows[i] + s - 2);
             _Pragma("GCC unroll 16") for (int r = 0; r < TAPS; r++) {
                 int b = i - r;
@@ -56,19 +57,19 @@ static inline __attribute__((always_inline)) void block(
     }
 }
 
-void run_fixed(const float *x, const float *w, float *y, const float *zeros, int channels,
+void run_fixed(const float *x, const float *w, float *y, int channels,
                long repeats) {
     __mmask16 masks[TAPS];
     column_masks(masks, 14);
     for (long t = 0; t < repeats; t++) {
         for (int c = 0; c < channels; c++) {
-            block(x + c * 196, zeros, w + c * 25, y + c * 196, 0, 14, 14, masks);
-            block(x + c * 196, zeros, w + c * 25, y + c * 196, 7, 14, 14, masks);
+            block(x + c * 196, w + c * 25, y + c * 196, 0, 14, 14, masks);
+            block(x + c * 196, w + c * 25, y + c * 196, 7, 14, 14, masks);
         }
     }
 }
 
-void run_runtime(const float *x, const float *w, float *y, const float *zeros, int channels,
+void run_runtime(const float *x, const float *w, float *y, int channels,
                  long repeats, int width, int height, int last_block) {
     __mmask16 masks[TAPS];
     column_masks(masks, width);
@@ -78,7 +79,7 @@ void run_runtime(const float *x, const float *w, float *y, const float *zeros, i
             float *out = y + c * width * height;
             for (int p = 0;; p += BLOCK) {
                 int start = p < last_block ? p : last_block;
-                block(plane, zeros, w + c * 25, out, start, width, height, masks);
+                block(plane, w + c * 25, out, start, width, height, masks);
                 if (start == last_block) break;
             }
         }

@@ -166,6 +166,66 @@ def test_a_change_to_a_callee_alone_makes_a_guarded_cache_stale(tmp_path, guarde
         assert run() == (3, 1)
 
 
+PARALLEL_CALLEE = """
+import numba
+
+
+@numba.njit(parallel=True, cache=True)
+def total(x):
+    sum = 0.0
+    for i in numba.prange(x.size):
+        sum += x[i]
+    return sum
+"""
+
+PARALLEL_CALLER = """
+import sys
+import numba
+import numpy as np
+sys.path.insert(0, {directory!r})
+import parallel_callee
+from cso.numba_cache import guard_module
+
+
+@numba.njit(cache=True)
+def summed(x):
+    return parallel_callee.total(x) + 1.0
+
+
+guard_module(sys.modules[__name__], {directory!r})
+if {step!r} == "callee":
+    print(parallel_callee.total(np.ones(1000)), 0)
+else:
+    print(summed(np.ones(1000)), sum(summed.stats.cache_hits.values()))
+"""
+
+
+def test_a_cached_caller_of_a_parallel_loop_starts_the_threading_layer(tmp_path):
+    # The caller is compiled in a process that loads its parallel callee from
+    # the cache, so Numba saves it with nothing to start the threading layer
+    # on reload; loaded first thing in a fresh process, its loop's calls into
+    # the layer went to address 0 (the interpreter crashed) unless the guard
+    # starts the layer before the load.
+    directory = str(tmp_path)
+    (tmp_path / "parallel_callee.py").write_text(PARALLEL_CALLEE)
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
+
+    def run(step):
+        (tmp_path / "caller.py").write_text(
+            PARALLEL_CALLER.format(directory=directory, step=step)
+        )
+        result = subprocess.run(
+            [sys.executable, str(tmp_path / "caller.py")],
+            env=env, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert result.returncode == 0, (step, result.returncode, result.stderr)
+        return float(result.stdout.split()[0]), int(result.stdout.split()[1])
+
+    assert run("callee") == (1000.0, 0)  # the callee compiled and cached
+    assert run("caller") == (1001.0, 0)  # the caller compiled, the callee loaded
+    assert run("caller") == (1001.0, 1)  # the caller loaded, first thing
+
+
 def test_the_fingerprint_covers_the_sources_machine_code_comes_from():
     root = numba_cache.PACKAGE_SOURCES
     covered = {
