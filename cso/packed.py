@@ -94,6 +94,14 @@ class PackedFilters:
         )
 
 
+def bias_tile(plan) -> int:
+    """Filters each group's packed bias is padded to a multiple of
+    (:func:`cso.packing.filters.pack_bias`): the plan's filter tile, but 1
+    for a row plan, whose filters side by side (``filters_per_tile``) are of
+    different groups, each reading its bias as given."""
+    return 1 if plan.algorithm == Algorithm.DEPTHWISE_ROWS else plan.filters_per_tile
+
+
 def checksum(entry: dict, panels, bias) -> str:
     """SHA-256 of ``entry`` as canonical JSON (sorted keys, no spaces), then the
     panels' and the bias's bytes: what a packed file's layer checksum is."""
@@ -198,7 +206,7 @@ def pack_filters(
     packed_bias = (
         None
         if bias is None
-        else pack_bias(bias, geometry.filters, geometry.groups, plan.filters_per_tile, dtype)
+        else pack_bias(bias, geometry.filters, geometry.groups, bias_tile(plan), dtype)
     )
     return PackedFilters(
         panels=panels,

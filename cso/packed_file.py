@@ -44,7 +44,7 @@ from .analysis.detect import detect_hardware
 from .analysis.plan import Plan
 from .geometry import make_geometry
 from .packing.filters import aligned_empty, padded_filters_per_group
-from .packed import PackedFilters, checksum, packed_elements
+from .packed import PackedFilters, bias_tile, checksum, packed_elements
 from .untrusted import NpzMembers, UntrustedFileError, parse_json
 
 FORMAT = "cso-packed-filters"
@@ -263,7 +263,7 @@ def _layer(path, name, entry, members, listed, hardware) -> PackedFilters:
     bias = None
     if entry["has_bias"] is True:
         bias_size = geometry.groups * padded_filters_per_group(
-            geometry.filters, geometry.groups, plan.filters_per_tile
+            geometry.filters, geometry.groups, bias_tile(plan)
         )
         bias = _member(path, members, f"{name}/bias", plan.dtype, (bias_size,))
     elif entry["has_bias"] is not False:

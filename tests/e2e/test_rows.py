@@ -242,6 +242,19 @@ def test_rows_with_packed_filters_round_trip(rng, tmp_path, dtype):
     )  # fmt: skip
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_rows_of_filters_side_by_side_with_packed_filters_round_trip(rng, tmp_path, dtype):
+    # 7x7 planes (2 filters a float32 vector, 8 lanes of float64 hold 1): the
+    # packed bias stays each filter's own, whatever the filters a vector.
+    check_tap_round_trip(
+        rng, tmp_path, dtype, (2, 21, 7, 7), (21, 1, 5, 5), dict(padding=2, groups=21),
+        "depthwise_rows",
+    )  # fmt: skip
+    plan = cso.plan_conv2d((2, 21, 7, 7), (21, 1, 5, 5), padding=2, groups=21,
+                           algorithm="depthwise_rows", hardware=AVX512_CORE)  # fmt: skip
+    assert plan.filters_per_tile == 2
+
+
 def test_the_model_weighs_the_row_plan():
     # The rule, not this machine's outcome: the cheapest family that runs the layer.
     for x_shape, w_shape, params in (
