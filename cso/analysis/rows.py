@@ -38,6 +38,8 @@ wide, one thread, and 1.1-1.6x slower on 5x5 and 14x14 ones.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from ..geometry import ConvGeometry, ceil_div
@@ -393,3 +395,15 @@ def plan_rows(
         row_vectors_per_call(geometry, lanes, hardware.vector_registers) * lanes, rows,
         filters_per_tile=filters,
     )  # fmt: skip
+
+
+def with_filters_per_call(plan: Plan, filters: int) -> Plan:
+    """``plan`` (a row plan) computing ``filters`` filters a call (1, or its
+    geometry's :func:`filters_per_vector`), its modelled traffic the row
+    model's for them: what a measurement of the one-filter kernel runs."""
+    g = plan.geometry
+    traffic = row_traffic(
+        g, plan.hardware, np.dtype(plan.dtype).itemsize, plan.threads, plan.rows_per_call, filters
+    )
+    costs = tuple((schedule, traffic) for schedule, _ in plan.costs)
+    return dataclasses.replace(plan, filters_per_tile=filters, costs=costs)

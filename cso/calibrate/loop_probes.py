@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import pack_filters, plan_conv2d
+from ..analysis import rows
 from ..analysis.pricing import workers_read_every_panel
 from ..analysis.shape_tables import kernel_shape_key
 from ..analysis.retile import with_tiles
@@ -364,6 +365,10 @@ def unpacked_nest_seconds(hardware, algorithm: str, rounds=5, layer=ROW_LAYER) -
             layer, w.shape, padding=(1, width // 2), groups=channels, threads=1,
             hardware=hardware, algorithm=algorithm,
         )  # fmt: skip
+        if algorithm == "depthwise_rows":
+            # One filter a call, whose cost the weights price (the model
+            # prices filters side by side from it, rows.row_kernel_loads).
+            plan = rows.with_filters_per_call(plan, 1)
         programs[width] = plan_program(plan, x, w)
         traffic = plan.cost_of(plan.schedule)
         calls[width] = traffic.kernel_calls * channels

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 import cso
 from cso.analysis.choices import Algorithm, activation_code
 from cso.analysis.plane_shapes import filters_per_vector, max_block_rows
-from cso.analysis.rows import full_interior_vectors, row_traffic
+from cso.analysis.rows import full_interior_vectors, row_traffic, with_filters_per_call
 from cso.geometry import make_geometry
 from cso.launch import launch_for, rows_module_for
 from cso.microkernels.row_taps import build_row_tap_kernel
@@ -253,6 +253,19 @@ def test_rows_of_filters_side_by_side_with_packed_filters_round_trip(rng, tmp_pa
     plan = cso.plan_conv2d((2, 21, 7, 7), (21, 1, 5, 5), padding=2, groups=21,
                            algorithm="depthwise_rows", hardware=AVX512_CORE)  # fmt: skip
     assert plan.filters_per_tile == 2
+
+
+def test_a_row_plan_remade_for_one_filter_a_call_is_priced_for_it():
+    # What the calibration's row probe runs: the one-filter kernel, its
+    # traffic the model's for one filter (per filter, as side by side).
+    plan = cso.plan_conv2d((1, 512, 7, 7), (512, 1, 3, 3), padding=1, groups=512,
+                           algorithm="depthwise_rows", hardware=AVX512_CORE)  # fmt: skip
+    assert plan.filters_per_tile == 2
+    alone = with_filters_per_call(plan, 1)
+    expected = row_traffic(plan.geometry, AVX512_CORE, 4, plan.threads, plan.rows_per_call, 1)
+    assert alone.filters_per_tile == 1 and alone.cost_of(alone.schedule) == expected
+    assert alone.cost_of(alone.schedule).cost > plan.cost_of(plan.schedule).cost
+    assert with_filters_per_call(alone, 2) == plan
 
 
 def test_the_model_weighs_the_row_plan():
