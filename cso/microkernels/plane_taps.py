@@ -161,7 +161,9 @@ def build_plane_tap_kernel(
             masks_base = e.base(5, m_a, m_off)
             columns_base = e.base(5, m_a, col_off)
             out_base = e.base(9, out_a, out_off)
-            bias_base = e.base(11, bias_a, bias_i)
+            # Without a bias the bias operand is a one-element placeholder:
+            # its element 0 is read (and not used), never the filter's index.
+            bias_base = e.base(11, bias_a, b.select(has_bias_v, bias_i, e.constant(0)))
             residual_base = e.base(14, res_a, res_off)
 
             def mask(u, entry):

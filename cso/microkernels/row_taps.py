@@ -227,7 +227,9 @@ def build_row_tap_kernel(
             out_base = e.base(7, out_a, out_off)
             masks_base = e.base(10, m_a, m_off)
             vector_masks_base = e.base(10, m_a, vm_off)
-            bias_base = e.base(13, bias_a, bias_i)
+            # Without a bias the bias operand is a one-element placeholder: its
+            # element 0 is read (and not used), never the filter's index.
+            bias_base = e.base(13, bias_a, b.select(has_bias_v, bias_i, e.constant(0)))
             residual_base = e.base(16, res_a, res_off)
 
             zero = ir.Constant(e.vector.element, 0.0)
@@ -240,7 +242,10 @@ def build_row_tap_kernel(
 
             taps = kernel_height * kernel_width
             weight_at = [for_real(f, e.constant(f * taps)) for f in range(side)]
-            bias_at = [for_real(f, e.constant(f)) for f in range(side)]
+            bias_at = [
+                for_real(f, b.select(has_bias_v, e.constant(f), e.constant(0)))
+                for f in range(side)
+            ]
             lane_shift = [b.mul(segment_v, e.constant(f * stride_w)) for f in range(side)]
             plane_at = [
                 for_real(f, b.sub(b.mul(in_step_v, e.constant(f)), lane_shift[f]))

@@ -138,7 +138,9 @@ def build_whole_plane_kernel(plane: tuple, dtype_name: str, vector_lanes: int):
             inputs_base = e.base(0, in_a, in_off)
             filters_base = e.base(3, w_a, w_off)
             out_base = e.base(9, out_a, out_off)
-            bias_base = e.base(11, bias_a, bias_i)
+            # Without a bias the bias operand is a one-element placeholder:
+            # its element 0 is read (and not used), never the filter's index.
+            bias_base = e.base(11, bias_a, b.select(has_bias_v, bias_i, e.constant(0)))
             residual_base = e.base(14, res_a, res_off)
             zero = ir.Constant(e.vector.element, 0.0)
             start = e.broadcast(b.select(has_bias_v, b.load(bias_base), zero))
