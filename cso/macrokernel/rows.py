@@ -153,21 +153,12 @@ def convolve_rows(
     jobs = b.batch * filter_blocks
     plane = b.height * b.width
     if worker < b.workers:  # this call's share of the work
-        first = worker * jobs // b.workers
-        # The job's image and first filter counted on, not divided out
-        # each job: a job of a small plane is a few hundred cycles, and
-        # each integer division (by run-time counts) tens.
-        image = first // filter_blocks
-        k = (first % filter_blocks) * b.filters_per_call
-        for _ in range(first, (worker + 1) * jobs // b.workers):
+        for job in range(worker * jobs // b.workers, (worker + 1) * jobs // b.workers):
+            image = job // filter_blocks
+            k = (job % filter_blocks) * b.filters_per_call
             valid = min(b.filters_per_call, b.filters - k)
-            channel = k if b.multiplier == 1 else k // b.multiplier
-            source = (image * b.channels + channel) * plane
+            source = (image * b.channels + k // b.multiplier) * plane
             row_blocks(
                 b, image * b.filters + k, k, valid, source, x_flat, w_flat, bias, has_bias,
                 residual, activation, has_residual, y_flat, workspace, offsets,
             )  # fmt: skip
-            k += b.filters_per_call
-            if k >= b.filters:
-                k = 0
-                image += 1
