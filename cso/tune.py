@@ -23,7 +23,7 @@ from .analysis.plan import Plan
 from .analysis.planner import plan_conv2d, plan_for_geometry
 from .analysis.retile import with_tiles
 from .checks import check_threads
-from .measure import best_times, plan_program
+from .measure import best_times, kernel_name, plan_program
 from .tuned_store import TunedPlans
 
 
@@ -37,10 +37,19 @@ class Candidate:
     origin: str
 
     def describe(self) -> str:
+        """``dense 14x32w WS Nc=64 K2=7 K3=8``: the family, its kernel
+        (:func:`cso.measure.kernel_name`), and a dense plan's schedule and tiles."""
         p = self.plan
+        text = f"{p.algorithm.value} {kernel_name(p)}"
+        if p.algorithm == Algorithm.DENSE:
+            text += f" {p.schedule} Nc={p.channel_tile} K2={p.l2_tiles} K3={p.l3_tiles}"
+        return text
+
+    def __repr__(self) -> str:
+        timed = "not timed" if self.seconds is None else f"{self.seconds * 1e3:.4g} ms"
         return (
-            f"{p.schedule} Nc={p.channel_tile} K2={p.l2_tiles} K3={p.l3_tiles} "
-            f"{p.filters_per_tile}x{p.windows_per_tile}"
+            f"Candidate({self.describe()}, {self.origin}, modelled cost "
+            f"{self.modelled_cost:.4g}, {timed})"
         )
 
 
@@ -60,15 +69,27 @@ class TuneResult:
     def analysis_seconds(self) -> float:
         return next(c.seconds for c in self.candidates if c.origin == "analysis")
 
+    def __repr__(self) -> str:
+        # A line, not every candidate plan in full (tens of kilobytes): table()
+        # lists them, and best, analysis and candidates hold them.
+        timed = [c for c in self.candidates if c.seconds is not None]
+        best = Candidate(self.best, 0.0, None, "").describe()
+        if not timed:
+            return f"TuneResult(best={best}, {len(self.candidates)} candidates, none timed)"
+        return (
+            f"TuneResult(best={best} in {self.best_seconds * 1e3:.4g} ms, "
+            f"{len(self.candidates)} candidates ({len(timed)} timed))"
+        )
+
     def table(self) -> str:
         """The candidates, timed ones first (fastest first), as text."""
         rows = sorted(
             self.candidates, key=lambda c: (c.seconds is None, c.seconds or 0.0, c.modelled_cost)
         )
-        lines = [f"{'candidate':<36} {'origin':<10} {'model cost':>12} {'time ms':>9}"]
+        lines = [f"{'candidate':<48} {'origin':<10} {'model cost':>12} {'time ms':>9}"]
         for c in rows:
             timed = "-" if c.seconds is None else f"{c.seconds * 1e3:.3f}"
-            lines.append(f"{c.describe():<36} {c.origin:<10} {c.modelled_cost:>12.4g} {timed:>9}")
+            lines.append(f"{c.describe():<48} {c.origin:<10} {c.modelled_cost:>12.4g} {timed:>9}")
         return "\n".join(lines)
 
 

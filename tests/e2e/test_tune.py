@@ -39,6 +39,14 @@ def test_tuner_times_the_analysis_plan_and_returns_the_fastest(result):
     assert len(result.candidates) > len(timed) or len(timed) > 1
     table = result.table()
     assert "analysis" in table and "model cost" in table
+    # Its repr is a line naming the best plan, not every candidate in full.
+    text = repr(result)
+    best_name = f"{result.best.algorithm.value} {cso.measure.kernel_name(result.best)}"
+    assert text.startswith(f"TuneResult(best={best_name}") and "\n" not in text
+    assert len(text) < 200
+    analysis = repr(timed[0])
+    assert analysis.startswith(f"Candidate({result.analysis.algorithm.value} ")
+    assert "analysis" in analysis and "\n" not in analysis
 
 
 def test_tuned_plan_computes_correctly(result, rng):
