@@ -27,6 +27,15 @@ from .measure import best_times, kernel_name, plan_program
 from .tuned_store import TunedPlans
 
 
+def describe_plan(plan: Plan) -> str:
+    """``dense 14x32w WS Nc=64 K2=7 K3=8``: the family, its kernel
+    (:func:`cso.measure.kernel_name`), and a dense plan's schedule and tiles."""
+    text = f"{plan.algorithm.value} {kernel_name(plan)}"
+    if plan.algorithm == Algorithm.DENSE:
+        text += f" {plan.schedule} Nc={plan.channel_tile} K2={plan.l2_tiles} K3={plan.l3_tiles}"
+    return text
+
+
 @dataclasses.dataclass(frozen=True)
 class Candidate:
     """One plan the tuner considered: its modelled cost and, if timed, its best time."""
@@ -37,13 +46,7 @@ class Candidate:
     origin: str
 
     def describe(self) -> str:
-        """``dense 14x32w WS Nc=64 K2=7 K3=8``: the family, its kernel
-        (:func:`cso.measure.kernel_name`), and a dense plan's schedule and tiles."""
-        p = self.plan
-        text = f"{p.algorithm.value} {kernel_name(p)}"
-        if p.algorithm == Algorithm.DENSE:
-            text += f" {p.schedule} Nc={p.channel_tile} K2={p.l2_tiles} K3={p.l3_tiles}"
-        return text
+        return describe_plan(self.plan)
 
     def __repr__(self) -> str:
         timed = "not timed" if self.seconds is None else f"{self.seconds * 1e3:.4g} ms"
@@ -73,7 +76,7 @@ class TuneResult:
         # A line, not every candidate plan in full (tens of kilobytes): table()
         # lists them, and best, analysis and candidates hold them.
         timed = [c for c in self.candidates if c.seconds is not None]
-        best = Candidate(self.best, 0.0, None, "").describe()
+        best = describe_plan(self.best)
         if not timed:
             return f"TuneResult(best={best}, {len(self.candidates)} candidates, none timed)"
         return (

@@ -108,11 +108,11 @@ def mask_table(geometry: ConvGeometry, lanes: int, vectors: int, filters: int = 
     (its load starts ``f*Q*sw`` elements before its row).
     """
     g = geometry
-    bits = np.int64(1) << np.arange(lanes, dtype=np.int64)
-    lane = np.arange(lanes)
     groups = load_groups(g.kernel_width, g.dilation_w, g.stride_w)
     if filters > 1:
         return _side_by_side_masks(g, lanes, filters, groups)
+    bits = np.int64(1) << np.arange(lanes, dtype=np.int64)
+    lane = np.arange(lanes)
     entries = []
     for q0 in row_calls(g.out_width, vectors * lanes):
         for u in range(vectors):

@@ -255,13 +255,22 @@ def build_row_tap_kernel(
                 for_real(f, b.mul(b.sub(out_step_v, segment_v), e.constant(f)))
                 for f in range(side)
             ]
+            def filter_mask(masks_at, f, entry):
+                """Filter ``f``'s mask ``entry`` (0: its stores, 1 + g*sw + h: its
+                loads) of a vector's table at ``masks_at``: side by side, off for
+                a filter past valid_filters."""
+                if side == 1:
+                    return e.bit_set_mask(masks_at, entry)
+                return e.masked_by(e.bit_set_mask(masks_at, f * per_vector + entry), real[f])
+
+            def at_filter(offset, f):
+                """Output element ``offset`` of the first filter's plane, in filter ``f``'s."""
+                return b.add(offset, out_at[f])
+
             # Filter f's lanes, [f*Q, (f+1)*Q): its store mask in the table; at
             # sw = 2 in the picks' order (lane i holds column picks[i] // 2),
             # which the sums keep until they are stored.
-            filter_lanes = [
-                e.masked_by(e.bit_set_mask(masks_base, f * per_vector), real[f])
-                for f in range(side)
-            ]
+            filter_lanes = [filter_mask(masks_base, f, 0) for f in range(side)]
             if stride_w == 2:
                 columns = ir.Constant(
                     ir.VectorType(I32, lanes),
@@ -361,13 +370,7 @@ def build_row_tap_kernel(
                 # Each filter's load masks (its lanes only, side by side).
                 load_masks = {
                     (g, h): [
-                        e.masked_by(
-                            e.bit_set_mask(column_masks, f * per_vector + 1 + g * stride_w + h),
-                            real[f],
-                        )
-                        if side > 1
-                        else e.bit_set_mask(column_masks, 1 + g * stride_w + h)
-                        for f in range(side)
+                        filter_mask(column_masks, f, 1 + g * stride_w + h) for f in range(side)
                     ]
                     for g in range(len(groups))
                     for h in range(stride_w)
@@ -429,17 +432,12 @@ def build_row_tap_kernel(
                 # Whole-load calls store whole, but for the row's last column's tail.
                 store_masks = [None] * side
                 if masked and (not whole_loads or (last and tail_lanes)):
-                    store_masks = [
-                        e.masked_by(e.bit_set_mask(column_masks, f * per_vector), real[f])
-                        if side > 1
-                        else e.bit_set_mask(column_masks, 0)
-                        for f in range(side)
-                    ]
+                    store_masks = [filter_mask(column_masks, f, 0) for f in range(side)]
 
                 def residual_of(out_row):
                     merged = None
                     for f in range(side):
-                        at_f = b.add(at(out_row), out_at[f])
+                        at_f = at_filter(at(out_row), f)
                         merged = e.load(residual_base, at_f, store_masks[f], merged)
                     return merged
 
@@ -454,8 +452,7 @@ def build_row_tap_kernel(
                         store_leading_lanes(b, value, address, tail_lanes, e.element_bytes)
                     else:
                         for f in range(side):
-                            at_f = b.add(at(out_row), out_at[f])
-                            e.store(value, out_base, at_f, store_masks[f])
+                            e.store(value, out_base, at_filter(at(out_row), f), store_masks[f])
 
             def emit_columns(fused: bool):
                 if unmasked_inner:
